@@ -1,0 +1,196 @@
+"""Settings: defaults, `[tool.ampmigrate]` in the nearest pyproject.toml, then the command line.
+
+Rule selection follows ruff: `select` entries are code prefixes (`AMP`, `AMP2`, `AMP201`);
+a code is enabled when its longest matching `select`/`extend-select` prefix is longer than its
+longest matching `ignore` prefix. The command line's `--select` replaces the configured list,
+while `--ignore` and `--extend-select` add to it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Dict, FrozenSet, Iterable, Optional, Sequence, Tuple
+
+from ampmigrate.api import Version, format_version, parse_version
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python < 3.11 only
+    import tomli as tomllib
+
+TARGET_DTYPES = ("bfloat16", "float16")
+DEFAULT_MIN_TORCH: Version = (2, 4)
+DEFAULT_MAX_FILE_SIZE = 2 * 1024 * 1024
+
+# Like ruff's defaults: directories no one wants linted.
+DEFAULT_EXCLUDE: Tuple[str, ...] = (
+    ".bzr", ".direnv", ".eggs", ".git", ".git-rewrite", ".hg", ".ipynb_checkpoints",
+    ".mypy_cache", ".nox", ".pants.d", ".pyenv", ".pytest_cache", ".pytype", ".ruff_cache",
+    ".svn", ".tox", ".venv", ".vscode", "__pypackages__", "_build", "buck-out", "dist",
+    "node_modules", "site-packages", "venv", ".ampmigrate_cache",
+)
+
+
+class ConfigError(Exception):
+    """A bad setting: one line, shown to the user, exit status 2."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    select: Tuple[str, ...] = ("AMP",)
+    extend_select: Tuple[str, ...] = ()
+    ignore: Tuple[str, ...] = ()
+    target_dtype: str = "bfloat16"
+    min_torch: Version = DEFAULT_MIN_TORCH
+    exclude: Tuple[str, ...] = DEFAULT_EXCLUDE
+    extend_exclude: Tuple[str, ...] = ()
+    respect_gitignore: bool = True
+    unsafe_fixes: bool = False
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE
+    cache_dir: Optional[str] = None
+    # The directory the configuration came from (exclude patterns are relative to it).
+    root: str = field(default_factory=os.getcwd)
+    config_path: Optional[str] = None
+
+    def enabled_codes(self, known: Iterable[str]) -> FrozenSet[str]:
+        return frozenset(
+            code
+            for code in known
+            if _longest_prefix(code, self.select + self.extend_select)
+            > _longest_prefix(code, self.ignore)
+        )
+
+    def fingerprint(self) -> str:
+        """What a cached result depends on (see the cache)."""
+        return "|".join(
+            [
+                ",".join(self.select),
+                ",".join(self.extend_select),
+                ",".join(self.ignore),
+                self.target_dtype,
+                format_version(self.min_torch),
+                str(self.max_file_size),
+            ]
+        )
+
+
+def _longest_prefix(code: str, prefixes: Sequence[str]) -> int:
+    best = 0
+    for prefix in prefixes:
+        if prefix == "ALL":
+            best = max(best, 1)
+        elif code.startswith(prefix):
+            best = max(best, len(prefix) + 1)
+    return best
+
+
+def validate_codes(entries: Iterable[str], known: Iterable[str], origin: str) -> None:
+    known = list(known)
+    for entry in entries:
+        if entry == "ALL":
+            continue
+        if not any(code.startswith(entry) for code in known):
+            raise ConfigError(f"{origin}: unknown rule code or prefix {entry!r}")
+
+
+def split_codes(values: Iterable[str]) -> Tuple[str, ...]:
+    """`--select AMP2,AMP301 --select AMP4` -> ('AMP2', 'AMP301', 'AMP4')."""
+    codes = []
+    for value in values:
+        codes.extend(part.strip().upper() for part in value.split(",") if part.strip())
+    return tuple(codes)
+
+
+# ------------------------------------------------------------------------------ pyproject
+_KEYS = {
+    "select": "codes",
+    "extend-select": "codes",
+    "ignore": "codes",
+    "target-dtype": "dtype",
+    "min-torch": "version",
+    "exclude": "strings",
+    "extend-exclude": "strings",
+    "respect-gitignore": "bool",
+    "unsafe-fixes": "bool",
+    "max-file-size": "int",
+    "cache-dir": "string",
+}
+
+
+def find_config(start: str) -> Optional[Path]:
+    """The nearest pyproject.toml at or above `start` with a [tool.ampmigrate] table."""
+    current = Path(start).resolve()
+    for directory in (current, *current.parents):
+        candidate = directory / "pyproject.toml"
+        if candidate.is_file():
+            try:
+                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+                continue
+            if "ampmigrate" in data.get("tool", {}):
+                return candidate
+    return None
+
+
+def load_settings(config: Optional[str] = None, start: Optional[str] = None) -> Settings:
+    """Defaults updated from `config` (or the nearest pyproject.toml found from `start`)."""
+    path = Path(config) if config else find_config(start or os.getcwd())
+    if path is None:
+        return Settings()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    table = data.get("tool", {}).get("ampmigrate", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.ampmigrate] must be a table")
+    values: Dict[str, object] = {}
+    for key, raw in table.items():
+        kind = _KEYS.get(key)
+        if kind is None:
+            raise ConfigError(
+                f"{path}: unknown key {key!r} in [tool.ampmigrate] (known: {', '.join(sorted(_KEYS))})"
+            )
+        values[key.replace("-", "_")] = _convert(path, key, kind, raw)
+    return replace(Settings(), root=str(path.parent.resolve()), config_path=str(path), **values)
+
+
+def _convert(path: Path, key: str, kind: str, raw: object) -> object:
+    where = f"{path}: [tool.ampmigrate] {key}"
+    if kind in ("codes", "strings"):
+        if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
+            raise ConfigError(f"{where} must be a list of strings")
+        return tuple(x.upper() for x in raw) if kind == "codes" else tuple(raw)
+    if kind == "bool":
+        if not isinstance(raw, bool):
+            raise ConfigError(f"{where} must be true or false")
+        return raw
+    if kind == "int":
+        if not isinstance(raw, int) or isinstance(raw, bool) or raw <= 0:
+            raise ConfigError(f"{where} must be a positive integer")
+        return raw
+    if kind == "string":
+        if not isinstance(raw, str):
+            raise ConfigError(f"{where} must be a string")
+        return raw
+    if kind == "dtype":
+        return check_target_dtype(raw, where)
+    if kind == "version":
+        try:
+            return parse_version(str(raw))
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    raise AssertionError(kind)
+
+
+def check_target_dtype(value: object, where: str) -> str:
+    aliases = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+    text = aliases.get(str(value).lower(), str(value).lower())
+    if text not in TARGET_DTYPES:
+        raise ConfigError(f"{where}: target dtype must be one of {', '.join(TARGET_DTYPES)}, got {value!r}")
+    return text

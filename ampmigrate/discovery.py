@@ -1,0 +1,140 @@
+"""Which files a run looks at.
+
+Directories are walked recursively for `*.py` and `*.pyi`, in sorted order, skipping the default
+excludes, the configured `exclude`/`extend-exclude` patterns (gitignore syntax, relative to the
+configuration's directory, or matched against a file or directory name), and whatever `.gitignore`
+files ignore (from the repository root down). Files named explicitly are always checked. Symlinked
+directories are followed, except into themselves (a loop is reported once and skipped).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Sequence, Set, Tuple
+
+from ampmigrate import gitignore
+from ampmigrate.config import Settings
+from ampmigrate.diagnostics import FileError
+
+SOURCE_SUFFIXES = (".py", ".pyi")
+
+
+@dataclass
+class Discovery:
+    files: List[str] = field(default_factory=list)
+    errors: List[FileError] = field(default_factory=list)
+
+
+def _git_root(start: Path) -> Path:
+    for directory in (start, *start.parents):
+        if (directory / ".git").exists():
+            return directory
+    return start
+
+
+def _read_ignore(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+class _Walker:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.root = Path(settings.root).resolve()
+        self.excludes = gitignore.parse("\n".join(settings.exclude + settings.extend_exclude), "")
+        self.result = Discovery()
+        self.seen: Set[str] = set()
+
+    def _excluded(self, path: Path, is_dir: bool) -> bool:
+        try:
+            relative = path.resolve().relative_to(self.root).as_posix()
+        except ValueError:
+            relative = path.name
+        return gitignore.is_ignored(self.excludes, relative, is_dir) or gitignore.is_ignored(
+            self.excludes, path.name, is_dir
+        )
+
+    def add_file(self, path: str) -> None:
+        if path not in self.seen:
+            self.seen.add(path)
+            self.result.files.append(path)
+
+    def walk(self, top: Path) -> None:
+        top_abs = Path(os.path.abspath(top))
+        patterns: List[gitignore.Pattern] = []
+        repo = _git_root(top_abs)
+        if self.settings.respect_gitignore:
+            # .gitignore files from the repository root down to `top` apply to it.
+            chain = [repo, *[p for p in reversed(top_abs.parents) if repo in p.parents]]
+            if top_abs != repo:
+                chain.append(top_abs)
+            for directory in dict.fromkeys(chain):
+                if directory == top_abs:
+                    continue
+                base = directory.relative_to(repo).as_posix() if directory != repo else ""
+                patterns += gitignore.parse(_read_ignore(directory / ".gitignore"), "" if base == "." else base)
+        self._walk_dir(top, top_abs, repo, patterns, ancestors=frozenset())
+
+    def _walk_dir(self, display: Path, absolute: Path, repo: Path, patterns, ancestors) -> None:
+        real = os.path.realpath(absolute)
+        if real in ancestors:
+            self.result.errors.append(FileError(str(display), "symlink loop; directory skipped"))
+            return
+        ancestors = ancestors | {real}
+        if self.settings.respect_gitignore:
+            ignore_file = absolute / ".gitignore"
+            if ignore_file.is_file():
+                try:
+                    base = absolute.relative_to(repo).as_posix()
+                except ValueError:
+                    base = ""
+                patterns = patterns + gitignore.parse(_read_ignore(ignore_file), "" if base == "." else base)
+        try:
+            entries = sorted(os.scandir(absolute), key=lambda e: e.name)
+        except OSError as exc:
+            self.result.errors.append(FileError(str(display), f"cannot list directory: {exc.strerror or exc}"))
+            return
+        for entry in entries:
+            child_display = display / entry.name
+            child_abs = absolute / entry.name
+            try:
+                is_dir = entry.is_dir()  # follows symlinks
+            except OSError:
+                is_dir = False
+            if self._excluded(child_abs, is_dir):
+                continue
+            if patterns:
+                try:
+                    relative = child_abs.relative_to(repo).as_posix()
+                except ValueError:
+                    relative = entry.name
+                if gitignore.is_ignored(patterns, relative, is_dir):
+                    continue
+            if is_dir:
+                self._walk_dir(child_display, child_abs, repo, patterns, ancestors)
+            elif entry.name.endswith(SOURCE_SUFFIXES):
+                if entry.is_symlink() and not os.path.exists(child_abs):
+                    try:
+                        os.stat(child_abs)
+                    except OSError as exc:
+                        reason = "symlink loop" if exc.errno == 40 else "broken symlink"
+                        self.result.errors.append(FileError(str(child_display), reason))
+                    continue
+                self.add_file(str(child_display))
+
+
+def discover(paths: Sequence[str], settings: Settings) -> Discovery:
+    walker = _Walker(settings)
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            walker.walk(path)
+        elif path.is_file() or os.path.lexists(path):
+            walker.add_file(raw)  # explicit files are always checked (and errors reported)
+        else:
+            walker.result.errors.append(FileError(raw, "no such file or directory"))
+    return walker.result

@@ -1,0 +1,216 @@
+"""Turning fixes into new source text.
+
+A round applies every applicable, non-overlapping fix with one CST transform (two fixes overlap
+when a node one of them replaces contains, or is, a node the other replaces; the later one waits
+for the next round, where it is recomputed against the new code). The caller re-runs the rules
+on the result until nothing changes: one rule's output can then be improved by another.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+import libcst as cst
+
+from ampmigrate.diagnostics import Edit, Fix, Location
+from ampmigrate.engine.names import NameIndex
+
+_MISSING = object()
+
+
+class _ApplyChanges(cst.CSTTransformer):
+    def __init__(self, replacements: Dict[cst.CSTNode, Any]) -> None:
+        super().__init__()
+        self.replacements = replacements
+
+    def on_leave(self, original_node, updated_node):
+        replacement = self.replacements.get(original_node, _MISSING)
+        if replacement is not _MISSING:
+            return replacement
+        if isinstance(updated_node, cst.IndentedBlock) and not updated_node.body and original_node.body:
+            # Every statement of the block was removed: Python needs one.
+            return updated_node.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
+        return updated_node
+
+
+def select_compatible(fixes: Sequence[Fix], names: NameIndex) -> List[Fix]:
+    """The fixes (in order) that touch disjoint subtrees; the rest wait for a later round."""
+    claimed: Set[cst.CSTNode] = set()
+    claimed_ancestors: Set[cst.CSTNode] = set()
+    accepted: List[Fix] = []
+    for fix in fixes:
+        targets = [target for target, _ in fix.changes]
+        lineages = [list(names.ancestors(target)) for target in targets]
+        clash = any(
+            target in claimed or target in claimed_ancestors or any(a in claimed for a in lineage)
+            for target, lineage in zip(targets, lineages)
+        )
+        if clash or not targets and not fix.imports:
+            continue
+        accepted.append(fix)
+        claimed.update(targets)
+        for lineage in lineages:
+            claimed_ancestors.update(lineage)
+    return accepted
+
+
+def apply_fixes(module: cst.Module, fixes: Iterable[Fix]) -> str:
+    """The module's code with `fixes` (already known to be disjoint) applied."""
+    replacements: Dict[cst.CSTNode, Any] = {}
+    imports: List[str] = []
+    for fix in fixes:
+        replacements.update(fix.changes)
+        imports.extend(m for m in fix.imports if m not in imports)
+    new_module = module.visit(_ApplyChanges(replacements)) if replacements else module
+    if imports:
+        new_module = add_imports(new_module, imports)
+    return new_module.code
+
+
+def add_imports(module: cst.Module, modules: Sequence[str]) -> cst.Module:
+    """Add `import X` for each module not already imported at the top level."""
+    bound = _top_level_imports(module)
+    missing = [m for m in modules if m not in bound]
+    if not missing:
+        return module
+    body = list(module.body)
+    index = _import_insertion_index(body)
+    new = [cst.SimpleStatementLine([cst.Import([cst.ImportAlias(cst.parse_expression(m))])]) for m in missing]
+    if index < len(body) and index == _header_end(body) and body[index].leading_lines:
+        # Keep a license header or comment block above the inserted import.
+        first = body[index]
+        new[0] = new[0].with_changes(leading_lines=first.leading_lines)
+        body[index] = first.with_changes(leading_lines=[])
+        if not isinstance(first, cst.SimpleStatementLine) or not _is_import_line(first):
+            body[index] = body[index].with_changes(leading_lines=[cst.EmptyLine()])
+    body[index:index] = new
+    return module.with_changes(body=body)
+
+
+def _top_level_imports(module: cst.Module) -> Set[str]:
+    bound: Set[str] = set()
+    for statement in module.body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Import):
+                    for alias in small.names:
+                        if alias.asname is None:
+                            bound.add(module.code_for_node(alias.name).split(".")[0])
+    return bound
+
+
+def _is_import_line(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body
+    )
+
+
+def _is_docstring(statement: cst.CSTNode) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def _is_future_import(statement: cst.CSTNode) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and all(isinstance(s, cst.ImportFrom) for s in statement.body)
+        and all(
+            isinstance(s.module, cst.Name) and s.module.value == "__future__" for s in statement.body
+        )
+    )
+
+
+def _header_end(body: Sequence[cst.BaseStatement]) -> int:
+    index = 0
+    if body and _is_docstring(body[0]):
+        index = 1
+    while index < len(body) and _is_future_import(body[index]):
+        index += 1
+    return index
+
+
+def _import_insertion_index(body: Sequence[cst.BaseStatement]) -> int:
+    """After the leading block of imports (after the docstring and `__future__` imports)."""
+    index = _header_end(body)
+    end = index
+    while end < len(body) and _is_import_line(body[end]):
+        end += 1
+    return end
+
+
+# ---------------------------------------------------------------------------------- validation
+def parses(code: str) -> bool:
+    try:
+        cst.parse_module(code)
+    except cst.ParserSyntaxError:
+        return False
+    return True
+
+
+def compiles(code: str) -> bool:
+    """True when CPython (this interpreter) accepts the code, or cannot judge it at all."""
+    try:
+        ast.parse(code)
+    except SyntaxError:
+        return False
+    except (ValueError, MemoryError, RecursionError):
+        return True
+    return True
+
+
+# ---------------------------------------------------------------------------------- text edits
+def text_edits(old: str, new: str) -> Tuple[Edit, ...]:
+    """Minimal edits (per changed line run, trimmed to the changed characters) from old to new."""
+    old_lines = old.splitlines(keepends=True)
+    new_lines = new.splitlines(keepends=True)
+    line_starts = [0]
+    for line in old_lines:
+        line_starts.append(line_starts[-1] + len(line))
+    edits: List[Edit] = []
+    matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        start, end = line_starts[i1], line_starts[i2]
+        before, after = old[start:end], "".join(new_lines[j1:j2])
+        prefix = _common_prefix(before, after)
+        suffix = _common_suffix(before[prefix:], after[prefix:])
+        start_offset, end_offset = start + prefix, end - suffix
+        content = after[prefix : len(after) - suffix]
+        edits.append(
+            Edit(_location(old, start_offset), _location(old, end_offset), content)
+        )
+    return tuple(edits)
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _common_suffix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[-1 - i] == b[-1 - i]:
+        i += 1
+    return i
+
+
+def _location(text: str, offset: int) -> Location:
+    row = text.count("\n", 0, offset) + 1
+    line_start = text.rfind("\n", 0, offset) + 1
+    return Location(row, offset - line_start + 1)
+
+
+def fix_signature(module: cst.Module, fix: Fix) -> Tuple[str, Tuple[str, ...]]:
+    """Identifies a fix across rounds (nodes change identity when the file is re-parsed)."""
+    return fix.message, tuple(module.code_for_node(t) for t, _ in fix.changes)

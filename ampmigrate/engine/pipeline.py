@@ -1,0 +1,219 @@
+"""One file, start to end: pre-filter -> parse -> name pass -> rules -> findings -> fixes.
+
+`Engine.check_text` reports; `Engine.fix_text` applies fixes round after round (each round
+re-parses and re-runs every rule on the new text) until no applicable fix is left, and never
+returns text that fails to parse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import libcst as cst
+
+from ampmigrate.config import Settings
+from ampmigrate.diagnostics import UNSAFE, FileError, Finding, Fix, Location
+from ampmigrate.engine import fixer
+from ampmigrate.engine.context import FileContext, RuleContext
+from ampmigrate.engine.noqa import file_suppressions, parse_suppressions
+from ampmigrate.engine.prefilter import Prefilter
+from ampmigrate.rules import all_rules
+from ampmigrate.rules.base import Rule
+
+MAX_ROUNDS = 25
+
+
+@dataclass
+class FileResult:
+    path: str
+    findings: List[Finding] = field(default_factory=list)
+    errors: List[FileError] = field(default_factory=list)
+    parsed: bool = False  # False when the pre-filter ruled the file out
+    fixed: int = 0  # findings resolved by applied fixes
+    new_text: Optional[str] = None  # fix mode: the fixed text, when it differs
+    old_text: Optional[str] = None  # fix mode: the original text, when it changed
+
+
+@dataclass
+class _Analysis:
+    module: cst.Module
+    context: FileContext
+    findings: List[Finding]
+    fixes: List[Fix]  # applicable under the current settings, in source order
+    members: Dict[Fix, List[Finding]]
+
+
+class Engine:
+    def __init__(self, settings: Settings, rules: Optional[Sequence[Rule]] = None) -> None:
+        self.settings = settings
+        candidates = list(rules) if rules is not None else all_rules()
+        self.enabled: Set[str] = set(settings.enabled_codes(r.code for r in candidates))
+        self.rules = [r for r in candidates if r.code in self.enabled]
+        self.prefilter = Prefilter(self.rules)
+
+    # ------------------------------------------------------------------ entry points
+    def check_text(self, text: str, path: str, *, want_edits: bool = False) -> FileResult:
+        result = FileResult(path)
+        rules = self._rules_for(text)
+        if not rules:
+            return result
+        # unsafe=True: an unsafe fix is still shown (and its edits listed), just not applied.
+        analysis = self._analyze(text, path, rules, result, unsafe=True)
+        if analysis is None:
+            return result
+        if want_edits:
+            for fix in analysis.fixes:
+                fix.edits = fixer.text_edits(text, fixer.apply_fixes(analysis.module, [fix]))
+        result.findings = analysis.findings
+        return result
+
+    def fix_text(self, text: str, path: str, *, unsafe: Optional[bool] = None) -> FileResult:
+        unsafe = self.settings.unsafe_fixes if unsafe is None else unsafe
+        result = FileResult(path)
+        rules = self._rules_for(text)
+        if not rules:
+            return result
+        current = text
+        broken: Set[Tuple[str, Tuple[str, ...]]] = set()
+        for _ in range(MAX_ROUNDS):
+            round_result = FileResult(path)
+            analysis = self._analyze(current, path, rules, round_result, unsafe=unsafe)
+            result.errors.extend(e for e in round_result.errors if e not in result.errors)
+            result.parsed = True
+            if analysis is None:
+                break
+            result.findings = analysis.findings
+            fixes = [f for f in analysis.fixes if fixer.fix_signature(analysis.module, f) not in broken]
+            accepted = fixer.select_compatible(fixes, analysis.context.names)
+            if not accepted:
+                break
+            new_text = fixer.apply_fixes(analysis.module, accepted)
+            if not self._valid(new_text, current):
+                accepted, new_text = self._isolate_broken(analysis, accepted, current, broken, result)
+                if not accepted:
+                    continue
+            result.fixed += sum(len(analysis.members[f]) for f in accepted)
+            current = new_text
+            # The next round may need rules the new text now triggers (e.g. a scaler it added).
+            rules = self._rules_for(current) or rules
+        else:
+            result.errors.append(
+                FileError(path, f"internal error: fixes did not settle after {MAX_ROUNDS} rounds; file left unchanged")
+            )
+            return FileResult(path, findings=result.findings, errors=result.errors, parsed=True)
+        if current != text:
+            result.new_text, result.old_text = current, text
+        return result
+
+    # ------------------------------------------------------------------ internals
+    def rules_for(self, text: str) -> List[Rule]:
+        """The enabled rules that could report on `text` (pre-filter and file-level noqa)."""
+        return self._rules_for(text)
+
+    def _rules_for(self, text: str) -> List[Rule]:
+        rules = self.prefilter.rules_for(text)
+        if rules:
+            off = file_suppressions(text)
+            if "*" in off:
+                return []
+            rules = [r for r in rules if r.code not in off]
+        return rules
+
+    def _valid(self, new_text: str, old_text: str) -> bool:
+        if not fixer.parses(new_text):
+            return False
+        # Only hold CPython's parser against the fix if it accepted the original.
+        return fixer.compiles(new_text) or not fixer.compiles(old_text)
+
+    def _isolate_broken(self, analysis, accepted, current, broken, result):
+        """A round produced invalid code: keep the first fix that is valid alone, mark the rest."""
+        for fix in accepted:
+            alone = fixer.apply_fixes(analysis.module, [fix])
+            if self._valid(alone, current):
+                return [fix], alone
+            broken.add(fixer.fix_signature(analysis.module, fix))
+            codes = ", ".join(sorted({f.code for f in analysis.members[fix]}))
+            result.errors.append(
+                FileError(result.path, f"internal error: the {codes} fix ({fix.message}) produced invalid code; not applied")
+            )
+        return [], current
+
+    def _analyze(
+        self,
+        text: str,
+        path: str,
+        rules: Sequence[Rule],
+        result: FileResult,
+        *,
+        unsafe: bool = False,
+    ) -> Optional[_Analysis]:
+        try:
+            module = cst.parse_module(text)
+        except cst.ParserSyntaxError as exc:
+            message = str(exc.message).strip().splitlines()[0] if exc.message else "invalid syntax"
+            result.errors.append(FileError(path, f"syntax error at {exc.raw_line}:{exc.raw_column + 1}: {message}"))
+            return None
+        except RecursionError:
+            result.errors.append(FileError(path, "too deeply nested to parse"))
+            return None
+        result.parsed = True
+        context = FileContext(path, text, module, self.settings)
+        for rule in rules:
+            try:
+                rule.check(RuleContext(context, rule))
+            except Exception as exc:  # a rule bug must not stop the run
+                result.errors.append(
+                    FileError(path, f"internal error in {rule.code}: {type(exc).__name__}: {exc}")
+                )
+        findings: List[Finding] = []
+        members: Dict[Fix, List[Finding]] = {}
+        blocked: Set[Fix] = set()
+        if context.reports:
+            suppressions = parse_suppressions(text)
+            lines = text.splitlines()
+            for report in context.reports:
+                position = context.position(report.node)
+                row = position.start.line
+                if report.code not in self.enabled:
+                    continue
+                if suppressions.suppresses(report.code, row):
+                    if report.fix is not None:
+                        blocked.add(report.fix)  # part of this fix is suppressed
+                    continue
+                finding = Finding(
+                    code=report.code,
+                    message=report.message,
+                    path=path,
+                    location=Location(row, position.start.column + 1),
+                    end_location=Location(position.end.line, position.end.column + 1),
+                    severity=report.severity,
+                    fix=report.fix,
+                    no_fix_reason=report.no_fix_reason,
+                    noqa_row=row,
+                    source_line=lines[row - 1] if row - 1 < len(lines) else "",
+                )
+                findings.append(finding)
+                if report.fix is not None:
+                    members.setdefault(report.fix, []).append(finding)
+        findings.sort(key=Finding.sort_key)
+        fixes: List[Fix] = []
+        for fix, group in sorted(members.items(), key=lambda item: min(f.sort_key() for f in item[1])):
+            reason = self._why_not_applicable(fix, blocked, unsafe)
+            if reason is None:
+                fixes.append(fix)
+            elif reason != "unsafe":
+                for finding in group:
+                    finding.fix = None
+                    finding.no_fix_reason = reason
+        return _Analysis(module, context, findings, fixes, members)
+
+    def _why_not_applicable(self, fix: Fix, blocked: Set[Fix], unsafe: bool) -> Optional[str]:
+        if fix in blocked:
+            return "part of this fix is suppressed by a noqa comment"
+        missing = sorted(fix.requires - self.enabled)
+        if missing:
+            return f"the fix also changes code reported by {', '.join(missing)}, which is not selected"
+        if fix.applicability == UNSAFE and not unsafe:
+            return "unsafe"
+        return None

@@ -1,0 +1,69 @@
+"""`ampmigrate rule`: a catalogue entry rendered for a terminal (or as JSON)."""
+
+from __future__ import annotations
+
+import json
+from typing import List
+
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from ampmigrate.catalogue import FAMILIES, RuleDoc
+
+
+def render_rule(doc: RuleDoc, console: Console = None) -> None:
+    console = console or Console()
+    title = Text(f"{doc.code} ({doc.name})", style="bold")
+    console.print(title)
+    console.print(Text(f"family: {doc.family} {FAMILIES[doc.family]}  ·  fix: {doc.fix}  ·  severity: {doc.severity}", style="dim"))
+    console.print()
+    console.print(Markdown(doc.summary))
+    console.print()
+    console.print(Text("Why", style="bold"))
+    console.print(Markdown(doc.why.strip()))
+    for number, example in enumerate(doc.examples, start=1):
+        settings = ", ".join(f"{k}={v}" for k, v in example.settings)
+        suffix = f" ({settings})" if settings else ""
+        console.print()
+        console.print(Text(f"Example {number}{suffix}", style="bold"))
+        console.print(Panel(Syntax(example.before.strip("\n"), "python", theme="ansi_dark"), title="before", title_align="left"))
+        if example.after != example.before:
+            console.print(Panel(Syntax(example.after.strip("\n"), "python", theme="ansi_dark"), title="after", title_align="left"))
+        else:
+            console.print(Text("  (left unchanged)", style="dim"))
+    console.print()
+    console.print(Text(doc.url, style="dim"))
+
+
+def render_rule_list(docs: List[RuleDoc], console: Console = None) -> None:
+    console = console or Console()
+    table = Table(show_lines=False)
+    for column in ("code", "name", "fix", "severity", "summary"):
+        table.add_column(column, overflow="fold")
+    for doc in sorted(docs, key=lambda d: d.code):
+        table.add_row(doc.code, doc.name, doc.fix, doc.severity, doc.summary)
+    console.print(table)
+
+
+def rules_json(docs: List[RuleDoc]) -> str:
+    return json.dumps(
+        [
+            {
+                "code": d.code,
+                "name": d.name,
+                "family": d.family,
+                "summary": d.summary,
+                "why": d.why.strip(),
+                "fix": d.fix,
+                "severity": d.severity,
+                "url": d.url,
+                "examples": [{"before": e.before, "after": e.after, "settings": dict(e.settings)} for e in d.examples],
+            }
+            for d in sorted(docs, key=lambda d: d.code)
+        ],
+        indent=2,
+    )

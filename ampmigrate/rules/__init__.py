@@ -1,0 +1,31 @@
+"""The rule registry: every rule class, listed explicitly (no import-time magic)."""
+
+from __future__ import annotations
+
+from typing import List
+
+from ampmigrate.rules.base import Rule
+
+
+def rule_classes() -> List[type]:
+    from ampmigrate.rules.legacy_api.amp201_legacy_autocast import LegacyAutocast
+    from ampmigrate.rules.legacy_api.amp202_legacy_grad_scaler import LegacyGradScaler
+    from ampmigrate.rules.legacy_api.amp203_legacy_custom_fwd_bwd import LegacyCustomFwdBwd
+    from ampmigrate.rules.legacy_api.amp204_isinstance_legacy_class import IsinstanceLegacyClass
+    from ampmigrate.rules.legacy_api.amp205_legacy_autocast_state import LegacyAutocastState
+    from ampmigrate.rules.legacy_api.amp206_version_gated_legacy_api import VersionGatedLegacyApi
+    from ampmigrate.rules.legacy_api.amp207_autocast_positional_enabled import AutocastPositionalEnabled
+
+    return [
+        LegacyAutocast,
+        LegacyGradScaler,
+        LegacyCustomFwdBwd,
+        IsinstanceLegacyClass,
+        LegacyAutocastState,
+        VersionGatedLegacyApi,
+        AutocastPositionalEnabled,
+    ]
+
+
+def all_rules() -> List[Rule]:
+    return [cls() for cls in rule_classes()]

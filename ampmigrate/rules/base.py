@@ -1,0 +1,32 @@
+"""The contract between the engine and a rule.
+
+A rule is a class with a `code` (its catalogue entry, `rules/<code>.toml`, holds its name, docs
+and fix safety), `triggers` (regular expressions; a file that matches none of them cannot hold a
+finding of this rule and is never parsed for it), and `check(ctx)`, which reports findings
+through `ctx.report(...)`. Rules look at the module through `ctx.names` (the shared name/scope
+pass) rather than walking the tree themselves where they can.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar, Tuple
+
+from ampmigrate.catalogue import RuleDoc, load_catalogue
+
+if TYPE_CHECKING:
+    from ampmigrate.engine.context import RuleContext
+
+
+class Rule:
+    code: ClassVar[str]
+    triggers: ClassVar[Tuple[str, ...]]
+
+    @property
+    def doc(self) -> RuleDoc:
+        return load_catalogue()[self.code]
+
+    def check(self, ctx: "RuleContext") -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.code}>"

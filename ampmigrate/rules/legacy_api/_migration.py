@@ -1,0 +1,512 @@
+"""The AMP2 family's shared analysis: every reference to a deprecated `torch.cuda.amp` /
+`torch.cpu.amp` object, how the file reaches it, and the fix that moves it to `torch.amp`.
+
+How a reference is reached decides what the fix must change together:
+
+- qualified (`torch.cuda.amp.autocast(...)`): the reference alone -> `torch.amp.autocast("cuda", ...)`.
+- from-import (`from torch.cuda.amp import autocast`): the import becomes `from torch.amp import
+  autocast` and *every* use of the imported names gets its device argument in the same fix; a
+  partial fix would leave `autocast()` calls that raise TypeError.
+- module alias (`from torch.cuda import amp`, `import torch.cuda.amp as amp`): likewise, the
+  import and every `amp.<name>` use together.
+- assignment alias (`amp_autocast = torch.cuda.amp.autocast`): the alias's calls get the device.
+
+Uses the fix cannot follow (the object passed around as a value, stored on `self`) keep the
+finding and say why; code that keeps the old API behind a version check is left to AMP206.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import libcst as cst
+
+from ampmigrate.analysis.version_gates import version_gate
+from ampmigrate.api import AUTOCAST, GRAD_SCALER, LEGACY_AMP_MODULES, LEGACY_API, LegacyApi, format_version
+from ampmigrate.diagnostics import SAFE, Fix
+from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args
+from ampmigrate.engine.names import Binding
+
+CODE_FOR_KIND = {"autocast": "AMP201", "grad_scaler": "AMP202", "custom_fwd": "AMP203", "custom_bwd": "AMP203"}
+ISINSTANCE_CODE = "AMP204"
+GATED_CODE = "AMP206"
+
+_NO_SPACE = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+_LEGACY_SUBMODULES = frozenset(
+    f"{module}.{sub}" for module in LEGACY_AMP_MODULES for sub in ("autocast_mode", "grad_scaler")
+)
+_MODERN_API = AUTOCAST | GRAD_SCALER | frozenset(
+    {"torch.amp.custom_fwd", "torch.amp.custom_bwd", "torch.amp.autocast_mode.custom_fwd", "torch.amp.autocast_mode.custom_bwd"}
+)
+
+
+def legacy_spelling(api: LegacyApi) -> str:
+    return f"torch.{api.device}.amp.{api.modern}"
+
+
+def modern_spelling(api: LegacyApi, quote: str = '"') -> str:
+    if api.kind in ("custom_fwd", "custom_bwd"):
+        return f"torch.amp.{api.modern}(device_type={quote}{api.device}{quote})"
+    return f"torch.amp.{api.modern}({quote}{api.device}{quote}, ...)"
+
+
+@dataclass(eq=False)
+class Site:
+    """One reference to a legacy object that the user sees a finding for."""
+
+    ref: cst.CSTNode
+    api: LegacyApi
+    usage: str  # call | decorator | isinstance | annotation | partial | alias | value | import
+
+    @property
+    def code(self) -> str:
+        return ISINSTANCE_CODE if self.usage == "isinstance" else CODE_FOR_KIND[self.api.kind]
+
+
+@dataclass(eq=False)
+class Group:
+    """Sites that one fix must change together (or none of)."""
+
+    sites: List[Site]
+    fix: Optional[Fix] = None
+    reason: Optional[str] = None
+    gate: Optional[cst.CSTNode] = None  # set when the code is a deliberate compatibility branch
+    min_since: Tuple[int, int] = (0, 0)  # the newest torch any modern spelling here needs
+
+
+class _Unfixable(Exception):
+    """Raised while planning a fix; the message says why, for the user."""
+
+
+def legacy_groups(ctx: FileContext) -> List[Group]:
+    return ctx.shared("legacy_api.groups", lambda: _Planner(ctx).plan())
+
+
+class _Planner:
+    def __init__(self, ctx: FileContext) -> None:
+        self.ctx = ctx
+        self.names = ctx.names
+
+    # ------------------------------------------------------------------ grouping
+    def plan(self) -> List[Group]:
+        groups: List[Group] = []
+        imports_done: Set[cst.CSTNode] = set()
+        for ref, qnames in self.names.find(LEGACY_API):
+            if len(qnames) != 1:
+                continue
+            api = LEGACY_API[next(iter(qnames))]
+            if ref in self.names.store_attributes:
+                continue
+            route, detail = self._route(ref)
+            if route == "qualified":
+                groups.append(self._qualified_group(ref, api, detail))
+            elif route in ("from-import", "module-alias"):
+                statement = detail[0].statement
+                if statement not in imports_done:
+                    imports_done.add(statement)
+                    groups.append(self._import_group(statement, route))
+        # Legacy imports whose names are never used still deserve a finding.
+        for scope in self.names.scopes:
+            for bindings in scope.bindings.values():
+                for binding in bindings:
+                    if (
+                        binding.kind in ("import", "from-import")
+                        and binding.statement not in imports_done
+                        and (binding.qname in LEGACY_API or binding.qname in LEGACY_AMP_MODULES)
+                    ):
+                        imports_done.add(binding.statement)
+                        route = "from-import" if binding.qname in LEGACY_API else "module-alias"
+                        groups.append(self._import_group(binding.statement, route))
+        for group in groups:
+            self._check_gate(group)
+        return [g for g in groups if g.sites]
+
+    def _route(self, ref: cst.CSTNode):
+        """How `ref` reaches the legacy object (see the module docstring)."""
+        if isinstance(ref, cst.Name):
+            bindings = self.names.bindings_of(ref)
+            imported = [b for b in bindings if b.kind == "from-import" and b.qname in LEGACY_API]
+            if imported:
+                return "from-import", imported
+            return "indirect", None  # through an alias; handled where the alias is defined
+        level = ref.value if isinstance(ref, cst.Attribute) else None
+        while level is not None:
+            if isinstance(level, cst.Name):
+                bindings = self.names.bindings_of(level)
+                legacy = [
+                    b
+                    for b in bindings
+                    if b.kind in ("import", "from-import")
+                    and (b.qname in LEGACY_AMP_MODULES or b.qname in _LEGACY_SUBMODULES)
+                ]
+                if legacy:
+                    return "module-alias", legacy
+                return "indirect", None  # self.attr alias, or a name bound some other way
+            if self.names.qualified_names(level) & LEGACY_AMP_MODULES:
+                return "qualified", level
+            level = level.value if isinstance(level, cst.Attribute) else None
+        return "indirect", None
+
+    # ------------------------------------------------------------------ qualified references
+    def _qualified_group(self, ref: cst.Attribute, api: LegacyApi, legacy_module: cst.Attribute) -> Group:
+        site = Site(ref, api, self._usage(ref))
+        group = Group([site], min_since=api.since)
+        builder = FixBuilder(f"Use `{modern_spelling(api, self.ctx.quote)}`", SAFE, frozenset({site.code}))
+        try:
+            new_path = self._modern_path(ref, api, legacy_module, builder)
+            self._rewrite_use(builder, site.ref, site.usage, api, new_path, group, depth=0)
+        except _Unfixable as exc:
+            group.reason = str(exc)
+            return group
+        group.fix = builder.build()
+        return group
+
+    def _modern_path(self, ref, api: LegacyApi, legacy_module: cst.Attribute, builder: FixBuilder) -> cst.BaseExpression:
+        """`torch.amp.<name>` spelled with the file's own name for torch."""
+        base = legacy_module.value  # `torch.cuda`
+        torch_node = base.value if isinstance(base, cst.Attribute) else None
+        if torch_node is not None and self.names.qualified_names(torch_node) == frozenset({"torch"}):
+            torch_code = self.ctx.code(torch_node)
+        else:
+            torch_code, needs_import = self.ctx.module_reference(ref, "torch")
+            if torch_code is None:
+                raise _Unfixable("the name `torch` is taken here, so `torch.amp` cannot be spelled")
+            if needs_import:
+                builder.require_import("torch")
+        return self.ctx.parse_expression(f"{torch_code}.amp.{api.modern}")
+
+    # ------------------------------------------------------------------ imports
+    def _import_group(self, statement: cst.CSTNode, route: str) -> Group:
+        group = Group([])
+        builder = FixBuilder("", SAFE, frozenset())
+        try:
+            if isinstance(statement, cst.ImportFrom) and route == "from-import":
+                self._plan_from_import(statement, group, builder)
+            else:
+                self._plan_module_alias(statement, group, builder)
+        except _Unfixable as exc:
+            group.reason = str(exc)
+        if group.reason is None and group.sites:
+            apis = sorted({legacy_spelling(s.api) for s in group.sites})
+            builder.message = f"Move {', '.join(f'`{a}`' for a in apis)} to `torch.amp` with the device made explicit"
+            builder.requires = frozenset(s.code for s in group.sites) | builder.requires
+            group.fix = builder.build()
+        return group
+
+    def _binding_for(self, node: cst.CSTNode) -> Binding:
+        scope = self.names.scope_of(node)
+        for bindings in scope.bindings.values():
+            for binding in bindings:
+                if binding.node is node:
+                    return binding
+        raise _Unfixable("import binding not found")  # pragma: no cover - defensive
+
+    def _check_other_bindings(self, binding: Binding, group: Group) -> None:
+        for other in binding.scope.bindings.get(binding.name, []):
+            if other is binding:
+                continue
+            if self.names.binding_qualified_names(other) & _MODERN_API:
+                group.gate = other.statement or other.node  # try/except or if/else compat pair
+            elif other.kind == "assign" and isinstance(other.value, cst.Name) and other.value.value in ("None", "False", "True"):
+                continue  # `autocast = None` fallback: calls fail either way
+            elif other.kind in ("from-import", "import") and other.statement is binding.statement:
+                continue
+            else:
+                raise _Unfixable(f"`{binding.name}` is also bound to something else in this scope")
+
+    def _plan_from_import(self, statement: cst.ImportFrom, group: Group, builder: FixBuilder) -> None:
+        module = self.ctx.code(statement.module)
+        if isinstance(statement.names, cst.ImportStar):
+            raise _Unfixable("star import")
+        for alias in statement.names:
+            qname = f"{module}.{self.ctx.code(alias.name)}"
+            api = LEGACY_API.get(qname)
+            if api is None:
+                raise _Unfixable(f"`{qname}` has no `torch.amp` counterpart of the same name")
+            binding = self._binding_for(alias)
+            self._check_other_bindings(binding, group)
+            group.min_since = max(group.min_since, api.since)
+            refs = self.names.references(binding)
+            if not refs:
+                group.sites.append(Site(alias, api, "import"))
+                continue
+            for ref in refs:
+                usage = self._usage(ref)
+                if usage not in ("annotation", "test"):
+                    group.sites.append(Site(ref, api, usage))
+                self._rewrite_use(builder, ref, usage, api, None, group, depth=0)
+        new_module = modern_module(module)
+        builder.replace(statement, statement.with_changes(module=self.ctx.parse_expression(new_module)))
+
+    def _plan_module_alias(self, statement: cst.CSTNode, group: Group, builder: FixBuilder) -> None:
+        for alias in statement.names if not isinstance(statement.names, cst.ImportStar) else ():
+            binding = self._binding_for_alias(alias)
+            if binding is None:
+                continue
+            if binding.qname not in LEGACY_AMP_MODULES and binding.qname not in _LEGACY_SUBMODULES:
+                continue
+            self._check_other_bindings(binding, group)
+            for ref in self.names.references(binding):
+                node, qname = ref, binding.qname
+                while qname not in LEGACY_API:
+                    parent = self.names.parent(node)
+                    if not isinstance(parent, cst.Attribute) or parent.value is not node:
+                        raise _Unfixable(f"`{binding.name}` is used as a module value at line {self._line(ref)}")
+                    node, qname = parent, f"{qname}.{parent.attr.value}"
+                    if qname.count(".") > 5:
+                        raise _Unfixable(f"`{self.ctx.code(node)}` has no `torch.amp` counterpart")
+                api = LEGACY_API[qname]
+                group.min_since = max(group.min_since, api.since)
+                usage = self._usage(node)
+                if usage not in ("annotation", "test"):
+                    group.sites.append(Site(node, api, usage))
+                self._rewrite_use(builder, node, usage, api, None, group, depth=0)
+            self._rewrite_module_import(statement, alias, binding, builder)
+
+    def _binding_for_alias(self, alias: cst.ImportAlias) -> Optional[Binding]:
+        try:
+            return self._binding_for(alias)
+        except _Unfixable:
+            return None
+
+    def _rewrite_module_import(self, statement, alias: cst.ImportAlias, binding: Binding, builder: FixBuilder) -> None:
+        new_qname = modern_module(binding.qname)
+        if isinstance(statement, cst.Import):
+            # `import torch.cuda.amp as amp` -> `import torch.amp as amp` (other aliases untouched).
+            if alias.asname is None:
+                raise _Unfixable("`import torch.cuda.amp` without an alias binds `torch`; nothing to move")
+            new_alias = alias.with_changes(name=self.ctx.parse_expression(new_qname))
+            builder.replace(alias, new_alias)
+            return
+        parent_module, _, name = new_qname.rpartition(".")
+        others = [a for a in statement.names if a is not alias]
+        if not others:
+            builder.replace(statement, statement.with_changes(module=self.ctx.parse_expression(parent_module)))
+            return
+        # `from torch.cuda import amp, Stream`: split off `from torch import amp`.
+        line = self.names.parent(statement)
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1 or statement.lpar:
+            raise _Unfixable("the import shares its line with other statements")
+        kept = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) if i == len(others) - 1 else a for i, a in enumerate(others)]
+        moved = self.ctx.parse_statement(
+            f"from {parent_module} import {self.ctx.code(alias.with_changes(comma=cst.MaybeSentinel.DEFAULT))}"
+        )
+        builder.replace(line, cst.FlattenSentinel([line.with_changes(body=[statement.with_changes(names=kept)]), moved]))
+
+    # ------------------------------------------------------------------ uses
+    def _usage(self, ref: cst.CSTNode) -> str:
+        parent = self.names.parent(ref)
+        if isinstance(parent, cst.Call) and parent.func is ref:
+            return "call"
+        if isinstance(parent, cst.Decorator) and parent.decorator is ref:
+            return "decorator"
+        arg = parent
+        if isinstance(parent, cst.Element):
+            tuple_node = self.names.parent(parent)
+            arg = self.names.parent(tuple_node) if isinstance(tuple_node, cst.Tuple) else None
+        if isinstance(arg, cst.Arg):
+            call = self.names.parent(arg)
+            if isinstance(call, cst.Call) and isinstance(call.func, cst.Name):
+                if call.func.value in ("isinstance", "issubclass") and not self.names.bindings_of(call.func):
+                    if len(call.args) == 2 and call.args[1] is arg:
+                        return "isinstance"
+            if isinstance(call, cst.Call) and call.args and call.args[0] is parent:
+                if "functools.partial" in self.names.qualified_names(call.func):
+                    return "partial"
+        for ancestor in self.names.ancestors(ref):
+            if isinstance(ancestor, cst.Annotation):
+                return "annotation"
+            if isinstance(ancestor, (cst.Call, cst.BaseStatement, cst.Lambda)):
+                break
+        if isinstance(parent, cst.Assign) and parent.value is ref and len(parent.targets) == 1:
+            if isinstance(parent.targets[0].target, cst.Name):
+                return "alias"
+        if self._is_presence_test(ref, parent):
+            return "test"
+        return "value"
+
+    def _is_presence_test(self, ref, parent) -> bool:
+        """`if autocast is not None`, `if autocast:`: reads the name without using the object."""
+        if isinstance(parent, cst.Comparison) and parent.left is ref and len(parent.comparisons) == 1:
+            target = parent.comparisons[0]
+            return isinstance(target.operator, (cst.Is, cst.IsNot)) and (
+                isinstance(target.comparator, cst.Name) and target.comparator.value == "None"
+            )
+        if isinstance(parent, (cst.If, cst.While, cst.IfExp)) and parent.test is ref:
+            return True
+        if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
+            return True
+        if isinstance(parent, cst.BooleanOperation):
+            return self._is_presence_test(parent, self.names.parent(parent)) or isinstance(
+                self.names.parent(parent), (cst.If, cst.While, cst.IfExp, cst.BooleanOperation)
+            )
+        return False
+
+    def _rewrite_use(self, builder, ref, usage, api, new_path, group, depth) -> None:
+        """Add to `builder` what the use `ref` needs; `new_path` replaces the reference itself."""
+        parent = self.names.parent(ref)
+        if usage == "call":
+            builder.replace(parent, self._modern_call(parent, api, new_path))
+        elif usage == "decorator":
+            if api.kind not in ("custom_fwd", "custom_bwd"):
+                raise _Unfixable(f"`{self.ctx.code(ref)}` is used as a bare decorator")
+            func = new_path if new_path is not None else ref
+            builder.replace(ref, cst.Call(func=func, args=[self._device_keyword(api)]))
+        elif usage == "test":
+            pass  # only checks whether the name is set
+        elif usage in ("isinstance", "annotation"):
+            if new_path is not None:
+                builder.replace(ref, new_path)
+        elif usage == "partial":
+            call = self.names.parent(parent)
+            builder.replace(call, self._modern_partial(call, api, new_path))
+        elif usage == "alias":
+            self._rewrite_alias(builder, ref, api, new_path, group, depth)
+        else:
+            raise _Unfixable(
+                f"`{self.ctx.code(ref)}` is used as a value at line {self._line(ref)}; "
+                "wherever it is called, the device argument must be added by hand"
+            )
+
+    def _rewrite_alias(self, builder, ref, api, new_path, group, depth) -> None:
+        """`ac = torch.cuda.amp.autocast`: the alias's calls need the device too."""
+        if depth > 2:
+            raise _Unfixable("alias of an alias of an alias")
+        assign = self.names.parent(ref)
+        target = assign.targets[0].target
+        binding = self._binding_for(target)
+        siblings = binding.scope.bindings.get(binding.name, [])
+        uses = [(r, self._usage(r)) for r in self.names.references(binding)]
+        if len(siblings) == 1:
+            if new_path is not None:
+                builder.replace(ref, new_path)
+            for use, usage in uses:
+                self._rewrite_use(builder, use, usage, api, None, group, depth + 1)
+            return
+        # Also bound to something else (`amp_autocast = suppress`): bind a partial with the device
+        # instead, which only works when every call passes keywords.
+        if api.kind not in ("autocast", "grad_scaler"):
+            raise _Unfixable(f"`{binding.name}` is also bound to something else")
+        for use, usage in uses:
+            call = self.names.parent(use)
+            if usage != "call" or any(a.keyword is None for a in call.args):
+                raise _Unfixable(
+                    f"`{binding.name}` is also bound to something else and is not only called with keywords"
+                )
+        partial = self.ctx.module_reference(ref, "functools")
+        if partial[0] is None:
+            raise _Unfixable("the name `functools` is taken here")
+        if partial[1]:
+            builder.require_import("functools")
+        callee = new_path if new_path is not None else ref
+        builder.replace(
+            ref,
+            cst.Call(
+                func=self.ctx.parse_expression(f"{partial[0]}.partial"),
+                args=[cst.Arg(callee, comma=_comma()), cst.Arg(self.ctx.string(api.device))],
+            ),
+        )
+
+    def _device_keyword(self, api: LegacyApi) -> cst.Arg:
+        return cst.Arg(self.ctx.string(api.device), keyword=cst.Name("device_type"), equal=_NO_SPACE)
+
+    def _keywords_for(self, args: Sequence[cst.Arg], api: LegacyApi) -> List[cst.Arg]:
+        """Legacy positional arguments as keywords (the parameter order differs in torch.amp)."""
+        out: List[cst.Arg] = []
+        position = 0
+        for arg in args:
+            if arg.star == "*":
+                raise _Unfixable("`*args` cannot be mapped onto the new signature")
+            if arg.keyword is None and not arg.star:
+                if position >= len(api.params):
+                    raise _Unfixable("more positional arguments than the legacy signature has")
+                arg = arg.with_changes(keyword=cst.Name(api.params[position]), equal=_NO_SPACE)
+                position += 1
+            out.append(arg)
+        return out
+
+    def _modern_call(self, call: cst.Call, api: LegacyApi, new_func) -> cst.Call:
+        if api.kind in ("autocast", "grad_scaler"):
+            args = [cst.Arg(self.ctx.string(api.device)), *self._keywords_for(call.args, api)]
+        else:
+            positional = [a for a in call.args if a.keyword is None and not a.star]
+            if len(positional) > 1 or any(a.star == "*" for a in call.args):
+                raise _Unfixable("unexpected positional arguments")
+            rest = [a for a in call.args if a not in positional]
+            args = [*positional, self._device_keyword(api), *rest]
+        new = rebuild_args(call, args)
+        return new.with_changes(func=new_func) if new_func is not None else new
+
+    def _modern_partial(self, call: cst.Call, api: LegacyApi, new_path) -> cst.Call:
+        if api.kind not in ("autocast", "grad_scaler"):
+            raise _Unfixable("partial of a decorator")
+        first = call.args[0]
+        if new_path is not None:
+            first = first.with_changes(value=new_path)
+        args = [first, cst.Arg(self.ctx.string(api.device)), *self._keywords_for(call.args[1:], api)]
+        return rebuild_args(call, args)
+
+    def _line(self, node: cst.CSTNode) -> int:
+        return self.ctx.position(node).start.line
+
+    # ------------------------------------------------------------------ compatibility code
+    def _check_gate(self, group: Group) -> None:
+        if group.gate is None:
+            for site in group.sites:
+                binding_statements = []
+                if isinstance(site.ref, cst.Name):
+                    binding_statements = [
+                        b.statement
+                        for b in self.names.bindings_of(site.ref)
+                        if b.statement is not None and b.qname in LEGACY_API
+                    ]
+                for node in (site.ref, *binding_statements):
+                    gate = version_gate(self.names, node)
+                    if gate is not None:
+                        group.gate = gate
+                        break
+                if group.gate is not None:
+                    break
+        if group.gate is not None:
+            group.fix = None
+            group.reason = "kept behind a torch version check on purpose"
+
+
+def modern_module(legacy: str) -> str:
+    """torch.cuda.amp[.sub] / torch.cpu.amp[.sub] -> torch.amp[.sub]."""
+    for prefix in LEGACY_AMP_MODULES:
+        if legacy == prefix or legacy.startswith(prefix + "."):
+            return "torch.amp" + legacy[len(prefix) :]
+    raise ValueError(legacy)
+
+
+def report_sites(ctx, message) -> None:
+    """Report the sites of the rule `ctx` belongs to, with their group's fix.
+
+    A legacy object whose `torch.amp` spelling is newer than min-torch is not reported at all:
+    for such a project it is the only spelling that works on every supported torch.
+    """
+    min_torch = ctx.settings.min_torch
+    for group in legacy_groups(ctx.file):
+        if group.gate is not None:
+            continue  # AMP206's
+        fix, reason = group.fix, group.reason
+        if fix is not None and group.min_since > min_torch:
+            fix, reason = None, f"the fix needs torch >= {format_version(group.min_since)}; min-torch is {format_version(min_torch)}"
+        for site in group.sites:
+            if site.code == ctx.rule_code and site.api.since <= min_torch:
+                ctx.report(site.ref, message(site), fix=fix, no_fix_reason=None if fix else reason)
+
+
+def _comma() -> cst.Comma:
+    return cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+
+
+def gated_message(group: Group, min_torch: Tuple[int, int]) -> str:
+    api = group.sites[0].api
+    return (
+        f"`{legacy_spelling(api)}` is kept behind a torch version check; with min-torch "
+        f"{format_version(min_torch)} the `torch.amp` spelling (torch >= {format_version(api.since)}) "
+        "always exists, so the legacy branch can go"
+    )

@@ -1,0 +1,19 @@
+"""AMP202: `torch.cuda.amp.GradScaler` / `torch.cpu.amp.GradScaler` -> `torch.amp.GradScaler(device, ...)`."""
+
+from ampmigrate.rules.base import Rule
+from ampmigrate.rules.legacy_api._migration import Site, legacy_spelling, modern_spelling, report_sites
+
+
+class LegacyGradScaler(Rule):
+    code = "AMP202"
+    triggers = (r"\bamp\b",)
+
+    def check(self, ctx) -> None:
+        report_sites(ctx, self.message)
+
+    @staticmethod
+    def message(site: Site) -> str:
+        return (
+            f"`{legacy_spelling(site.api)}` is deprecated (FutureWarning since torch 2.4); "
+            f"use `{modern_spelling(site.api)}` (positional arguments become keywords: the device comes first)"
+        )

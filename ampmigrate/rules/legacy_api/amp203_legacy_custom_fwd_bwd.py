@@ -1,0 +1,19 @@
+"""AMP203: `torch.cuda.amp.custom_fwd/custom_bwd` -> `torch.amp.custom_fwd/custom_bwd(device_type="cuda")`."""
+
+from ampmigrate.rules.base import Rule
+from ampmigrate.rules.legacy_api._migration import Site, legacy_spelling, modern_spelling, report_sites
+
+
+class LegacyCustomFwdBwd(Rule):
+    code = "AMP203"
+    triggers = (r"\bamp\b",)
+
+    def check(self, ctx) -> None:
+        report_sites(ctx, self.message)
+
+    @staticmethod
+    def message(site: Site) -> str:
+        return (
+            f"`{legacy_spelling(site.api)}` is deprecated (FutureWarning since torch 2.4); "
+            f"use `{modern_spelling(site.api)}`: the new decorator requires `device_type`"
+        )

@@ -1,0 +1,96 @@
+"""Reading and writing Python source files without losing a byte.
+
+A file is read as bytes and decoded the way Python itself would (PEP 263 cookie or UTF-8 BOM);
+line endings are kept as they are (no universal-newline translation), so a CRLF file stays CRLF.
+Writing re-encodes with the same encoding and BOM, through a temporary file in the same directory
+and an atomic rename, keeping the file's permission bits.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import os
+import stat
+import tempfile
+import tokenize
+from dataclasses import dataclass
+
+
+class SourceError(Exception):
+    """A file that cannot be read or decoded; the message is one line and names no path."""
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: str
+    raw: bytes
+    text: str
+    encoding: str
+    bom: bool
+
+    @classmethod
+    def read(cls, path: str) -> "SourceFile":
+        try:
+            with open(path, "rb") as handle:
+                raw = handle.read()
+        except IsADirectoryError:
+            raise SourceError("is a directory, not a file") from None
+        except OSError as exc:
+            raise SourceError(f"cannot read file: {exc.strerror or exc}") from None
+        return cls.from_bytes(path, raw)
+
+    @classmethod
+    def from_bytes(cls, path: str, raw: bytes) -> "SourceFile":
+        if b"\x00" in raw:
+            raise SourceError("contains NUL bytes; not a Python source file")
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+        except SyntaxError as exc:
+            raise SourceError(f"bad encoding declaration: {exc.msg}") from None
+        bom = raw.startswith(codecs.BOM_UTF8)
+        try:
+            text = raw.decode(encoding)
+        except (UnicodeDecodeError, LookupError) as exc:
+            detail = exc.reason if isinstance(exc, UnicodeDecodeError) else str(exc)
+            where = f" at byte {exc.start}" if isinstance(exc, UnicodeDecodeError) else ""
+            raise SourceError(f"not valid {encoding} text{where} ({detail})") from None
+        return cls(path=path, raw=raw, text=text, encoding=encoding, bom=bom)
+
+    def encode(self, text: str) -> bytes:
+        """Encode new text the way this file was encoded (same codec, same BOM)."""
+        return text.encode(self.encoding)
+
+
+def write_atomic(path: str, data: bytes, expected: bytes) -> None:
+    """Replace `path` with `data` atomically, keeping its mode.
+
+    Refuses (SourceError) when the file no longer holds `expected`, i.e. it changed on disk since
+    it was read. A symlink is written through: its target is replaced, the link stays a link.
+    """
+    target = os.path.realpath(path)
+    try:
+        with open(target, "rb") as handle:
+            current = handle.read()
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except OSError as exc:
+        raise SourceError(f"cannot re-read before writing: {exc.strerror or exc}") from None
+    if current != expected:
+        raise SourceError("file changed on disk while it was being fixed; not written")
+    directory = os.path.dirname(target) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".ampmigrate-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise SourceError(f"cannot write file: {exc.strerror or exc}") from None
+        raise
