@@ -20,6 +20,7 @@ from ampmigrate.api import parse_version
 from ampmigrate.config import ConfigError, Settings, check_target_dtype, load_settings, split_codes, validate_codes
 from ampmigrate.diagnostics import FileError
 from ampmigrate.discovery import discover
+from ampmigrate.engine.project import ProjectImports
 from ampmigrate.engine.runner import Job, RunResult, run_files, write_changes
 from ampmigrate.output import FORMATS, Report, renderer, summary
 
@@ -138,9 +139,14 @@ class _Progress:
 
 def _run(paths: Sequence[str], settings: Settings, job: Job, jobs: Optional[int]) -> RunResult:
     found = discover(list(paths) or ["."], settings)
+    project = None
+    if job.mode == "fix":
+        # Fixes must not break other modules that import a rewritten name (see engine/project.py).
+        project_files = discover([settings.root], settings).files
+        project = ProjectImports.scan(settings.root, [*project_files, *found.files])
     progress = _Progress(len(found.files))
     try:
-        result = run_files(found.files, settings, job, jobs=jobs, on_result=progress)
+        result = run_files(found.files, settings, job, jobs=jobs, on_result=progress, project=project)
     finally:
         progress.close()
     result.errors.extend(found.errors)

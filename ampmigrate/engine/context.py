@@ -9,7 +9,7 @@ as CST replacements; the engine turns them into text.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
@@ -43,6 +43,12 @@ class FileContext:
         self._positions: Optional[Any] = None
         self._shared: Dict[Any, Any] = {}
         self._quote: Optional[str] = None
+        # Module-level names other files of the project import from this one (fix mode only).
+        self.imported_elsewhere: FrozenSet[str] = frozenset()
+
+    def exported(self, binding) -> bool:
+        """Whether another module of the project imports this module-level binding by name."""
+        return binding.scope is self.names.module_scope and binding.name in self.imported_elsewhere
 
     # ------------------------------------------------------------------ shared analyses
     def shared(self, key: Any, factory: Callable[[], Any]) -> Any:

@@ -18,6 +18,7 @@ from ampmigrate.engine import fixer
 from ampmigrate.engine.context import FileContext, RuleContext
 from ampmigrate.engine.noqa import file_suppressions, parse_suppressions
 from ampmigrate.engine.prefilter import Prefilter
+from ampmigrate.engine.project import ProjectImports
 from ampmigrate.rules import all_rules
 from ampmigrate.rules.base import Rule
 
@@ -45,8 +46,15 @@ class _Analysis:
 
 
 class Engine:
-    def __init__(self, settings: Settings, rules: Optional[Sequence[Rule]] = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        rules: Optional[Sequence[Rule]] = None,
+        project: Optional[ProjectImports] = None,
+    ) -> None:
         self.settings = settings
+        # What other files import from each module; fixes of such names are withheld (see project.py).
+        self.project = project
         candidates = list(rules) if rules is not None else all_rules()
         self.enabled: Set[str] = set(settings.enabled_codes(r.code for r in candidates))
         self.rules = [r for r in candidates if r.code in self.enabled]
@@ -159,6 +167,8 @@ class Engine:
             return None
         result.parsed = True
         context = FileContext(path, text, module, self.settings)
+        if self.project is not None:
+            context.imported_elsewhere = self.project.imported_from(path)
         for rule in rules:
             try:
                 rule.check(RuleContext(context, rule))

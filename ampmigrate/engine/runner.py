@@ -17,6 +17,7 @@ from typing import Callable, Iterable, List, Optional, Sequence
 from ampmigrate.config import Settings
 from ampmigrate.diagnostics import FileError, Finding
 from ampmigrate.engine.pipeline import Engine, FileResult
+from ampmigrate.engine.project import ProjectImports
 from ampmigrate.source import SourceError, SourceFile, write_atomic
 
 # Below this many files, worker start-up costs more than it saves.
@@ -66,9 +67,9 @@ class RunResult:
 _ENGINE: Optional[Engine] = None
 
 
-def _init_worker(settings: Settings) -> None:
+def _init_worker(settings: Settings, project: Optional[ProjectImports]) -> None:
     global _ENGINE
-    _ENGINE = Engine(settings)
+    _ENGINE = Engine(settings, project=project)
 
 
 def process_file(engine: Engine, path: str, job: Job) -> FileResult:
@@ -106,11 +107,12 @@ def run_files(
     *,
     jobs: Optional[int] = None,
     on_result: Optional[Callable[[FileResult], None]] = None,
+    project: Optional[ProjectImports] = None,
 ) -> RunResult:
     jobs = max(1, jobs or os.cpu_count() or 1)
     result = RunResult()
     if jobs == 1 or len(files) < PARALLEL_THRESHOLD:
-        engine = Engine(settings)
+        engine = Engine(settings, project=project)
         outcomes: Iterable[FileResult] = (process_file(engine, path, job) for path in files)
         for outcome in outcomes:
             result.results.append(outcome)
@@ -120,7 +122,7 @@ def run_files(
     context = multiprocessing.get_context("fork" if sys.platform == "linux" else None)
     workers = min(jobs, len(files))
     chunksize = max(1, min(16, len(files) // (workers * 8)))
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(settings,)) as pool:
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(settings, project)) as pool:
         for outcome in pool.map(_worker, [(path, job) for path in files], chunksize=chunksize):
             result.results.append(outcome)
             if on_result:

@@ -35,6 +35,7 @@ def finding_dict(finding: Finding) -> dict:
         "fix": fix,
         "location": _location(finding.location),
         "message": finding.message,
+        "no_fix_reason": finding.no_fix_reason if finding.fix is None else None,
         "noqa_row": finding.noqa_row,
         "severity": finding.severity,
         "url": DOCS_URL.format(code=finding.code),

@@ -194,6 +194,13 @@ class _Planner:
             group.fix = builder.build()
         return group
 
+    def _check_not_exported(self, binding: Binding) -> None:
+        if self.ctx.exported(binding):
+            raise _Unfixable(
+                f"other modules of the project import `{binding.name}` from this one; "
+                "their calls would need the device argument too"
+            )
+
     def _binding_for(self, node: cst.CSTNode) -> Binding:
         scope = self.names.scope_of(node)
         for bindings in scope.bindings.values():
@@ -203,6 +210,7 @@ class _Planner:
         raise _Unfixable("import binding not found")  # pragma: no cover - defensive
 
     def _check_other_bindings(self, binding: Binding, group: Group) -> None:
+        self._check_not_exported(binding)
         for other in binding.scope.bindings.get(binding.name, []):
             if other is binding:
                 continue
@@ -215,6 +223,15 @@ class _Planner:
             else:
                 raise _Unfixable(f"`{binding.name}` is also bound to something else in this scope")
 
+    def _attempt(self, group: Group, step, *args) -> None:
+        """Run a planning step; an obstacle is recorded (first one wins) and planning goes on,
+        so that every site is still reported."""
+        try:
+            step(*args)
+        except _Unfixable as exc:
+            if group.reason is None:
+                group.reason = str(exc)
+
     def _plan_from_import(self, statement: cst.ImportFrom, group: Group, builder: FixBuilder) -> None:
         module = self.ctx.code(statement.module)
         if isinstance(statement.names, cst.ImportStar):
@@ -225,7 +242,7 @@ class _Planner:
             if api is None:
                 raise _Unfixable(f"`{qname}` has no `torch.amp` counterpart of the same name")
             binding = self._binding_for(alias)
-            self._check_other_bindings(binding, group)
+            self._attempt(group, self._check_other_bindings, binding, group)
             group.min_since = max(group.min_since, api.since)
             refs = self.names.references(binding)
             if not refs:
@@ -235,7 +252,7 @@ class _Planner:
                 usage = self._usage(ref)
                 if usage not in ("annotation", "test"):
                     group.sites.append(Site(ref, api, usage))
-                self._rewrite_use(builder, ref, usage, api, None, group, depth=0)
+                self._attempt(group, self._rewrite_use, builder, ref, usage, api, None, group, 0)
         new_module = modern_module(module)
         builder.replace(statement, statement.with_changes(module=self.ctx.parse_expression(new_module)))
 
@@ -246,23 +263,25 @@ class _Planner:
                 continue
             if binding.qname not in LEGACY_AMP_MODULES and binding.qname not in _LEGACY_SUBMODULES:
                 continue
-            self._check_other_bindings(binding, group)
+            self._attempt(group, self._check_other_bindings, binding, group)
             for ref in self.names.references(binding):
-                node, qname = ref, binding.qname
-                while qname not in LEGACY_API:
-                    parent = self.names.parent(node)
-                    if not isinstance(parent, cst.Attribute) or parent.value is not node:
-                        raise _Unfixable(f"`{binding.name}` is used as a module value at line {self._line(ref)}")
-                    node, qname = parent, f"{qname}.{parent.attr.value}"
-                    if qname.count(".") > 5:
-                        raise _Unfixable(f"`{self.ctx.code(node)}` has no `torch.amp` counterpart")
-                api = LEGACY_API[qname]
-                group.min_since = max(group.min_since, api.since)
-                usage = self._usage(node)
-                if usage not in ("annotation", "test"):
-                    group.sites.append(Site(node, api, usage))
-                self._rewrite_use(builder, node, usage, api, None, group, depth=0)
-            self._rewrite_module_import(statement, alias, binding, builder)
+                self._attempt(group, self._plan_module_use, ref, binding, group, builder)
+            self._attempt(group, self._rewrite_module_import, statement, alias, binding, builder)
+
+    def _plan_module_use(self, ref: cst.Name, binding: Binding, group: Group, builder: FixBuilder) -> None:
+        """`amp.autocast(...)` where `amp` is the legacy module: find the API object it names."""
+        node, qname = ref, binding.qname
+        while qname not in LEGACY_API:
+            parent = self.names.parent(node)
+            if not isinstance(parent, cst.Attribute) or parent.value is not node or qname.count(".") > 5:
+                raise _Unfixable(f"`{self.ctx.code(node)}` is used at line {self._line(ref)} in a way the fix cannot follow")
+            node, qname = parent, f"{qname}.{parent.attr.value}"
+        api = LEGACY_API[qname]
+        group.min_since = max(group.min_since, api.since)
+        usage = self._usage(node)
+        if usage not in ("annotation", "test"):
+            group.sites.append(Site(node, api, usage))
+        self._rewrite_use(builder, node, usage, api, None, group, depth=0)
 
     def _binding_for_alias(self, alias: cst.ImportAlias) -> Optional[Binding]:
         try:
@@ -376,6 +395,7 @@ class _Planner:
         assign = self.names.parent(ref)
         target = assign.targets[0].target
         binding = self._binding_for(target)
+        self._check_not_exported(binding)
         siblings = binding.scope.bindings.get(binding.name, [])
         uses = [(r, self._usage(r)) for r in self.names.references(binding)]
         if len(siblings) == 1:
