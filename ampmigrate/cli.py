@@ -40,8 +40,13 @@ class _Group(click.Group):
             except ImportError as exc:
                 missing = getattr(exc, "name", None) or str(exc)
 
-                @click.command("verify", help="Run a training script before and after migration (needs torch).")
-                def verify() -> None:
+                @click.command(
+                    "verify",
+                    help="Run a training script before and after migration (needs torch).",
+                    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+                )
+                @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+                def verify(args) -> None:
                     raise click.ClickException(
                         f"`verify` needs PyTorch ({missing} is missing): pip install 'ampmigrate[verify]'"
                     )
