@@ -28,7 +28,22 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
 class _Group(click.Group):
-    """Lists `verify` without importing it (it needs torch); loads it only when it runs."""
+    """Lists `verify` without importing it (it needs torch); loads it only when it runs.
+
+    An unexpected exception anywhere is an internal error: one line on stderr, exit status 2
+    (set AMPMIGRATE_DEBUG=1 for the traceback).
+    """
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, SystemExit):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the last line of defence
+            if os.environ.get("AMPMIGRATE_DEBUG"):
+                raise
+            click.echo(f"error: internal error: {type(exc).__name__}: {exc}", err=True)
+            sys.exit(EXIT_ERROR)
 
     def list_commands(self, ctx):
         return sorted([*super().list_commands(ctx), "verify"])

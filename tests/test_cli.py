@@ -220,3 +220,15 @@ def test_parallel_and_serial_runs_give_identical_output(cli, project):
     serial = cli("check", "-j", "1", "--output-format", "concise").output
     parallel = cli("check", "-j", "2", "--output-format", "concise").output
     assert serial == parallel and serial.count("AMP201") == 8
+
+
+def test_an_internal_error_exits_2_with_one_line(cli, project, monkeypatch):
+    write(project / "legacy.py", LEGACY)
+
+    def explode(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr("ampmigrate.cli.run_files", explode)
+    result = cli("check", "legacy.py")
+    assert result.exit_code == 2
+    assert result.output.strip() == "error: internal error: RuntimeError: disk on fire"
