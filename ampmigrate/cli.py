@@ -162,8 +162,10 @@ def _run(paths: Sequence[str], settings: Settings, job: Job, jobs: Optional[int]
     project = None
     if job.mode == "fix":
         # Fixes must not break other modules that import a rewritten name (see engine/project.py).
-        project_files = discover([settings.root], settings).files
-        project = ProjectImports.scan(settings.root, [*project_files, *found.files])
+        root = _project_root(settings)
+        scope = [root] if root else list(paths) or ["."]
+        project_files = discover(scope, settings).files
+        project = ProjectImports.scan(root or settings.root, [*project_files, *found.files])
     progress = _Progress(len(found.files))
     try:
         result = run_files(found.files, settings, job, jobs=jobs, on_result=progress, project=project)
@@ -171,6 +173,20 @@ def _run(paths: Sequence[str], settings: Settings, job: Job, jobs: Optional[int]
         progress.close()
     result.errors.extend(found.errors)
     return result
+
+
+def _project_root(settings: Settings) -> Optional[str]:
+    """The configuration's directory, else the enclosing git repository, else None."""
+    if settings.config_path:
+        return settings.root
+    current = os.path.abspath(os.getcwd())
+    while True:
+        if os.path.exists(os.path.join(current, ".git")):
+            return current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
 
 
 def _print_errors(errors: List[FileError]) -> None:

@@ -154,6 +154,7 @@ def test_fix_lists_what_remains(cli, project):
 
 
 def test_fix_keeps_names_other_modules_import(cli, project):
+    (project / ".git").mkdir()  # the repository is the scope of the import scan
     utils = write(project / "pkg" / "utils.py", "import torch\nfrom torch.cuda.amp import autocast\nctx = torch.cuda.amp.autocast\n\nwith autocast():\n    pass\n")
     write(project / "pkg" / "train.py", "from .utils import (\n    ctx,\n    autocast as ac,\n)\n\nwith ac():\n    pass\n")
     result = cli("fix", "pkg/utils.py")  # as pre-commit would call it: only the changed file
