@@ -90,7 +90,7 @@ class NameIndex:
         self.store_attributes: Set[cst.Attribute] = set()
         self._qname_memo: Dict[cst.CSTNode, FrozenSet[str]] = {}
         self._instance_memo: Dict[cst.CSTNode, FrozenSet[str]] = {}
-        self._in_progress: Set[int] = set()
+        self._in_progress: Set[Tuple[int, int]] = set()
         self._references: Optional[Dict[Binding, List[cst.Name]]] = None
         self._qualified: Optional[List[Tuple[cst.BaseExpression, FrozenSet[str]]]] = None
         module.visit(_Indexer(self))
@@ -166,18 +166,22 @@ class NameIndex:
     # ----------------------------------------------------------------------------- qualified names
     def qualified_names(self, node: cst.CSTNode) -> FrozenSet[str]:
         """Dotted names `node` can denote: `amp.autocast` -> {'torch.cuda.amp.autocast'}."""
-        memo = self._qname_memo.get(node)
-        if memo is not None:
-            return memo
-        key = id(node)
+        return self._memoized(self._qname_memo, node, self._compute_qualified_names)
+
+    def _memoized(self, memo, node, compute) -> FrozenSet[str]:
+        """`compute(node)` once per node; a cycle (`x = x`) resolves to nothing."""
+        found = memo.get(node)
+        if found is not None:
+            return found
+        key = (id(memo), id(node))
         if key in self._in_progress:
             return EMPTY
         self._in_progress.add(key)
         try:
-            result = self._compute_qualified_names(node)
+            result = compute(node)
         finally:
             self._in_progress.discard(key)
-        self._qname_memo[node] = result
+        memo[node] = result
         return result
 
     def _compute_qualified_names(self, node: cst.CSTNode) -> FrozenSet[str]:
@@ -278,19 +282,7 @@ class NameIndex:
         parameter annotated with such a class (also `Optional[...]`), or `self.scaler` assigned
         one in any method of the class.
         """
-        memo = self._instance_memo.get(node)
-        if memo is not None:
-            return memo
-        key = id(node)
-        if key in self._in_progress:
-            return EMPTY
-        self._in_progress.add(key)
-        try:
-            result = self._compute_instance_classes(node)
-        finally:
-            self._in_progress.discard(key)
-        self._instance_memo[node] = result
-        return result
+        return self._memoized(self._instance_memo, node, self._compute_instance_classes)
 
     def _compute_instance_classes(self, node: cst.CSTNode) -> FrozenSet[str]:
         if isinstance(node, cst.Call):

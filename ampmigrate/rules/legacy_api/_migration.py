@@ -27,6 +27,7 @@ from ampmigrate.api import AUTOCAST, GRAD_SCALER, LEGACY_AMP_MODULES, LEGACY_API
 from ampmigrate.diagnostics import SAFE, Fix
 from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args
 from ampmigrate.engine.names import Binding
+from ampmigrate.rules.base import Rule
 
 CODE_FOR_KIND = {"autocast": "AMP201", "grad_scaler": "AMP202", "custom_fwd": "AMP203", "custom_bwd": "AMP203"}
 ISINSTANCE_CODE = "AMP204"
@@ -517,6 +518,19 @@ def report_sites(ctx, message) -> None:
         for site in group.sites:
             if site.code == ctx.rule_code and site.api.since <= min_torch:
                 ctx.report(site.ref, message(site), fix=fix, no_fix_reason=None if fix else reason)
+
+
+class SiteRule(Rule):
+    """An AMP2 rule that reports its own kind of site from the shared plan (see report_sites)."""
+
+    triggers = (r"\bamp\b",)
+
+    def check(self, ctx) -> None:
+        report_sites(ctx, self.message)
+
+    @staticmethod
+    def message(site: Site) -> str:  # pragma: no cover - each rule says its own
+        raise NotImplementedError
 
 
 def _comma() -> cst.Comma:

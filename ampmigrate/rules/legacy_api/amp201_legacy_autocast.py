@@ -1,15 +1,10 @@
 """AMP201: `torch.cuda.amp.autocast` / `torch.cpu.amp.autocast` -> `torch.amp.autocast(device, ...)`."""
 
-from ampmigrate.rules.base import Rule
-from ampmigrate.rules.legacy_api._migration import Site, legacy_spelling, modern_spelling, report_sites
+from ampmigrate.rules.legacy_api._migration import Site, SiteRule, legacy_spelling, modern_spelling
 
 
-class LegacyAutocast(Rule):
+class LegacyAutocast(SiteRule):
     code = "AMP201"
-    triggers = (r"\bamp\b",)
-
-    def check(self, ctx) -> None:
-        report_sites(ctx, self.message)
 
     @staticmethod
     def message(site: Site) -> str:

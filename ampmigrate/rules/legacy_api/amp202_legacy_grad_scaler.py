@@ -1,15 +1,10 @@
 """AMP202: `torch.cuda.amp.GradScaler` / `torch.cpu.amp.GradScaler` -> `torch.amp.GradScaler(device, ...)`."""
 
-from ampmigrate.rules.base import Rule
-from ampmigrate.rules.legacy_api._migration import Site, legacy_spelling, modern_spelling, report_sites
+from ampmigrate.rules.legacy_api._migration import Site, SiteRule, legacy_spelling, modern_spelling
 
 
-class LegacyGradScaler(Rule):
+class LegacyGradScaler(SiteRule):
     code = "AMP202"
-    triggers = (r"\bamp\b",)
-
-    def check(self, ctx) -> None:
-        report_sites(ctx, self.message)
 
     @staticmethod
     def message(site: Site) -> str:

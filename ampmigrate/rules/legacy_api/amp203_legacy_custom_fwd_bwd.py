@@ -1,15 +1,10 @@
 """AMP203: `torch.cuda.amp.custom_fwd/custom_bwd` -> `torch.amp.custom_fwd/custom_bwd(device_type="cuda")`."""
 
-from ampmigrate.rules.base import Rule
-from ampmigrate.rules.legacy_api._migration import Site, legacy_spelling, modern_spelling, report_sites
+from ampmigrate.rules.legacy_api._migration import Site, SiteRule, legacy_spelling, modern_spelling
 
 
-class LegacyCustomFwdBwd(Rule):
+class LegacyCustomFwdBwd(SiteRule):
     code = "AMP203"
-    triggers = (r"\bamp\b",)
-
-    def check(self, ctx) -> None:
-        report_sites(ctx, self.message)
 
     @staticmethod
     def message(site: Site) -> str:

@@ -1,15 +1,10 @@
 """AMP204: `isinstance(x, torch.cuda.amp.GradScaler)` is False for a `torch.amp.GradScaler`."""
 
-from ampmigrate.rules.base import Rule
-from ampmigrate.rules.legacy_api._migration import Site, legacy_spelling, report_sites
+from ampmigrate.rules.legacy_api._migration import Site, SiteRule, legacy_spelling
 
 
-class IsinstanceLegacyClass(Rule):
+class IsinstanceLegacyClass(SiteRule):
     code = "AMP204"
-    triggers = (r"\bamp\b",)
-
-    def check(self, ctx) -> None:
-        report_sites(ctx, self.message)
 
     @staticmethod
     def message(site: Site) -> str:
