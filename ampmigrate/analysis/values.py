@@ -279,14 +279,43 @@ def _option(call: cst.Call) -> Optional[ArgparseOption]:
 _PARSE_METHODS = ("parse_args", "parse_known_args")
 
 
-def _is_parse_result(value: cst.BaseExpression) -> bool:
+def _is_parse_result(ctx: FileContext, value: cst.BaseExpression, depth: int = 0) -> bool:
+    """`parser.parse_args()`, `parser.parse_known_args()[0]`, or a call of a function of this file
+    that returns one (`args = parse_args()`)."""
     if isinstance(value, cst.Subscript):  # parser.parse_known_args()[0]
         value = value.value
-    return (
-        isinstance(value, cst.Call)
-        and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value in _PARSE_METHODS
-    )
+    if not isinstance(value, cst.Call):
+        return False
+    if isinstance(value.func, cst.Attribute) and value.func.attr.value in _PARSE_METHODS:
+        return True
+    if isinstance(value.func, cst.Name) and depth < 2:
+        defs = [b.node for b in ctx.names.bindings_of(value.func) if b.kind == "def"]
+        return len(defs) == 1 and _returns_parse_result(ctx, defs[0], depth + 1)
+    return False
+
+
+def _returns_parse_result(ctx: FileContext, function: cst.FunctionDef, depth: int) -> bool:
+    found = False
+
+    class _Returns(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is function  # not into nested functions
+
+        def visit_Return(self, node: cst.Return) -> None:
+            nonlocal found
+            value = node.value
+            if value is None:
+                return
+            if isinstance(value, cst.Name):
+                bindings = ctx.names.bindings_of(value)
+                found = found or any(
+                    b.kind == "assign" and b.value is not None and _is_parse_result(ctx, b.value, depth) for b in bindings
+                )
+            else:
+                found = found or _is_parse_result(ctx, value, depth)
+
+    function.visit(_Returns())
+    return found
 
 
 def argparse_option(ctx: FileContext, attr: cst.Attribute) -> Optional[ArgparseOption]:
@@ -299,8 +328,13 @@ def argparse_option(ctx: FileContext, attr: cst.Attribute) -> Optional[ArgparseO
     if not bindings:
         return None
     for binding in bindings:
-        parsed = binding.kind == "assign" and binding.value is not None and _is_parse_result(binding.value)
-        unpacked = binding.kind == "assign" and binding.value is None and isinstance(binding.statement, cst.Assign) and _is_parse_result(binding.statement.value)
+        parsed = binding.kind == "assign" and binding.value is not None and _is_parse_result(ctx, binding.value)
+        unpacked = (
+            binding.kind == "assign"
+            and binding.value is None
+            and isinstance(binding.statement, cst.Assign)
+            and _is_parse_result(ctx, binding.statement.value)
+        )
         if not (parsed or unpacked or binding.kind == "param"):
             return None
     candidates = argparse_options(ctx).get(attr.attr.value, [])

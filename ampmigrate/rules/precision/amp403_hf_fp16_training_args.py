@@ -39,9 +39,11 @@ class HfFp16TrainingArgs(Rule):
                     other = follow_setting(ctx, counterpart)
                     if not other.complete or other.values() != {False}:
                         continue  # bf16 is chosen at run time (or already on)
+                what = "trains in float16 with loss scaling" if old == "fp16" else "evaluates with the model cast to float16"
                 message = (
-                    f"`{old}=True` trains in float16 with loss scaling{describe_sources(ctx, followed, lambda v: v is True)}; "
-                    f"on {AMPERE} use `{new}=True`: bfloat16 has float32's range and needs no scaler"
+                    f"`{old}=True` {what}{describe_sources(ctx, followed, lambda v: v is True)}; "
+                    f"on {AMPERE} use `{new}=True`: bfloat16 has float32's range"
+                    + (" and needs no scaler" if old == "fp16" else "")
                 )
                 anchor = setting.anchor
                 if uses_apex_backend(ctx, settings):

@@ -209,7 +209,14 @@ def _text(ctx, node: cst.CSTNode) -> Optional[str]:
     return None
 
 
-def _uses_parameters_of(ctx, expression: cst.CSTNode, target: str) -> bool:
+def _uses_parameters_of(ctx, expression: cst.CSTNode, target: str, depth: int = 0) -> bool:
+    """Does the optimizer's parameter argument hold `target.parameters()` (directly, in param
+    groups, or through a name assigned them: `params = [{"params": model.parameters()}]`)?"""
+    if isinstance(expression, cst.Name) and depth == 0:
+        return any(
+            b.kind == "assign" and b.value is not None and _uses_parameters_of(ctx, b.value, target, depth + 1)
+            for b in ctx.names.bindings_of(expression)
+        )
     found = False
 
     class _Finder(cst.CSTVisitor):
