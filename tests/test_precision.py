@@ -195,3 +195,13 @@ def test_removing_a_statement_keeps_the_blank_lines_before_it():
         changes=((module.body[1], cst.RemovalSentinel.REMOVE), (module.body[3], cst.RemovalSentinel.REMOVE)),
     )
     assert fixer.apply_fixes(module, [removal]) == "import torch\n\nrun()\n\ny = 2\n"
+
+
+def test_precision_choice_is_not_reported_in_test_files():
+    text = (FIXTURES / "AMP401" / "explicit_dtype.py").read_text(encoding="utf-8")
+    assert "AMP401" in codes(check(text, "train.py"))
+    for name in ("test_amp.py", "amp_test.py", "tests/conftest.py"):
+        assert [c for c in codes(check(text, name)) if c.startswith("AMP4")] == []
+    lightning = "import lightning as L\ntrainer = L.Trainer(precision=16)\n"
+    assert codes(check(lightning, "train.py")) == ["AMP405"]
+    assert codes(check(lightning, "test_train.py")) == ["AMP406"]  # still a deprecated alias there

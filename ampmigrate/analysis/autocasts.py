@@ -137,7 +137,7 @@ def _analyse_call(ctx: FileContext, ref, call: cst.Call, legacy: Optional[Legacy
 def _devices(ctx: FileContext, arg: Optional[cst.Arg]) -> Optional[FrozenSet[str]]:
     if arg is None:
         return None
-    followed = Follower(ctx).follow(arg.value)
+    followed = Follower(ctx, check_uses=False).follow(arg.value)
     values = followed.values()
     if not followed.complete or not values or not all(isinstance(v, str) for v in values):
         return None
@@ -227,7 +227,7 @@ class DtypeFollower(Follower):
 
     def _through_names(self, key: cst.BaseExpression, mapping, out: Followed) -> None:
         """A dtype chosen by name: follow the name, map each source through `mapping`."""
-        followed = Follower(self.ctx, allowed_use=lambda r: is_dtype_use(self.ctx, r)).follow(key)
+        followed = Follower(self.ctx, allowed_use=lambda r: is_dtype_use(self.ctx, r), check_uses=self.check_uses).follow(key)
         out.complete = out.complete and followed.complete
         out.blocker = out.blocker or followed.blocker
         bf16_names = [k for k, v in mapping.items() if v == "bfloat16"]

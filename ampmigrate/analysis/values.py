@@ -116,10 +116,16 @@ def is_comparison_use(ctx: FileContext, ref: cst.CSTNode) -> bool:
 class Follower:
     """Follows expressions to their sources; subclasses teach it more kinds of leaves."""
 
-    def __init__(self, ctx: FileContext, allowed_use: Optional[Callable[[cst.CSTNode], bool]] = None) -> None:
+    def __init__(
+        self,
+        ctx: FileContext,
+        allowed_use: Optional[Callable[[cst.CSTNode], bool]] = None,
+        check_uses: bool = True,
+    ) -> None:
         self.ctx = ctx
         self.names = ctx.names
         self.allowed_use = allowed_use or (lambda ref: False)
+        self.check_uses = check_uses  # False: only the values matter, no edit will follow
 
     # ------------------------------------------------------------------ entry point
     def follow(self, expr: cst.BaseExpression) -> Followed:
@@ -178,11 +184,12 @@ class Follower:
             if binding.kind not in ("assign", "annotation") or binding.value is None:
                 out.complete = False
                 continue
-            self._check_uses(binding, via, references(binding), out)
+            if self.check_uses:
+                self._check_uses(binding, via, references(binding), out)
             self._walk(binding.value, via, depth + 1, out, seen)
 
     def _check_uses(self, binding: Binding, via: str, refs, out: Followed) -> None:
-        if out.blocker is not None:
+        if out.blocker is not None or not self.check_uses:
             return
         for ref in refs:
             if ref is self._origin or self.allowed_use(ref) or is_reporting_use(self.ctx, ref):
@@ -242,15 +249,11 @@ def argparse_options(ctx: FileContext) -> Dict[str, List[ArgparseOption]]:
 
 def _collect_options(ctx: FileContext) -> Dict[str, List[ArgparseOption]]:
     options: Dict[str, List[ArgparseOption]] = {}
-
-    class _Visitor(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":
-                option = _option(node)
-                if option is not None:
-                    options.setdefault(option.dest, []).append(option)
-
-    ctx.module.visit(_Visitor())
+    for node in ctx.names.nodes_of_type(cst.Call):
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":
+            option = _option(node)
+            if option is not None:
+                options.setdefault(option.dest, []).append(option)
     return options
 
 

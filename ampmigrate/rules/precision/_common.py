@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from pathlib import PurePath
 
 import libcst as cst
 
@@ -15,6 +15,17 @@ AMPERE = "Ampere and newer GPUs (A100, A10, L4, RTX 30/40, H100, B200)"
 
 def targets_bf16(ctx) -> bool:
     return ctx.settings.target_dtype == BF16_TARGET
+
+
+def recommends_bf16(ctx) -> bool:
+    """Whether the rules that recommend a precision apply here: the bf16 target, and not a test
+    file (`test_*.py`, `*_test.py`, `conftest.py`), where float16 is exercised on purpose."""
+    return targets_bf16(ctx) and not is_test_file(ctx.path)
+
+
+def is_test_file(path: str) -> bool:
+    name = PurePath(path).name
+    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
 
 
 def is_training_file(ctx: FileContext) -> bool:
@@ -30,23 +41,12 @@ def _trains(ctx: FileContext) -> bool:
     for _, qnames in ctx.names.qualified_expressions():
         if any(q.startswith("torch.optim.") for q in qnames):
             return True
-    found = False
-
-    class _Visitor(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> Optional[bool]:
-            nonlocal found
-            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward":
-                found = True
-            return not found
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> Optional[bool]:
-            nonlocal found
-            if node.name.value == "training_step":
-                found = True
-            return not found
-
-    ctx.module.visit(_Visitor())
-    return found
+    if any(
+        isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
+        for call in ctx.names.nodes_of_type(cst.Call)
+    ):
+        return True
+    return any(node.name.value == "training_step" for node in ctx.names.nodes_of_type(cst.FunctionDef))
 
 
 def line_of(ctx: FileContext, node: cst.CSTNode) -> int:

@@ -12,7 +12,7 @@ from ampmigrate.analysis.values import Source
 from ampmigrate.diagnostics import Fix
 from ampmigrate.engine.context import rebuild_args
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.precision._common import AMPERE, is_training_file, line_of, targets_bf16
+from ampmigrate.rules.precision._common import AMPERE, is_training_file, line_of, recommends_bf16
 
 _NO_SPACE = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 
@@ -22,7 +22,7 @@ class Float16Autocast(Rule):
     triggers = (r"autocast",)
 
     def check(self, ctx) -> None:
-        if not targets_bf16(ctx) or not is_training_file(ctx.file):
+        if not recommends_bf16(ctx) or not is_training_file(ctx.file):
             return
         shared_fixes: Dict[Tuple[int, ...], Fix] = {}
         scaler_note = " (a GradScaler is then unnecessary: AMP402)" if find_scalers(ctx.file) else ""

@@ -11,7 +11,7 @@ from ampmigrate.analysis.autocasts import autocasts
 from ampmigrate.analysis.scalers import find_scalers
 from ampmigrate.analysis.values import literal_value
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.precision._common import targets_bf16
+from ampmigrate.rules.precision._common import recommends_bf16
 from ampmigrate.rules.precision._scaler_removal import plan_removal
 
 
@@ -20,7 +20,7 @@ class RedundantGradScaler(Rule):
     triggers = (r"GradScaler",)
 
     def check(self, ctx) -> None:
-        if not targets_bf16(ctx):
+        if not recommends_bf16(ctx):
             return
         scalers = find_scalers(ctx.file)
         if not scalers or not _all_autocasts_bf16(ctx):

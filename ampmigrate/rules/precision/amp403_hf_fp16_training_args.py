@@ -5,7 +5,7 @@ from __future__ import annotations
 from ampmigrate.analysis.values import literal_value
 from ampmigrate.api import HF_TRAINING_ARGUMENTS
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.precision._common import AMPERE, targets_bf16
+from ampmigrate.rules.precision._common import AMPERE, recommends_bf16
 from ampmigrate.rules.precision._frameworks import describe_sources, follow_setting, framework_calls, settings_of
 
 FLAGS = (("fp16", "bf16"), ("fp16_full_eval", "bf16_full_eval"))
@@ -19,10 +19,10 @@ def uses_apex_backend(ctx, settings) -> bool:
 
 class HfFp16TrainingArgs(Rule):
     code = "AMP403"
-    triggers = (r"fp16",)
+    triggers = (r"\bfp16",)
 
     def check(self, ctx) -> None:
-        if not targets_bf16(ctx):
+        if not recommends_bf16(ctx):
             return
         for ref, call in framework_calls(ctx, HF_TRAINING_ARGUMENTS):
             settings = settings_of(ctx, call)

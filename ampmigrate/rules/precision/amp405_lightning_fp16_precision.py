@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ampmigrate.analysis.values import literal_value
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.precision._common import AMPERE, targets_bf16
+from ampmigrate.rules.precision._common import AMPERE, recommends_bf16
 from ampmigrate.rules.precision._frameworks import describe_sources, follow_setting, respell_sources
 from ampmigrate.rules.precision._lightning import BF16_VALUES, FP16_MIXED, bf16_mixed, precision_settings, setting_named
 
@@ -15,10 +15,10 @@ def _is_fp16(value) -> bool:
 
 class LightningFp16Precision(Rule):
     code = "AMP405"
-    triggers = (r"precision",)
+    triggers = (r"precision\s*=", r"[\"']precision[\"']")
 
     def check(self, ctx) -> None:
-        if not targets_bf16(ctx):
+        if not recommends_bf16(ctx):
             return
         for precision, settings, lightning_1 in precision_settings(ctx):
             followed = follow_setting(ctx, precision)

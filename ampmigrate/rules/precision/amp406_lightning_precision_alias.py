@@ -4,18 +4,18 @@
 from __future__ import annotations
 
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.precision._common import targets_bf16
+from ampmigrate.rules.precision._common import recommends_bf16
 from ampmigrate.rules.precision._frameworks import follow_setting, respell_sources
 from ampmigrate.rules.precision._lightning import FP16_ALIASES, precision_settings
 
 
 class LightningPrecisionAlias(Rule):
     code = "AMP406"
-    triggers = (r"precision",)
+    triggers = (r"precision\s*=", r"[\"']precision[\"']")
 
     def check(self, ctx) -> None:
         aliases = {"bf16": "bf16-mixed"}
-        if not targets_bf16(ctx):  # with a bf16 target AMP405 moves these to "bf16-mixed"
+        if not recommends_bf16(ctx):  # where AMP405 applies, it moves these to "bf16-mixed"
             aliases.update({alias: "16-mixed" for alias in FP16_ALIASES})
         for precision, settings, lightning_1 in precision_settings(ctx):
             if lightning_1:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ampmigrate.api import ACCELERATOR
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.precision._common import AMPERE, targets_bf16
+from ampmigrate.rules.precision._common import AMPERE, recommends_bf16
 from ampmigrate.rules.precision._frameworks import (
     describe_sources,
     follow_setting,
@@ -23,7 +23,7 @@ class AccelerateFp16(Rule):
     triggers = (r"mixed_precision",)
 
     def check(self, ctx) -> None:
-        if not targets_bf16(ctx):
+        if not recommends_bf16(ctx):
             return
         for ref, call in framework_calls(ctx, ACCELERATOR):
             setting = next((s for s in settings_of(ctx, call) if s.name == "mixed_precision"), None)

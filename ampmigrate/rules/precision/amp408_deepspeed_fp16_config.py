@@ -16,7 +16,7 @@ from ampmigrate.analysis.values import literal_value, respell_string
 from ampmigrate.api import DEEPSPEED_INITIALIZE, HF_TRAINING_ARGUMENTS
 from ampmigrate.engine.context import without_items
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.precision._common import AMPERE, targets_bf16
+from ampmigrate.rules.precision._common import AMPERE, recommends_bf16
 from ampmigrate.rules.precision._frameworks import Setting, config_literal, dict_settings, framework_calls, settings_of
 
 LOSS_SCALE_KEYS = frozenset(
@@ -32,10 +32,10 @@ DEEPSPEED_ONLY_KEYS = frozenset(
 
 class DeepSpeedFp16Config(Rule):
     code = "AMP408"
-    triggers = (r"fp16",)
+    triggers = (r"[\"']fp16[\"']",)
 
     def check(self, ctx) -> None:
-        if not targets_bf16(ctx):
+        if not recommends_bf16(ctx):
             return
         passed = _configs_passed_to_deepspeed(ctx)
         for config in _dict_displays(ctx):
@@ -79,14 +79,7 @@ class DeepSpeedFp16Config(Rule):
 
 
 def _dict_displays(ctx) -> List[cst.Dict]:
-    found: List[cst.Dict] = []
-
-    class _Visitor(cst.CSTVisitor):
-        def visit_Dict(self, node: cst.Dict) -> None:
-            found.append(node)
-
-    ctx.module.visit(_Visitor())
-    return found
+    return ctx.names.nodes_of_type(cst.Dict)
 
 
 def _configs_passed_to_deepspeed(ctx) -> List[cst.CSTNode]:

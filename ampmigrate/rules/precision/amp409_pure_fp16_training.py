@@ -13,9 +13,10 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from ampmigrate.analysis.autocasts import DtypeFollower, dtype_name, is_dtype_use
+from ampmigrate.analysis.autocasts import DtypeFollower, dtype_name
 from ampmigrate.api import MASTER_WEIGHT_WRAPPERS
 from ampmigrate.rules.base import Rule
+from ampmigrate.rules.precision._common import is_test_file
 
 # Module methods that return the module itself: `model.cuda().half()` converts `model`.
 _CHAINABLE = frozenset({"cuda", "to", "half", "train", "eval", "cpu", "requires_grad_", "float"})
@@ -34,10 +35,10 @@ class _Conversion:
 
 class PureFp16Training(Rule):
     code = "AMP409"
-    triggers = (r"half|float16",)
+    triggers = (r"\.half\(|float16|\bhalf\b",)
 
     def check(self, ctx) -> None:
-        if ctx.names.find(MASTER_WEIGHT_WRAPPERS):
+        if is_test_file(ctx.path) or ctx.names.find(MASTER_WEIGHT_WRAPPERS):
             return  # fp32 master weights are kept by the wrapper
         calls = _calls(ctx)
         for conversion in self._conversions(ctx, calls):
@@ -84,7 +85,7 @@ class PureFp16Training(Rule):
         for arg in call.args:
             if arg.keyword is not None and arg.keyword.value != "dtype":
                 continue
-            followed = DtypeFollower(ctx.file, allowed_use=lambda r: is_dtype_use(ctx.file, r)).follow(arg.value)
+            followed = DtypeFollower(ctx.file, check_uses=False).follow(arg.value)
             if followed.complete and followed.sources and followed.values() == {"float16"}:
                 return True
         return False
@@ -176,17 +177,7 @@ def _same_branch(ctx, owner: cst.CSTNode, child: cst.CSTNode, other: cst.CSTNode
 
 
 def _calls(ctx) -> List[cst.Call]:
-    def collect() -> List[cst.Call]:
-        found: List[cst.Call] = []
-
-        class _Visitor(cst.CSTVisitor):
-            def visit_Call(self, node: cst.Call) -> None:
-                found.append(node)
-
-        ctx.module.visit(_Visitor())
-        return found
-
-    return ctx.shared("precision.calls", collect)
+    return ctx.names.nodes_of_type(cst.Call)
 
 
 def _chain_root(ctx, node: cst.BaseExpression) -> Optional[str]:
