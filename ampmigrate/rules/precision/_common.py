@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import PurePath
 
 import libcst as cst
@@ -47,6 +48,40 @@ def _trains(ctx: FileContext) -> bool:
     ):
         return True
     return any(node.name.value == "training_step" for node in ctx.names.nodes_of_type(cst.FunctionDef))
+
+
+# Identifiers in a condition that pick the precision by hardware: `torch.cuda.is_bf16_supported()`,
+# `get_device_capability()[0] >= 8`, `use_bf16`, `AMPERE_OR_NEWER`, ...
+_BF16_CHOICE = re.compile(r"bf16|bfloat16|capabilit|ampere", re.IGNORECASE)
+
+
+def in_bf16_choice(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """True when `node` sits in a branch of an `if` (or ternary) that tests for bf16 support:
+    the code already chooses fp16 only where bf16 is missing, so it is right as it is."""
+    child: cst.CSTNode = node
+    for ancestor in ctx.names.ancestors(node):
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test and _mentions_bf16(ancestor.test):
+            return True
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            return False
+        child = ancestor
+    return False
+
+
+def _mentions_bf16(expression: cst.CSTNode) -> bool:
+    found = False
+
+    class _Finder(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            nonlocal found
+            found = found or bool(_BF16_CHOICE.search(node.value))
+
+        def visit_SimpleString(self, node: cst.SimpleString) -> None:
+            nonlocal found
+            found = found or bool(_BF16_CHOICE.search(node.value))
+
+    expression.visit(_Finder())
+    return found
 
 
 def line_of(ctx: FileContext, node: cst.CSTNode) -> int:

@@ -140,6 +140,14 @@ def respell_sources(
     return edits, None
 
 
+def chosen_by_hardware(ctx: FileContext, setting: Setting, followed: Followed) -> bool:
+    """The setting, or where its value is written, sits in a branch that tests for bf16 support."""
+    from ampmigrate.rules.precision._common import in_bf16_choice
+
+    nodes = [setting.item, *(s.node for s in followed.sources if s.node is not None)]
+    return any(in_bf16_choice(ctx, node) for node in nodes)
+
+
 def describe_sources(ctx: FileContext, followed: Followed, is_old: Callable[[Any], bool]) -> str:
     """' (set through `x` at line 3)' when the old value is written away from the call."""
     for source in followed.sources:

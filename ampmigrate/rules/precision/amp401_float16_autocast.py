@@ -12,7 +12,7 @@ from ampmigrate.analysis.values import Source
 from ampmigrate.diagnostics import Fix
 from ampmigrate.engine.context import rebuild_args
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.precision._common import AMPERE, is_training_file, line_of, recommends_bf16
+from ampmigrate.rules.precision._common import AMPERE, in_bf16_choice, is_training_file, line_of, recommends_bf16
 
 _NO_SPACE = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 
@@ -27,7 +27,7 @@ class Float16Autocast(Rule):
         shared_fixes: Dict[Tuple[int, ...], Fix] = {}
         scaler_note = " (a GradScaler is then unnecessary: AMP402)" if find_scalers(ctx.file) else ""
         for autocast in autocasts(ctx.file):
-            if autocast.opaque or autocast.disabled or autocast.call is None:
+            if autocast.opaque or autocast.disabled or autocast.call is None or in_bf16_choice(ctx, autocast.call):
                 continue
             if autocast.dtype is None:
                 self._implicit(ctx, autocast, scaler_note)
@@ -64,6 +64,8 @@ class Float16Autocast(Rule):
         if autocast.devices is not None and "cuda" not in autocast.devices:
             return  # CPU / MPS / XPU float16 is a deliberate choice this rule knows nothing about
         fp16_sources = [s for s in followed.sources if s.value == "float16"]
+        if any(s.node is not None and in_bf16_choice(ctx, s.node) for s in fp16_sources):
+            return  # `if torch.cuda.is_bf16_supported(): ... else: dtype = torch.float16`
         where = _where(ctx, fp16_sources)
         message = (
             f"autocast runs in float16{where}, which needs loss scaling and can overflow; on {AMPERE} "

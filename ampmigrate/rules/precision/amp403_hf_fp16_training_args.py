@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from ampmigrate.analysis.values import literal_value
 from ampmigrate.api import HF_TRAINING_ARGUMENTS
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.precision._common import AMPERE, recommends_bf16
-from ampmigrate.rules.precision._frameworks import describe_sources, follow_setting, framework_calls, settings_of
+from ampmigrate.rules.precision._frameworks import (
+    chosen_by_hardware,
+    config_literal,
+    dict_settings,
+    describe_sources,
+    follow_setting,
+    framework_calls,
+    settings_of,
+)
 
 FLAGS = (("fp16", "bf16"), ("fp16_full_eval", "bf16_full_eval"))
 BACKEND_ARGS = ("half_precision_backend", "fp16_backend")
@@ -15,6 +25,20 @@ BACKEND_ARGS = ("half_precision_backend", "fp16_backend")
 def uses_apex_backend(ctx, settings) -> bool:
     """A backend argument that is (or may be) "apex": bf16 raises there in transformers 4.x."""
     return any(s.name in BACKEND_ARGS and literal_value(s.value) not in ("auto", "cuda_amp", "amp", "cpu_amp") for s in settings)
+
+
+def _deepspeed_blocker(ctx, setting) -> Optional[str]:
+    """With `deepspeed=`, bf16 needs a "bf16" section in that config (Hugging Face fills
+    `"enabled": "auto"` from the flag); without one DeepSpeed would train in float32."""
+    if setting is None or literal_value(setting.value) is None:
+        return None
+    config = config_literal(ctx, setting.value)
+    if config is None:
+        return "the DeepSpeed config (`deepspeed=`) is not in this file, so the fix cannot check it has a \"bf16\" section"
+    keys = {s.name for s in dict_settings(ctx, config)}
+    if "fp16" in keys and not keys & {"bf16", "bfloat16"}:
+        return 'the DeepSpeed config (`deepspeed=`) has an "fp16" section but no "bf16" one; add `"bf16": {"enabled": "auto"}` first'
+    return None
 
 
 class HfFp16TrainingArgs(Rule):
@@ -32,7 +56,7 @@ class HfFp16TrainingArgs(Rule):
                 if setting is None:
                     continue
                 followed = follow_setting(ctx, setting)
-                if not followed.complete or True not in followed.values():
+                if not followed.complete or True not in followed.values() or chosen_by_hardware(ctx, setting, followed):
                     continue
                 counterpart = by_name.get(new)
                 if counterpart is not None:
@@ -48,6 +72,10 @@ class HfFp16TrainingArgs(Rule):
                 anchor = setting.anchor
                 if uses_apex_backend(ctx, settings):
                     ctx.report(anchor, message, no_fix_reason="bf16 does not run on the apex backend; drop `half_precision_backend` first (AMP404)")
+                    continue
+                deepspeed_reason = _deepspeed_blocker(ctx, by_name.get("deepspeed"))
+                if old == "fp16" and deepspeed_reason is not None:
+                    ctx.report(anchor, message, no_fix_reason=deepspeed_reason)
                     continue
                 option = next((s for s in followed.sources if s.option is not None), None)
                 if option is not None:

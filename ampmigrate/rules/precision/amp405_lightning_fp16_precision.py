@@ -5,7 +5,7 @@ from __future__ import annotations
 from ampmigrate.analysis.values import literal_value
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.precision._common import AMPERE, recommends_bf16
-from ampmigrate.rules.precision._frameworks import describe_sources, follow_setting, respell_sources
+from ampmigrate.rules.precision._frameworks import chosen_by_hardware, describe_sources, follow_setting, respell_sources
 from ampmigrate.rules.precision._lightning import BF16_VALUES, FP16_MIXED, bf16_mixed, precision_settings, setting_named
 
 
@@ -24,6 +24,8 @@ class LightningFp16Precision(Rule):
             followed = follow_setting(ctx, precision)
             values = followed.values()
             if not followed.complete or not any(_is_fp16(v) for v in values) or values & set(BF16_VALUES):
+                continue
+            if chosen_by_hardware(ctx, precision, followed):
                 continue
             target = bf16_mixed(lightning_1)
             message = (

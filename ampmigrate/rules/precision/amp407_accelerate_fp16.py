@@ -6,6 +6,7 @@ from ampmigrate.api import ACCELERATOR
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.precision._common import AMPERE, recommends_bf16
 from ampmigrate.rules.precision._frameworks import (
+    chosen_by_hardware,
     describe_sources,
     follow_setting,
     framework_calls,
@@ -32,6 +33,8 @@ class AccelerateFp16(Rule):
             followed = follow_setting(ctx, setting)
             values = followed.values()
             if not followed.complete or "fp16" not in values or values & {"bf16", "fp8"}:
+                continue
+            if chosen_by_hardware(ctx, setting, followed):
                 continue
             message = (
                 f"`mixed_precision=\"fp16\"` trains in float16 with a GradScaler{describe_sources(ctx, followed, _is_fp16)}; "

@@ -16,7 +16,7 @@ from ampmigrate.analysis.values import literal_value, respell_string
 from ampmigrate.api import DEEPSPEED_INITIALIZE, HF_TRAINING_ARGUMENTS
 from ampmigrate.engine.context import without_items
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.precision._common import AMPERE, recommends_bf16
+from ampmigrate.rules.precision._common import AMPERE, in_bf16_choice, recommends_bf16
 from ampmigrate.rules.precision._frameworks import Setting, config_literal, dict_settings, framework_calls, settings_of
 
 LOSS_SCALE_KEYS = frozenset(
@@ -49,6 +49,8 @@ class DeepSpeedFp16Config(Rule):
                 continue  # off, or "auto" (Hugging Face fills it from TrainingArguments)
             if config not in passed and not (DEEPSPEED_ONLY_KEYS & set(entries)) and not (LOSS_SCALE_KEYS & set(section)):
                 continue  # not recognisably a DeepSpeed config
+            if in_bf16_choice(ctx, config):
+                continue
             self._report(ctx, fp16, section, entries.get("bf16") or entries.get("bfloat16"))
 
     def _report(self, ctx, fp16: Setting, section: Dict[str, Setting], bf16: Optional[Setting]) -> None:
