@@ -49,7 +49,7 @@ def test_scaler_is_never_removed_while_the_autocast_is_float16():
 
 
 def test_scaler_stays_when_an_autocast_cannot_be_switched():
-    text = '''
+    text = """
 import torch
 amp_dtype = torch.float16
 def train(model, loader, optimizer):
@@ -61,14 +61,14 @@ def train(model, loader, optimizer):
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
-'''
+"""
     findings = check(text, **{"unsafe-fixes": True})
     assert codes(findings) == ["AMP401"] and findings[0].fix is None
     assert fix(text, **{"unsafe-fixes": True}) == text
 
 
 def test_scaler_removal_keeps_blank_lines_and_drops_the_unused_import():
-    text = '''from torch.amp import GradScaler, autocast
+    text = """from torch.amp import GradScaler, autocast
 import torch
 
 model = torch.nn.Linear(4, 4)
@@ -79,8 +79,10 @@ for x in loader:
         loss = model(x).sum()
     scaler.scale(loss * 2).backward()
     scaler.step(opt); scaler.update()
-'''
-    assert fix(text, **{"unsafe-fixes": True}) == '''from torch.amp import autocast
+"""
+    assert (
+        fix(text, **{"unsafe-fixes": True})
+        == """from torch.amp import autocast
 import torch
 
 model = torch.nn.Linear(4, 4)
@@ -90,7 +92,8 @@ for x in loader:
         loss = model(x).sum()
     (loss * 2).backward()
     opt.step()
-'''
+"""
+    )
 
 
 def test_tf32_fix_respects_min_torch():
@@ -117,7 +120,7 @@ def _last_call_argument(ctx: FileContext) -> cst.BaseExpression:
 
 
 def test_follower_reaches_an_argparse_default_through_a_parse_function():
-    ctx = _context('''
+    ctx = _context("""
 import argparse
 def get_args():
     parser = argparse.ArgumentParser()
@@ -127,31 +130,31 @@ def get_args():
 def main():
     args = get_args()
     run(args.mixed_precision)
-''')
+""")
     followed = Follower(ctx).follow(_last_call_argument(ctx))
     assert followed.complete and followed.values() == {"fp16"}
     assert followed.sources[0].choices == ("no", "fp16", "bf16")
 
 
 def test_follower_gives_up_on_options_the_code_overwrites():
-    ctx = _context('''
+    ctx = _context("""
 import argparse
 parser = argparse.ArgumentParser()
 parser.add_argument("--dtype", default="float16")
 args = parser.parse_args()
 args.dtype = "bfloat16" if bf16_ok else args.dtype
 run(args.dtype)
-''')
+""")
     assert argparse_option(ctx, _last_call_argument(ctx)) is None
     assert not Follower(ctx).follow(_last_call_argument(ctx)).complete
 
 
 def test_follower_names_the_other_use_that_blocks_an_edit():
-    ctx = _context('''
+    ctx = _context("""
 precision = 16
 build(precision)
 run(precision)
-''')
+""")
     followed = Follower(ctx).follow(_last_call_argument(ctx))
     assert followed.values() == {16}
     assert followed.blocker is not None and "line 3" in followed.blocker

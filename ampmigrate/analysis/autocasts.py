@@ -100,10 +100,14 @@ def _is_alias_definition(ctx: FileContext, ref: cst.BaseExpression) -> bool:
     if isinstance(parent, cst.Attribute) and parent.value is node:
         return False
     return (
-        isinstance(parent, (cst.Assign, cst.AnnAssign))
-        and parent.value is node
-        and all(isinstance(t.target, cst.Name) for t in getattr(parent, "targets", ()))
-    ) or isinstance(parent, cst.Call) and _is_isinstance(parent)
+        (
+            isinstance(parent, (cst.Assign, cst.AnnAssign))
+            and parent.value is node
+            and all(isinstance(t.target, cst.Name) for t in getattr(parent, "targets", ()))
+        )
+        or isinstance(parent, cst.Call)
+        and _is_isinstance(parent)
+    )
 
 
 def _is_isinstance(call: cst.Call) -> bool:
@@ -163,8 +167,10 @@ def is_dtype_use(ctx: FileContext, ref: cst.CSTNode) -> bool:
         call = ctx.names.parent(parent)
         if isinstance(call, cst.Call):
             if ctx.names.qualified_names(call.func) & ANY_AUTOCAST:
-                return parent.keyword is not None and parent.keyword.value == "dtype" or (
-                    parent.keyword is None and _position(call, parent) == 1
+                return (
+                    parent.keyword is not None
+                    and parent.keyword.value == "dtype"
+                    or (parent.keyword is None and _position(call, parent) == 1)
                 )
             return _is_getattr_torch(ctx, call) and _position(call, parent) == 1
     return False
@@ -227,7 +233,9 @@ class DtypeFollower(Follower):
 
     def _through_names(self, key: cst.BaseExpression, mapping, out: Followed) -> None:
         """A dtype chosen by name: follow the name, map each source through `mapping`."""
-        followed = Follower(self.ctx, allowed_use=lambda r: is_dtype_use(self.ctx, r), check_uses=self.check_uses).follow(key)
+        followed = Follower(
+            self.ctx, allowed_use=lambda r: is_dtype_use(self.ctx, r), check_uses=self.check_uses
+        ).follow(key)
         out.complete = out.complete and followed.complete
         out.blocker = out.blocker or followed.blocker
         bf16_names = [k for k, v in mapping.items() if v == "bfloat16"]

@@ -99,7 +99,9 @@ def is_reporting_use(ctx: FileContext, ref: cst.CSTNode) -> bool:
             return True
         if isinstance(ancestor, cst.Call):
             func = ancestor.func
-            name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
+            name = (
+                func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
+            )
             return name in ("print", "info", "debug", "warning", "log", "write")
         if isinstance(ancestor, (cst.BaseStatement, cst.Lambda)):
             return False
@@ -195,7 +197,9 @@ class Follower:
             if ref is self._origin or self.allowed_use(ref) or is_reporting_use(self.ctx, ref):
                 continue
             line = self.ctx.position(ref).start.line
-            out.blocker = f"{via} is also used at line {line} (`{snippet(self.ctx, ref)}`), which the change would affect too"
+            out.blocker = (
+                f"{via} is also used at line {line} (`{snippet(self.ctx, ref)}`), which the change would affect too"
+            )
             return
 
     def _attribute_references(self, binding: Binding) -> List[cst.Attribute]:
@@ -237,7 +241,11 @@ class ArgparseOption:
         """Why `value` cannot be this option's default (None when it can)."""
         if self.choices is not None and value not in self.choices:
             return f"option `{self.flag}` does not accept {value!r} (its choices are {list(self.choices)})"
-        if isinstance(value, str) and self.type is not None and not (isinstance(self.type, cst.Name) and self.type.value == "str"):
+        if (
+            isinstance(value, str)
+            and self.type is not None
+            and not (isinstance(self.type, cst.Name) and self.type.value == "str")
+        ):
             return f"option `{self.flag}` converts its value with a `type=` that may not take {value!r}"
         return None
 
@@ -312,7 +320,8 @@ def _returns_parse_result(ctx: FileContext, function: cst.FunctionDef, depth: in
             if isinstance(value, cst.Name):
                 bindings = ctx.names.bindings_of(value)
                 found = found or any(
-                    b.kind == "assign" and b.value is not None and _is_parse_result(ctx, b.value, depth) for b in bindings
+                    b.kind == "assign" and b.value is not None and _is_parse_result(ctx, b.value, depth)
+                    for b in bindings
                 )
             else:
                 found = found or _is_parse_result(ctx, value, depth)
@@ -344,6 +353,10 @@ def argparse_option(ctx: FileContext, attr: cst.Attribute) -> Optional[ArgparseO
     if len(candidates) != 1:
         return None
     for store in ctx.names.store_attributes:
-        if store.attr.value == attr.attr.value and isinstance(store.value, cst.Name) and store.value.value == base.value:
+        if (
+            store.attr.value == attr.attr.value
+            and isinstance(store.value, cst.Name)
+            and store.value.value == base.value
+        ):
             return None  # args.dtype = ... somewhere: not only the option's value
     return candidates[0]

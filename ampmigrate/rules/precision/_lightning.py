@@ -20,12 +20,33 @@ BF16_VALUES = ("bf16", "bf16-mixed", "bf16-true")
 # Trainer arguments that Lightning 2.0 (or 1.7) removed: their presence dates the code to 1.x.
 LIGHTNING_1_ONLY = frozenset(
     {
-        "gpus", "tpu_cores", "ipus", "num_processes", "amp_backend", "amp_level", "auto_select_gpus",
-        "auto_scale_batch_size", "auto_lr_find", "move_metrics_to_cpu", "multiple_trainloader_mode",
-        "replace_sampler_ddp", "resume_from_checkpoint", "track_grad_norm", "weights_save_path",
-        "progress_bar_refresh_rate", "weights_summary", "checkpoint_callback", "flush_logs_every_n_steps",
-        "terminate_on_nan", "stochastic_weight_avg", "prepare_data_per_node", "log_gpu_memory",
-        "process_position", "distributed_backend", "reload_dataloaders_every_epoch", "truncated_bptt_steps",
+        "gpus",
+        "tpu_cores",
+        "ipus",
+        "num_processes",
+        "amp_backend",
+        "amp_level",
+        "auto_select_gpus",
+        "auto_scale_batch_size",
+        "auto_lr_find",
+        "move_metrics_to_cpu",
+        "multiple_trainloader_mode",
+        "replace_sampler_ddp",
+        "resume_from_checkpoint",
+        "track_grad_norm",
+        "weights_save_path",
+        "progress_bar_refresh_rate",
+        "weights_summary",
+        "checkpoint_callback",
+        "flush_logs_every_n_steps",
+        "terminate_on_nan",
+        "stochastic_weight_avg",
+        "prepare_data_per_node",
+        "log_gpu_memory",
+        "process_position",
+        "distributed_backend",
+        "reload_dataloaders_every_epoch",
+        "truncated_bptt_steps",
     }
 )
 
@@ -33,7 +54,7 @@ LIGHTNING_1_ONLY = frozenset(
 def precision_settings(ctx) -> List[Tuple[Setting, List[Setting], bool]]:
     """(the `precision` setting, all settings of its call, is the code for Lightning 1.x)."""
     found = []
-    for ref, call in framework_calls(ctx, LIGHTNING_TRAINER | LIGHTNING_FABRIC):
+    for _ref, call in framework_calls(ctx, LIGHTNING_TRAINER | LIGHTNING_FABRIC):
         settings = settings_of(ctx, call)
         precision = next((s for s in settings if s.name == "precision"), None)
         if precision is None:

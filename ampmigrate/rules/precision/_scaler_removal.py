@@ -105,7 +105,9 @@ class _Planner:
             return
         statement = binding.statement
         line = self.names.parent(statement)
-        if not isinstance(line, cst.SimpleStatementLine) or isinstance(self.names.parent(self.names.parent(line)), cst.Try):
+        if not isinstance(line, cst.SimpleStatementLine) or isinstance(
+            self.names.parent(self.names.parent(line)), cst.Try
+        ):
             return  # a try-import fallback keeps its shape
         if len(statement.names) == 1:
             self._remove_statement(statement)
@@ -135,7 +137,9 @@ class _Planner:
             self._remove_statement(parent)
         elif isinstance(parent, cst.DictElement) and parent.value is call:
             self._drop_item(self.names.parent(parent), parent)
-        elif isinstance(parent, cst.Arg) and parent.keyword is not None and self._is_dict_call(self.names.parent(parent)):
+        elif (
+            isinstance(parent, cst.Arg) and parent.keyword is not None and self._is_dict_call(self.names.parent(parent))
+        ):
             self._drop_item(self.names.parent(parent), parent)
         elif (
             isinstance(parent, cst.Assign)
@@ -172,14 +176,17 @@ class _Planner:
 
     def _parenthesized(self, call: cst.Call, value: cst.BaseExpression) -> cst.BaseExpression:
         parent = self.names.parent(call)
-        if isinstance(parent, cst.Attribute) and parent.value is call and not isinstance(value, _ATOMS) and not value.lpar:
+        if (
+            isinstance(parent, cst.Attribute)
+            and parent.value is call
+            and not isinstance(value, _ATOMS)
+            and not value.lpar
+        ):
             return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         return value
 
     def _unsupported(self, use: ScalerUse, why: str) -> _Blocked:
-        return _Blocked(
-            f"`{self.ctx.code(use.call)}` at line {self._line(use.call)} cannot be removed: {why}"
-        )
+        return _Blocked(f"`{self.ctx.code(use.call)}` at line {self._line(use.call)} cannot be removed: {why}")
 
     # ------------------------------------------------------------------ statements and items
     def _is_statement(self, call: cst.Call) -> bool:
@@ -217,7 +224,9 @@ class _Planner:
         for line in lines:
             changes.append((line, self._rewrite_line(line, removed)))
         changes.extend(
-            (node, new) for node, new in self.replaced.items() if not any(a in lines for a in self.names.ancestors(node))
+            (node, new)
+            for node, new in self.replaced.items()
+            if not any(a in lines for a in self.names.ancestors(node))
         )
         for container, items in self.dropped_items.items():
             changes.append((container, without_items(container, items)))

@@ -20,7 +20,7 @@ class HfRemovedPrecisionArgs(Rule):
     triggers = (r"fp16_opt_level|half_precision_backend|fp16_backend",)
 
     def check(self, ctx) -> None:
-        for ref, call in framework_calls(ctx, HF_TRAINING_ARGUMENTS):
+        for _ref, call in framework_calls(ctx, HF_TRAINING_ARGUMENTS):
             settings = settings_of(ctx, call)
             removed = [s for s in settings if s.name in REMOVED]
             if not removed:
@@ -40,4 +40,6 @@ class HfRemovedPrecisionArgs(Rule):
                     f"{REMOVED[setting.name]}"
                     + (" (removing it moves training off apex onto native AMP)" if apex else "")
                 )
-                ctx.report(setting.anchor, message, fix=fix, no_fix_reason=None if fix else "the arguments sit in nested dicts")
+                ctx.report(
+                    setting.anchor, message, fix=fix, no_fix_reason=None if fix else "the arguments sit in nested dicts"
+                )

@@ -17,7 +17,7 @@ class LightningPrecisionAlias(Rule):
         aliases = {"bf16": "bf16-mixed"}
         if not recommends_bf16(ctx):  # where AMP405 applies, it moves these to "bf16-mixed"
             aliases.update({alias: "16-mixed" for alias in FP16_ALIASES})
-        for precision, settings, lightning_1 in precision_settings(ctx):
+        for precision, _settings, lightning_1 in precision_settings(ctx):
             if lightning_1:
                 continue  # Lightning 1.x knows only these spellings
             followed = follow_setting(ctx, precision)
@@ -28,7 +28,7 @@ class LightningPrecisionAlias(Rule):
                     continue
                 message = (
                     f"`precision={alias!r}` is a historical alias that Lightning 2 warns about "
-                    f"(\"supported for historical reasons but its usage is discouraged\"); write {modern!r}"
+                    f'("supported for historical reasons but its usage is discouraged"); write {modern!r}'
                 )
                 edits, reason = respell_sources(ctx, followed, is_alias, modern)
                 if reason is not None:

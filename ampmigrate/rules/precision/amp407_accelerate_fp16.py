@@ -26,7 +26,7 @@ class AccelerateFp16(Rule):
     def check(self, ctx) -> None:
         if not recommends_bf16(ctx):
             return
-        for ref, call in framework_calls(ctx, ACCELERATOR):
+        for _ref, call in framework_calls(ctx, ACCELERATOR):
             setting = next((s for s in settings_of(ctx, call) if s.name == "mixed_precision"), None)
             if setting is None:
                 continue
@@ -37,8 +37,8 @@ class AccelerateFp16(Rule):
             if chosen_by_hardware(ctx, setting, followed):
                 continue
             message = (
-                f"`mixed_precision=\"fp16\"` trains in float16 with a GradScaler{describe_sources(ctx, followed, _is_fp16)}; "
-                f"on {AMPERE} use \"bf16\": bfloat16 has float32's range and Accelerate creates no scaler for it"
+                f'`mixed_precision="fp16"` trains in float16 with a GradScaler{describe_sources(ctx, followed, _is_fp16)}; '
+                f'on {AMPERE} use "bf16": bfloat16 has float32\'s range and Accelerate creates no scaler for it'
             )
             edits, reason = respell_sources(ctx, followed, _is_fp16, "bf16")
             if reason is not None:

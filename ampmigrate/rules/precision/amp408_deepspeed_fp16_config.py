@@ -24,8 +24,14 @@ LOSS_SCALE_KEYS = frozenset(
 )
 DEEPSPEED_ONLY_KEYS = frozenset(
     {
-        "train_batch_size", "train_micro_batch_size_per_gpu", "zero_optimization", "zero_allow_untested_optimizer",
-        "steps_per_print", "wall_clock_breakdown", "zero_force_ds_cpu_optimizer", "activation_checkpointing",
+        "train_batch_size",
+        "train_micro_batch_size_per_gpu",
+        "zero_optimization",
+        "zero_allow_untested_optimizer",
+        "steps_per_print",
+        "wall_clock_breakdown",
+        "zero_force_ds_cpu_optimizer",
+        "activation_checkpointing",
     }
 )
 
@@ -47,7 +53,11 @@ class DeepSpeedFp16Config(Rule):
             enabled = section.get("enabled")
             if enabled is None or literal_value(enabled.value) is not True:
                 continue  # off, or "auto" (Hugging Face fills it from TrainingArguments)
-            if config not in passed and not (DEEPSPEED_ONLY_KEYS & set(entries)) and not (LOSS_SCALE_KEYS & set(section)):
+            if (
+                config not in passed
+                and not (DEEPSPEED_ONLY_KEYS & set(entries))
+                and not (LOSS_SCALE_KEYS & set(section))
+            ):
                 continue  # not recognisably a DeepSpeed config
             if in_bf16_choice(ctx, config):
                 continue
@@ -70,7 +80,11 @@ class DeepSpeedFp16Config(Rule):
         others = [name for name in section if name != "enabled" and name not in LOSS_SCALE_KEYS]
         others = [n for n in others if not (n == "auto_cast" and literal_value(section[n].value) is False)]
         if others:
-            ctx.report(fp16.anchor, message, no_fix_reason=f"the fp16 section's {', '.join(repr(n) for n in others)} has no bf16 counterpart")
+            ctx.report(
+                fp16.anchor,
+                message,
+                no_fix_reason=f"the fp16 section's {', '.join(repr(n) for n in others)} has no bf16 counterpart",
+            )
             return
         dropped = [s for s in section.values() if s.name != "enabled"]
         new_section = without_items(fp16.value, [s.item for s in dropped]) if dropped else fp16.value
@@ -87,8 +101,11 @@ def _dict_displays(ctx) -> List[cst.Dict]:
 def _configs_passed_to_deepspeed(ctx) -> List[cst.CSTNode]:
     """Dicts given to `deepspeed.initialize(config=...)` or `TrainingArguments(deepspeed=...)`."""
     passed = []
-    for qnames, keywords in ((DEEPSPEED_INITIALIZE, ("config", "config_params")), (HF_TRAINING_ARGUMENTS, ("deepspeed",))):
-        for ref, call in framework_calls(ctx, qnames):
+    for qnames, keywords in (
+        (DEEPSPEED_INITIALIZE, ("config", "config_params")),
+        (HF_TRAINING_ARGUMENTS, ("deepspeed",)),
+    ):
+        for _ref, call in framework_calls(ctx, qnames):
             for setting in settings_of(ctx, call):
                 if setting.name in keywords:
                     config = config_literal(ctx, setting.value)

@@ -20,7 +20,13 @@ from ampmigrate.rules.precision._common import is_test_file
 
 # Module methods that return the module itself: `model.cuda().half()` converts `model`.
 _CHAINABLE = frozenset({"cuda", "to", "half", "train", "eval", "cpu", "requires_grad_", "float"})
-_OPTIMIZER_PACKAGES = ("torch.optim.", "apex.optimizers.", "bitsandbytes.optim.", "timm.optim.", "transformers.optimization.")
+_OPTIMIZER_PACKAGES = (
+    "torch.optim.",
+    "apex.optimizers.",
+    "bitsandbytes.optim.",
+    "timm.optim.",
+    "transformers.optimization.",
+)
 _OPTIMIZER_EXCLUDED = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
 _HARMLESS_CALLS = frozenset({"print", "len", "isinstance", "id", "type", "repr", "str"})
 
@@ -103,11 +109,15 @@ class PureFp16Training(Rule):
                 and _text(ctx, func.value) == conversion.target
                 and all(a.value is not None and _is_true(a.value) for a in call.args)
             ):
-                return self._unless_changed(ctx, conversion, call, f"`{conversion.target}.train()` at line {_line(ctx, call)}")
+                return self._unless_changed(
+                    ctx, conversion, call, f"`{conversion.target}.train()` at line {_line(ctx, call)}"
+                )
             qnames = ctx.names.qualified_names(func)
             if any(q.startswith(_OPTIMIZER_PACKAGES) and not q.startswith(_OPTIMIZER_EXCLUDED) for q in qnames):
                 if call.args and _uses_parameters_of(ctx, call.args[0].value, conversion.target):
-                    return self._unless_changed(ctx, conversion, call, f"an optimizer over its parameters at line {_line(ctx, call)}")
+                    return self._unless_changed(
+                        ctx, conversion, call, f"an optimizer over its parameters at line {_line(ctx, call)}"
+                    )
         return None
 
     def _unless_changed(self, ctx, conversion: _Conversion, use: cst.Call, what: str) -> Optional[str]:
@@ -139,7 +149,11 @@ class PureFp16Training(Rule):
                 if binding.value is None or _chain_root(ctx, binding.value) != root:
                     return None  # rebound to something else (`model = get_peft_model(model, ...)`)
         for store in ctx.names.store_attributes:
-            if _text(ctx, store) == conversion.target and ctx.names.scope_of(store) is conversion.scope and between(store):
+            if (
+                _text(ctx, store) == conversion.target
+                and ctx.names.scope_of(store) is conversion.scope
+                and between(store)
+            ):
                 return None
         return what
 

@@ -27,7 +27,9 @@ MATMUL_PRECISION_API = (1, 12)  # torch.set_float32_matmul_precision
 MATMUL_FLAG = "torch.backends.cuda.matmul.allow_tf32"
 CUDNN_FLAG = "torch.backends.cudnn.allow_tf32"
 SET_MATMUL_PRECISION = "torch.set_float32_matmul_precision"
-LEGACY_READERS = frozenset({"torch.get_float32_matmul_precision", "torch.backends.cudnn.flags", MATMUL_FLAG, CUDNN_FLAG})
+LEGACY_READERS = frozenset(
+    {"torch.get_float32_matmul_precision", "torch.backends.cudnn.flags", MATMUL_FLAG, CUDNN_FLAG}
+)
 
 
 @dataclass(eq=False)
@@ -130,7 +132,10 @@ class LegacyTf32Flags(Rule):
             return (assign, _assign(target, value, assign.semicolon)), None
         # cudnn.allow_tf32 sets both cuDNN switches (conv and rnn).
         statements = [
-            _assign(cst.Attribute(value=cst.Attribute(value=base, attr=cst.Name(op)), attr=cst.Name("fp32_precision")), value)
+            _assign(
+                cst.Attribute(value=cst.Attribute(value=base, attr=cst.Name(op)), attr=cst.Name("fp32_precision")),
+                value,
+            )
             for op in ("conv", "rnn")
         ]
         line = ctx.names.parent(assign)
@@ -138,10 +143,20 @@ class LegacyTf32Flags(Rule):
             first = line.with_changes(body=[statements[0]])
             second = cst.SimpleStatementLine(body=[statements[1]])
             return (line, cst.FlattenSentinel([first, second])), None
-        return (assign, cst.FlattenSentinel([statements[0].with_changes(semicolon=cst.Semicolon(whitespace_after=cst.SimpleWhitespace(" "))), statements[1].with_changes(semicolon=assign.semicolon)])), None
+        return (
+            assign,
+            cst.FlattenSentinel(
+                [
+                    statements[0].with_changes(semicolon=cst.Semicolon(whitespace_after=cst.SimpleWhitespace(" "))),
+                    statements[1].with_changes(semicolon=assign.semicolon),
+                ]
+            ),
+        ), None
 
 
-def _assign(target: cst.BaseAssignTargetExpression, value: cst.BaseExpression, semicolon=cst.MaybeSentinel.DEFAULT) -> cst.Assign:
+def _assign(
+    target: cst.BaseAssignTargetExpression, value: cst.BaseExpression, semicolon=cst.MaybeSentinel.DEFAULT
+) -> cst.Assign:
     return cst.Assign(targets=[cst.AssignTarget(target)], value=value, semicolon=semicolon)
 
 
@@ -176,18 +191,20 @@ def _flag_assignments(ctx) -> List[_FlagAssignment]:
 
 
 def _uses_new_api(ctx) -> bool:
-    for node, qnames in ctx.names.qualified_expressions():
+    for _node, qnames in ctx.names.qualified_expressions():
         if any(q.startswith("torch.backends.") and q.endswith(".fp32_precision") for q in qnames):
             return True
     for target in ctx.names.store_attributes:
-        if target.attr.value == "fp32_precision" and any(q.startswith("torch.backends.") for q in ctx.names.qualified_names(target)):
+        if target.attr.value == "fp32_precision" and any(
+            q.startswith("torch.backends.") for q in ctx.names.qualified_names(target)
+        ):
             return True
     return False
 
 
 def _legacy_reader(ctx) -> Optional[str]:
     """Why the file cannot move to the new API: a legacy TF32 read that stays legacy."""
-    for node, qnames in ctx.names.find(LEGACY_READERS):
+    for node, _qnames in ctx.names.find(LEGACY_READERS):
         parent = ctx.names.parent(node)
         if isinstance(parent, cst.Attribute) and parent.value is node:
             continue  # a longer chain; judged at its end
