@@ -163,14 +163,13 @@ class Follower:
             return
         if isinstance(expr, cst.Name):
             bindings = self.names.bindings_of(expr)
-            self._through_bindings(expr, bindings, f"`{expr.value}`", self.names.references, depth, out, seen)
+            self._through_bindings(bindings, f"`{expr.value}`", self.names.references, depth, out, seen)
             return
         if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
             bindings = self.names.self_attribute_bindings(expr)
             if bindings:
-                self._through_bindings(
-                    expr, bindings, f"`self.{expr.attr.value}`", self._attribute_references, depth, out, seen
-                )
+                via = f"`self.{expr.attr.value}`"
+                self._through_bindings(bindings, via, self._attribute_references, depth, out, seen)
                 return
             option = argparse_option(self.ctx, expr)
             if option is not None:
@@ -178,7 +177,7 @@ class Follower:
                 return
         out.complete = False
 
-    def _through_bindings(self, use, bindings: List[Binding], via: str, references, depth, out, seen) -> None:
+    def _through_bindings(self, bindings: List[Binding], via: str, references, depth, out, seen) -> None:
         if not bindings:
             out.complete = False
             return
@@ -191,7 +190,7 @@ class Follower:
             self._walk(binding.value, via, depth + 1, out, seen)
 
     def _check_uses(self, binding: Binding, via: str, refs, out: Followed) -> None:
-        if out.blocker is not None or not self.check_uses:
+        if out.blocker is not None:
             return
         for ref in refs:
             if ref is self._origin or self.allowed_use(ref) or is_reporting_use(self.ctx, ref):
@@ -220,10 +219,9 @@ class Follower:
             out.sources.append(Source(None, option.implicit_default, via))
         else:
             self._walk(option.default, via, depth + 1, out, seen)
-        for source in out.sources[before:]:
-            if source.via == via:
-                source.choices = option.choices
-                source.option = option
+        for source in out.sources[before:]:  # (also a default written through a constant)
+            source.choices = option.choices
+            source.option = option
 
 
 # ---------------------------------------------------------------------------------- argparse
