@@ -208,3 +208,10 @@ def test_precision_choice_is_not_reported_in_test_files():
     lightning = "import lightning as L\ntrainer = L.Trainer(precision=16)\n"
     assert codes(check(lightning, "train.py")) == ["AMP405"]
     assert codes(check(lightning, "test_train.py")) == ["AMP406"]  # still a deprecated alias there
+
+
+def test_bf16_autocast_fix_respects_min_torch():
+    text = "import torch\nfor x in loader:\n    with torch.autocast('cuda'):\n        loss = model(x)\n    loss.backward()\n"
+    assert "bfloat16" in fix(text, **{"unsafe-fixes": True})
+    findings = check(text, **{"min-torch": "1.9"})
+    assert codes(findings) == ["AMP401"] and findings[0].fix is None and "1.10" in findings[0].no_fix_reason

@@ -9,11 +9,13 @@ import libcst as cst
 from ampmigrate.analysis.autocasts import Autocast, autocast_dtype_is_changed, autocasts, bf16_spelling
 from ampmigrate.analysis.scalers import find_scalers
 from ampmigrate.analysis.values import Source
+from ampmigrate.api import format_version
 from ampmigrate.diagnostics import Fix
 from ampmigrate.engine.context import rebuild_args
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.precision._common import AMPERE, in_bf16_choice, is_training_file, line_of, recommends_bf16
 
+BF16_AUTOCAST = (1, 10)  # `dtype=` of torch.autocast / torch.cuda.amp.autocast
 _NO_SPACE = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 
 
@@ -42,6 +44,9 @@ class Float16Autocast(Rule):
             f"`{ctx.code(autocast.ref)}(...)` without a dtype runs in float16 on CUDA, which needs loss "
             f"scaling and can overflow; on {AMPERE} bfloat16 has float32's range at the same speed{scaler_note}"
         )
+        if ctx.settings.min_torch < BF16_AUTOCAST:
+            ctx.report(autocast.ref, message, no_fix_reason=_too_old(ctx))
+            return
         torch_name, needs_import = ctx.module_reference(autocast.call, "torch")
         if torch_name is None:
             ctx.report(autocast.ref, message, no_fix_reason="the name `torch` is taken here")
@@ -72,6 +77,8 @@ class Float16Autocast(Rule):
             f"bfloat16 has float32's range at the same speed{scaler_note}"
         )
         reason = followed.blocker or next((s.no_bf16 for s in fp16_sources if s.no_bf16), None)
+        if ctx.settings.min_torch < BF16_AUTOCAST:
+            reason = _too_old(ctx)
         edits: List[Tuple[cst.CSTNode, cst.BaseExpression]] = []
         imports = False
         for source in fp16_sources:
@@ -96,6 +103,13 @@ class Float16Autocast(Rule):
                 builder.require_import("torch")
             fix = shared_fixes[key] = builder.build()
         ctx.report(autocast.dtype_arg.value, message, fix=fix)
+
+
+def _too_old(ctx) -> str:
+    return (
+        f"autocast takes a dtype (and runs bfloat16 on CUDA) from torch {format_version(BF16_AUTOCAST)}; "
+        f"min-torch is {format_version(ctx.settings.min_torch)}"
+    )
 
 
 def _dtype_position(call: cst.Call, autocast: Autocast) -> int:
