@@ -90,6 +90,77 @@ LEGACY_AUTOCAST_STATE: Dict[str, LegacyStateApi] = {
 FLOAT16: FrozenSet[str] = frozenset({"torch.float16", "torch.half"})
 BFLOAT16: FrozenSet[str] = frozenset({"torch.bfloat16"})
 
+# Floating-point torch dtypes by qualified name, and by the attribute name `getattr(torch, name)`
+# takes, each mapped to its canonical name.
+DTYPE_ATTRIBUTES: Dict[str, str] = {
+    "float16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "float32": "float32",
+    "float": "float32",
+    "float64": "float64",
+    "double": "float64",
+}
+TORCH_DTYPES: Dict[str, str] = {f"torch.{name}": canonical for name, canonical in DTYPE_ATTRIBUTES.items()}
+
+# `torch.get_autocast_dtype(device)` when nothing changed it (torch 2.13).
+AUTOCAST_DEFAULT_DTYPE: Dict[str, str] = {
+    "cuda": "float16",
+    "cpu": "bfloat16",
+    "xpu": "float16",
+    "mps": "float16",
+    "hpu": "bfloat16",
+    "xla": "bfloat16",
+    "mtia": "float16",
+    "maia": "bfloat16",
+    "ipu": "float16",
+}
+# Functions that change that default for the whole process.
+SET_AUTOCAST_DTYPE: FrozenSet[str] = frozenset(
+    {"torch.set_autocast_dtype", "torch.set_autocast_gpu_dtype", "torch.set_autocast_cpu_dtype"}
+)
+
+# ------------------------------------------------------------------ training frameworks (AMP_FACTS §5)
+# Hugging Face `TrainingArguments` and the TRL configs that subclass it.
+HF_TRAINING_ARGUMENTS: FrozenSet[str] = frozenset(
+    {
+        "transformers.TrainingArguments",
+        "transformers.Seq2SeqTrainingArguments",
+        "transformers.training_args.TrainingArguments",
+        "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
+    }
+    | {
+        f"trl{module}.{name}"
+        for module in ("", ".trainer")
+        for name in (
+            "SFTConfig", "DPOConfig", "ORPOConfig", "KTOConfig", "CPOConfig", "RewardConfig", "GRPOConfig", "PRMConfig",
+        )
+    }
+)
+# The Lightning `Trainer` and `Fabric`, under every package name Lightning has shipped them in.
+LIGHTNING_TRAINER: FrozenSet[str] = frozenset(
+    f"{package}.{path}"
+    for package in ("lightning", "lightning.pytorch", "pytorch_lightning")
+    for path in ("Trainer", "trainer.Trainer", "trainer.trainer.Trainer")
+)
+LIGHTNING_FABRIC: FrozenSet[str] = frozenset(
+    f"{package}.{path}"
+    for package in ("lightning", "lightning.fabric", "lightning_fabric")
+    for path in ("Fabric", "fabric.Fabric")
+)
+ACCELERATOR: FrozenSet[str] = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+DEEPSPEED_INITIALIZE: FrozenSet[str] = frozenset({"deepspeed.initialize"})
+# Code that keeps fp32 master weights for a `.half()` model itself.
+MASTER_WEIGHT_WRAPPERS: FrozenSet[str] = frozenset(
+    {
+        "apex.fp16_utils.FP16_Optimizer",
+        "apex.fp16_utils.fp16_optimizer.FP16_Optimizer",
+        "apex.fp16_utils.network_to_half",
+        "apex.amp.initialize",
+        "deepspeed.initialize",
+    }
+)
+
 # Gradient clipping functions (the clip must see unscaled gradients).
 CLIP_GRAD: FrozenSet[str] = frozenset(
     {

@@ -14,10 +14,14 @@ SPEC = FIXTURES / "spec"
 
 CASES = [
     ("cuda_amp_deprecated.py", "cuda_amp_deprecated.expected.py", {"select": ["AMP2"]}),
+    ("fp16_on_ampere.py", "fp16_on_ampere.bf16.expected.py", {"unsafe-fixes": True}),
+    ("fp16_on_ampere.py", "fp16_on_ampere.py", {}),  # safe fixes only: unchanged
+    # The apex family's fp16 output, switched to bf16 (the end-to-end apex case comes with AMP1).
+    ("apex_o1_train.fp16.expected.py", "apex_o1_train.bf16.expected.py", {"unsafe-fixes": True}),
 ]
 
 
-@pytest.mark.parametrize("source,expected,options", CASES, ids=[c[1] for c in CASES])
+@pytest.mark.parametrize("source,expected,options", CASES, ids=[f"{c[0]}->{c[1]}" for c in CASES])
 def test_reference_migration(source, expected, options):
     text = (SPEC / source).read_bytes().decode("utf-8")
     engine = Engine(make_settings(options))
@@ -32,3 +36,10 @@ def test_reference_migration(source, expected, options):
 def test_copies_match_shared_spec():
     for path in SHARED_SPEC.glob("*.py"):
         assert filecmp.cmp(path, SPEC / path.name, shallow=False), f"{path.name} drifted from ../shared/spec"
+
+
+def test_fp16_on_ampere_offers_the_bf16_switch_as_an_unsafe_fix():
+    text = (SPEC / "fp16_on_ampere.py").read_bytes().decode("utf-8")
+    findings = Engine(make_settings()).check_text(text, "fp16_on_ampere.py").findings
+    assert [(f.code, f.location.row) for f in findings] == [("AMP401", 8)]
+    assert findings[0].fix is not None and findings[0].fix.applicability == "unsafe"

@@ -239,3 +239,31 @@ def rebuild_args(call: cst.Call, args: Sequence[cst.Arg]) -> cst.Call:
             comma = arg.comma if isinstance(arg.comma, cst.Comma) else sep
         out.append(arg.with_changes(comma=comma))
     return call.with_changes(args=out)
+
+
+def without_items(node: cst.CSTNode, removed: Sequence[cst.CSTNode]) -> cst.CSTNode:
+    """`node` (a dict, list, tuple or set display, a call, or a `from` import) without the
+    `removed` elements, arguments or names, keeping its layout valid: when the last item goes, the one before it takes over
+    its comma (or lack of one), so `{"a": 1, "b": 2}` loses `"b": 2` as `{"a": 1}` and a
+    one-item-per-line literal keeps its closing line.
+    """
+    if isinstance(node, cst.Call):
+        field_name = "args"
+    elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
+        field_name = "names"
+    elif isinstance(node, (cst.Dict, cst.List, cst.Tuple, cst.Set)):
+        field_name = "elements"
+    else:
+        raise TypeError(f"cannot remove items from {type(node).__name__}")
+    items = list(getattr(node, field_name))
+    gone = set(map(id, removed))
+    if not gone <= set(map(id, items)):
+        raise ValueError("a removed item is not an item of the node")
+    kept = [item for item in items if id(item) not in gone]
+    if kept and id(items[-1]) in gone:
+        kept[-1] = kept[-1].with_changes(comma=items[-1].comma)
+    if isinstance(node, cst.Tuple) and len(kept) == 1 and not isinstance(kept[0].comma, cst.Comma):
+        kept[0] = kept[0].with_changes(comma=cst.Comma())  # (x,) stays a tuple
+    if isinstance(node, cst.Tuple) and not kept and not node.lpar:
+        return node.with_changes(elements=[], lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return node.with_changes(**{field_name: kept})

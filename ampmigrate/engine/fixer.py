@@ -29,10 +29,46 @@ class _ApplyChanges(cst.CSTTransformer):
         replacement = self.replacements.get(original_node, _MISSING)
         if replacement is not _MISSING:
             return replacement
+        if isinstance(updated_node, (cst.IndentedBlock, cst.Module)):
+            updated_node = self._keep_separation(original_node, updated_node)
         if isinstance(updated_node, cst.IndentedBlock) and not updated_node.body and original_node.body:
             # Every statement of the block was removed: Python needs one.
             return updated_node.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
         return updated_node
+
+    def _keep_separation(self, original_node, updated_node):
+        """A removed statement's leading blank lines go to the next statement (when it has none),
+        so removing `scaler = GradScaler()` after a blank line does not glue two paragraphs."""
+        body = list(updated_node.body)
+        expected = 0
+        for statement in original_node.body:
+            replacement = self.replacements.get(statement, _MISSING)
+            if replacement is not cst.RemovalSentinel.REMOVE:
+                expected += len(replacement.nodes) if isinstance(replacement, cst.FlattenSentinel) else 1
+        if expected != len(body) or expected == len(original_node.body):
+            return updated_node  # nothing removed here, or removed some other way: leave it
+        index, pending, changed = 0, None, False
+        for statement in original_node.body:
+            replacement = self.replacements.get(statement, _MISSING)
+            if replacement is cst.RemovalSentinel.REMOVE:
+                pending = pending or _leading_blanks(statement)
+                continue
+            if pending and index < len(body) and not _leading_blanks(body[index]):
+                body[index] = body[index].with_changes(leading_lines=[*pending, *body[index].leading_lines])
+                changed = True
+            pending = None
+            index += len(replacement.nodes) if isinstance(replacement, cst.FlattenSentinel) else 1
+        return updated_node.with_changes(body=body) if changed else updated_node
+
+
+def _leading_blanks(statement: cst.CSTNode) -> List[cst.EmptyLine]:
+    """The blank lines (no comment) at the start of a statement's leading lines."""
+    blanks: List[cst.EmptyLine] = []
+    for line in getattr(statement, "leading_lines", ()):
+        if line.comment is not None:
+            break
+        blanks.append(line)
+    return blanks
 
 
 def select_compatible(fixes: Sequence[Fix], names: NameIndex) -> List[Fix]:

@@ -93,6 +93,7 @@ class NameIndex:
         self._in_progress: Set[Tuple[int, int]] = set()
         self._references: Optional[Dict[Binding, List[cst.Name]]] = None
         self._qualified: Optional[List[Tuple[cst.BaseExpression, FrozenSet[str]]]] = None
+        self._by_type: Dict[object, List[cst.CSTNode]] = {}
         module.visit(_Indexer(self))
 
     # ----------------------------------------------------------------------------- structure
@@ -104,6 +105,14 @@ class NameIndex:
         while node is not None:
             yield node
             node = self.parents.get(node)
+
+    def nodes_of_type(self, kinds) -> List[cst.CSTNode]:
+        """Every node of the given type(s), in source order (from the pass's parent map, so no
+        second traversal of the tree)."""
+        found = self._by_type.get(kinds)
+        if found is None:
+            found = self._by_type[kinds] = [node for node in self.parents if isinstance(node, kinds)]
+        return found
 
     def enclosing(self, node: cst.CSTNode, kinds) -> Optional[cst.CSTNode]:
         for ancestor in self.ancestors(node):

@@ -15,6 +15,16 @@ def rule_classes() -> List[type]:
     from ampmigrate.rules.legacy_api.amp205_legacy_autocast_state import LegacyAutocastState
     from ampmigrate.rules.legacy_api.amp206_version_gated_legacy_api import VersionGatedLegacyApi
     from ampmigrate.rules.legacy_api.amp207_autocast_positional_enabled import AutocastPositionalEnabled
+    from ampmigrate.rules.precision.amp401_float16_autocast import Float16Autocast
+    from ampmigrate.rules.precision.amp402_redundant_grad_scaler import RedundantGradScaler
+    from ampmigrate.rules.precision.amp403_hf_fp16_training_args import HfFp16TrainingArgs
+    from ampmigrate.rules.precision.amp404_hf_removed_precision_args import HfRemovedPrecisionArgs
+    from ampmigrate.rules.precision.amp405_lightning_fp16_precision import LightningFp16Precision
+    from ampmigrate.rules.precision.amp406_lightning_precision_alias import LightningPrecisionAlias
+    from ampmigrate.rules.precision.amp407_accelerate_fp16 import AccelerateFp16
+    from ampmigrate.rules.precision.amp408_deepspeed_fp16_config import DeepSpeedFp16Config
+    from ampmigrate.rules.precision.amp409_pure_fp16_training import PureFp16Training
+    from ampmigrate.rules.precision.amp410_legacy_tf32_flags import LegacyTf32Flags
 
     return [
         LegacyAutocast,
@@ -24,6 +34,16 @@ def rule_classes() -> List[type]:
         LegacyAutocastState,
         VersionGatedLegacyApi,
         AutocastPositionalEnabled,
+        Float16Autocast,
+        RedundantGradScaler,
+        HfFp16TrainingArgs,
+        HfRemovedPrecisionArgs,
+        LightningFp16Precision,
+        LightningPrecisionAlias,
+        AccelerateFp16,
+        DeepSpeedFp16Config,
+        PureFp16Training,
+        LegacyTf32Flags,
     ]
 
 

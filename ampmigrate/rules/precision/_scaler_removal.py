@@ -1,0 +1,300 @@
+"""Removing a GradScaler's protocol from a file, or saying why it cannot be removed.
+
+With bf16 autocast a scaler has nothing to do, and with `enabled=False` every one of its
+methods is the identity; removing it is the same program as disabling it:
+
+    scaler = GradScaler(...)               -> (removed)
+    scaler.scale(loss).backward()          -> loss.backward()
+    scaler.unscale_(opt) / scaler.update() -> (removed)
+    scaler.step(opt)                       -> opt.step()
+    scaler.load_state_dict(sd)             -> (removed)
+    {"scaler": scaler.state_dict(), ...}   -> {...}     (the checkpoint entry)
+    ckpt["scaler"] = scaler.state_dict()   -> (removed)
+    scaler.get_scale()                     -> 1.0       (what a disabled scaler returns)
+
+That holds only when the file shows every use: a scaler passed to a function, returned,
+stored elsewhere or tested (`if scaler is not None`), a parameter, or a method outside the list
+keeps the scaler, and the reason says where. An `if`/`for` left with nothing in its body is
+removed with it when its header has no side effects (`if "scaler" in ckpt:`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from ampmigrate.analysis.scalers import Scaler, ScalerUse
+from ampmigrate.analysis.values import snippet
+from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args, without_items
+
+_STATEMENT_ONLY = ("update", "unscale_", "load_state_dict")
+_ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
+
+
+class _Blocked(Exception):
+    """Raised while planning; the message says why the scaler stays."""
+
+
+@dataclass
+class RemovalPlan:
+    changes: List[Tuple[cst.CSTNode, object]] = field(default_factory=list)
+    reason: Optional[str] = None
+
+    def apply_to(self, builder: FixBuilder) -> FixBuilder:
+        for node, new in self.changes:
+            builder.replace(node, new)
+        return builder
+
+
+def plan_removal(ctx: FileContext, scaler: Scaler) -> RemovalPlan:
+    try:
+        return RemovalPlan(_Planner(ctx, scaler).plan())
+    except _Blocked as exc:
+        return RemovalPlan(reason=str(exc))
+
+
+class _Planner:
+    def __init__(self, ctx: FileContext, scaler: Scaler) -> None:
+        self.ctx = ctx
+        self.names = ctx.names
+        self.scaler = scaler
+        self.removed: List[cst.CSTNode] = []  # statements (lines or small statements) to remove
+        self.replaced: Dict[cst.CSTNode, cst.CSTNode] = {}
+        self.dropped_items: Dict[cst.CSTNode, List[cst.CSTNode]] = {}  # container -> items
+
+    def plan(self) -> List[Tuple[cst.CSTNode, object]]:
+        scaler = self.scaler
+        name = f"`{scaler.display}`"
+        for binding in scaler.bindings:
+            if binding.value is not None and binding.value not in scaler.creations:
+                raise _Blocked(
+                    f"{name} is given a value other than a new GradScaler at line {self._line(binding.node)} "
+                    f"(`{snippet(self.ctx, binding.node)}`)"
+                )
+        if not scaler.creations or any(b.value is None for b in scaler.bindings):
+            raise _Blocked(f"{name} is not (only) created in this file: a parameter, or set elsewhere")
+        if scaler.other_refs:
+            ref = scaler.other_refs[0]
+            raise _Blocked(
+                f"{name} is used as a value at line {self._line(ref)} (`{snippet(self.ctx, ref)}`): "
+                "passed, returned, stored or tested there, so removing it needs a hand"
+            )
+        for binding in scaler.bindings:
+            assign = binding.statement
+            if not isinstance(assign, (cst.Assign, cst.AnnAssign)) or len(getattr(assign, "targets", [None])) != 1:
+                raise _Blocked(f"the statement that creates {name} also does something else")
+            self._remove_statement(assign)
+        for use in scaler.uses:
+            self._plan_use(use)
+        for creation in scaler.creations:
+            self._drop_unused_import(creation.func)
+        return self._changes()
+
+    def _drop_unused_import(self, callee: cst.BaseExpression) -> None:
+        """`from torch.amp import GradScaler` goes when the removed creations were its only uses."""
+        if not isinstance(callee, cst.Name):
+            return
+        bindings = self.names.bindings_of(callee)
+        if len(bindings) != 1 or bindings[0].kind != "from-import":
+            return
+        binding = bindings[0]
+        creations = {id(c.func) for c in self.scaler.creations}
+        if any(id(ref) not in creations for ref in self.names.references(binding)):
+            return
+        statement = binding.statement
+        line = self.names.parent(statement)
+        if not isinstance(line, cst.SimpleStatementLine) or isinstance(
+            self.names.parent(self.names.parent(line)), cst.Try
+        ):
+            return  # a try-import fallback keeps its shape
+        if len(statement.names) == 1:
+            self._remove_statement(statement)
+        else:
+            self._drop_item(statement, binding.node)
+
+    # ------------------------------------------------------------------ uses
+    def _plan_use(self, use: ScalerUse) -> None:
+        method, call = use.method, use.call
+        if method == "scale":
+            self.replaced[call] = self._parenthesized(call, self._only_argument(use, "outputs"))
+        elif method == "step":
+            self.replaced[call] = self._optimizer_step(use)
+        elif method in _STATEMENT_ONLY:
+            if not self._is_statement(call):
+                raise self._unsupported(use, "its result is used")
+            self._remove_statement(self.names.parent(call))
+        elif method in ("state_dict", "get_scale"):
+            self._plan_value(use)
+        else:
+            raise self._unsupported(use, "it has no equivalent without a scaler")
+
+    def _plan_value(self, use: ScalerUse) -> None:
+        call = use.call
+        parent = self.names.parent(call)
+        if self._is_statement(call):
+            self._remove_statement(parent)
+        elif isinstance(parent, cst.DictElement) and parent.value is call:
+            self._drop_item(self.names.parent(parent), parent)
+        elif (
+            isinstance(parent, cst.Arg) and parent.keyword is not None and self._is_dict_call(self.names.parent(parent))
+        ):
+            self._drop_item(self.names.parent(parent), parent)
+        elif (
+            isinstance(parent, cst.Assign)
+            and parent.value is call
+            and len(parent.targets) == 1
+            and isinstance(parent.targets[0].target, (cst.Subscript, cst.Attribute))
+        ):
+            self._remove_statement(parent)  # ckpt["scaler"] = scaler.state_dict()
+        elif use.method == "get_scale":
+            self.replaced[call] = cst.Float("1.0")
+        else:
+            raise self._unsupported(use, "its result goes somewhere other than a checkpoint entry")
+
+    def _only_argument(self, use: ScalerUse, keyword: str) -> cst.BaseExpression:
+        args = use.call.args
+        if len(args) != 1 or args[0].star or (args[0].keyword is not None and args[0].keyword.value != keyword):
+            raise self._unsupported(use, "its arguments are not a single value")
+        return args[0].value
+
+    def _optimizer_step(self, use: ScalerUse) -> cst.Call:
+        args = list(use.call.args)
+        if not args or args[0].keyword is not None or args[0].star:
+            raise self._unsupported(use, "the optimizer is not its first positional argument")
+        optimizer = args[0].value
+        if not isinstance(optimizer, _ATOMS):
+            optimizer = optimizer.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        rest = rebuild_args(use.call, args[1:]).args if len(args) > 1 else []
+        return cst.Call(
+            func=cst.Attribute(value=optimizer, attr=cst.Name("step")),
+            args=rest,
+            lpar=use.call.lpar,
+            rpar=use.call.rpar,
+        )
+
+    def _parenthesized(self, call: cst.Call, value: cst.BaseExpression) -> cst.BaseExpression:
+        parent = self.names.parent(call)
+        if (
+            isinstance(parent, cst.Attribute)
+            and parent.value is call
+            and not isinstance(value, _ATOMS)
+            and not value.lpar
+        ):
+            return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        return value
+
+    def _unsupported(self, use: ScalerUse, why: str) -> _Blocked:
+        return _Blocked(f"`{self.ctx.code(use.call)}` at line {self._line(use.call)} cannot be removed: {why}")
+
+    # ------------------------------------------------------------------ statements and items
+    def _is_statement(self, call: cst.Call) -> bool:
+        parent = self.names.parent(call)
+        return isinstance(parent, cst.Expr) and parent.value is call
+
+    def _is_dict_call(self, node: Optional[cst.CSTNode]) -> bool:
+        return (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Name)
+            and node.func.value == "dict"
+            and not self.names.bindings_of(node.func)
+        )
+
+    def _remove_statement(self, small: cst.CSTNode) -> None:
+        line = self.names.parent(small)
+        if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+            self.removed.append(line)
+        else:
+            self.removed.append(small)  # one of several on a line; LibCST keeps the line valid
+
+    def _drop_item(self, container: cst.CSTNode, item: cst.CSTNode) -> None:
+        self.dropped_items.setdefault(container, []).append(item)
+
+    # ------------------------------------------------------------------ putting it together
+    def _changes(self) -> List[Tuple[cst.CSTNode, object]]:
+        removed = self._collapse(set(self.removed))
+        changes: List[Tuple[cst.CSTNode, object]] = []
+        for node in removed:
+            line = self.names.parent(node)
+            if isinstance(node, cst.BaseSmallStatement) and isinstance(line, cst.SimpleStatementLine):
+                continue  # rewritten with its line below
+            changes.append((node, cst.RemovalSentinel.REMOVE))
+        lines = {self.names.parent(n) for n in removed if isinstance(n, cst.BaseSmallStatement)}
+        for line in lines:
+            changes.append((line, self._rewrite_line(line, removed)))
+        changes.extend(
+            (node, new)
+            for node, new in self.replaced.items()
+            if not any(a in lines for a in self.names.ancestors(node))
+        )
+        for container, items in self.dropped_items.items():
+            changes.append((container, without_items(container, items)))
+        targets = [node for node, _ in changes]
+        target_set = set(targets)
+        for node in targets:
+            if any(ancestor in target_set for ancestor in self.names.ancestors(node)):
+                raise _Blocked("two of its uses are nested in one another")
+        return changes
+
+    def _rewrite_line(self, line: cst.SimpleStatementLine, removed) -> cst.CSTNode:
+        """`a(); scaler.update()` -> `a()`: the kept statements, with this plan's replacements
+        inside them, and the last one's semicolon as the line's last had it."""
+        replacements = self.replaced
+
+        class _Replace(cst.CSTTransformer):
+            def on_leave(self, original_node, updated_node):
+                return replacements.get(original_node, updated_node)
+
+        kept = [small.visit(_Replace()) for small in line.body if small not in removed]
+        if not kept:
+            return cst.RemovalSentinel.REMOVE
+        kept[-1] = kept[-1].with_changes(semicolon=line.body[-1].semicolon)
+        return line.with_changes(body=kept)
+
+    def _collapse(self, removed: Set[cst.CSTNode]) -> List[cst.CSTNode]:
+        """An `if`/`for` whose whole body goes, and whose header does nothing, goes too."""
+        changed = True
+        while changed:
+            changed = False
+            for block_owner in {self._block_owner(node) for node in removed} - {None}:
+                body = block_owner.body.body
+                if all(statement in removed for statement in body) and self._removable_header(block_owner):
+                    removed -= set(body)
+                    removed.add(block_owner)
+                    changed = True
+                    break
+        return sorted(removed, key=lambda n: self._line(n))
+
+    def _block_owner(self, statement: cst.CSTNode) -> Optional[cst.CSTNode]:
+        block = self.names.parent(statement)
+        owner = self.names.parent(block) if isinstance(block, cst.IndentedBlock) else None
+        if isinstance(owner, (cst.If, cst.For)) and owner.body is block and owner.orelse is None:
+            if isinstance(owner, cst.If) and isinstance(self.names.parent(owner), cst.If):
+                return None  # an `elif`: removing it would change the chain
+            return owner
+        return None
+
+    def _removable_header(self, owner: cst.CSTNode) -> bool:
+        header = owner.test if isinstance(owner, cst.If) else owner.iter
+        if isinstance(owner, cst.For) and owner.asynchronous is not None:
+            return False
+        return _is_pure(header)
+
+    def _line(self, node: cst.CSTNode) -> int:
+        return self.ctx.position(node).start.line
+
+
+def _is_pure(expression: cst.CSTNode) -> bool:
+    """No calls, awaits, walruses or yields: evaluating it changes nothing."""
+    impure = False
+
+    class _Finder(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            nonlocal impure
+            if isinstance(node, (cst.Call, cst.Await, cst.NamedExpr, cst.Yield, cst.Lambda)):
+                impure = True
+            return not impure
+
+    expression.visit(_Finder())
+    return not impure

@@ -1,0 +1,65 @@
+"""AMP402: a GradScaler whose autocast already runs in bfloat16 -> remove the scaler protocol.
+
+The rule fires only when every autocast of the file is known to run in bfloat16, so it never
+removes a scaler that fp16 code still needs: with AMP401 the fp16 -> bf16 switch comes first
+(round one of `fix`), and this removal follows in the next round, against the switched code.
+"""
+
+from __future__ import annotations
+
+from ampmigrate.analysis.autocasts import autocasts
+from ampmigrate.analysis.scalers import find_scalers
+from ampmigrate.analysis.values import literal_value
+from ampmigrate.rules.base import Rule
+from ampmigrate.rules.precision._common import recommends_bf16
+from ampmigrate.rules.precision._scaler_removal import plan_removal
+
+
+class RedundantGradScaler(Rule):
+    code = "AMP402"
+    triggers = (r"GradScaler",)
+
+    def check(self, ctx) -> None:
+        if not recommends_bf16(ctx):
+            return
+        scalers = find_scalers(ctx.file)
+        if not scalers or not _all_autocasts_bf16(ctx):
+            return
+        for scaler in scalers:
+            if any(_disabled(call) for call in scaler.creations):
+                continue  # switched off on purpose
+            node = scaler.creations[0].func if scaler.creations else (scaler.uses[0].call if scaler.uses else None)
+            if node is None:
+                continue
+            message = (
+                f"`{scaler.display}` scales the loss, but every autocast here runs in bfloat16, which has "
+                "float32's exponent range: no gradient underflows, so the scaler only adds an inf check "
+                "per step (and can still skip steps)"
+            )
+            plan = plan_removal(ctx.file, scaler)
+            if plan.reason is not None:
+                ctx.report(node, message, no_fix_reason=plan.reason)
+                continue
+            fix = plan.apply_to(ctx.fix(f"Remove `{scaler.display}` and its calls (backward and step directly)"))
+            ctx.report(node, message, fix=fix.build())
+
+
+def _all_autocasts_bf16(ctx) -> bool:
+    """Some autocast runs in bf16, and none can run in anything but bf16 or float32 (which
+    autocast does not lower to: `dtype = torch.bfloat16 if amp else torch.float32`)."""
+    seen_bf16 = False
+    for autocast in autocasts(ctx.file):
+        if autocast.disabled:
+            continue
+        dtypes = autocast.dtypes(ctx.file)
+        if dtypes is None or not dtypes <= {"bfloat16", "float32"}:
+            return False
+        seen_bf16 = seen_bf16 or "bfloat16" in dtypes
+    return seen_bf16
+
+
+def _disabled(call) -> bool:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "enabled":
+            return literal_value(arg.value) is False
+    return False

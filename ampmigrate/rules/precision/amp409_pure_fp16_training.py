@@ -1,0 +1,249 @@
+"""AMP409: a model converted to float16 (`.half()`, `.to(torch.float16)`) and then trained.
+
+Only a conversion that is followed, in the same function (or module body), by training the same
+model counts: an optimizer built over `model.parameters()`, or `model.train()`. A `.half()` for
+inference, export or a smaller checkpoint (after training, or with no training in sight) is never
+reported, nor code that keeps float32 master weights itself (apex `FP16_Optimizer`, DeepSpeed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+import libcst as cst
+
+from ampmigrate.analysis.autocasts import DtypeFollower, dtype_name
+from ampmigrate.api import MASTER_WEIGHT_WRAPPERS
+from ampmigrate.rules.base import Rule
+from ampmigrate.rules.precision._common import is_test_file
+
+# Module methods that return the module itself: `model.cuda().half()` converts `model`.
+_CHAINABLE = frozenset({"cuda", "to", "half", "train", "eval", "cpu", "requires_grad_", "float"})
+_OPTIMIZER_PACKAGES = (
+    "torch.optim.",
+    "apex.optimizers.",
+    "bitsandbytes.optim.",
+    "timm.optim.",
+    "transformers.optimization.",
+)
+_OPTIMIZER_EXCLUDED = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
+_HARMLESS_CALLS = frozenset({"print", "len", "isinstance", "id", "type", "repr", "str"})
+
+
+@dataclass(eq=False)
+class _Conversion:
+    call: cst.Call  # model.half() / model.to(torch.float16)
+    target: str  # "model" or "self.model": what is converted
+    statement: cst.CSTNode
+    scope: object
+
+
+class PureFp16Training(Rule):
+    code = "AMP409"
+    triggers = (r"\.half\(|float16|\bhalf\b",)
+
+    def check(self, ctx) -> None:
+        if is_test_file(ctx.path) or ctx.names.find(MASTER_WEIGHT_WRAPPERS):
+            return  # fp32 master weights are kept by the wrapper
+        calls = _calls(ctx)
+        for conversion in self._conversions(ctx, calls):
+            training = self._training_use(ctx, conversion, calls)
+            if training is None:
+                continue
+            what = "`.half()`" if conversion.call.func.attr.value == "half" else "`.to(torch.float16)`"
+            message = (
+                f"`{conversion.target}` is converted to float16 ({what}) and then trained ({training}): the "
+                "optimizer updates float16 weights directly, with no float32 master copy, so small updates "
+                "round away and large gradients overflow; keep the weights in float32 and train under autocast "
+                "(bfloat16, or float16 with a GradScaler)"
+            )
+            ctx.report(
+                conversion.call.func.attr,
+                message,
+                no_fix_reason="the weights must stay float32 and the forward pass move under autocast, which needs a hand",
+            )
+
+    # ------------------------------------------------------------------ conversions
+    def _conversions(self, ctx, calls: List[cst.Call]) -> List[_Conversion]:
+        found = []
+        for call in calls:
+            if not self._converts_to_fp16(ctx, call):
+                continue
+            statement = ctx.names.enclosing(call, cst.BaseSmallStatement)
+            target = None
+            if isinstance(statement, cst.Expr) and statement.value is call:
+                target = _chain_root(ctx, call.func.value)  # model.cuda().half()
+            elif isinstance(statement, cst.Assign) and statement.value is call and len(statement.targets) == 1:
+                target = _target_text(ctx, statement.targets[0].target)  # model = Net().half()
+            if target is not None:
+                found.append(_Conversion(call, target, statement, ctx.names.scope_of(call)))
+        return found
+
+    def _converts_to_fp16(self, ctx, call: cst.Call) -> bool:
+        func = call.func
+        if not isinstance(func, cst.Attribute):
+            return False
+        if func.attr.value == "half":
+            return not call.args
+        if func.attr.value != "to":
+            return False
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value != "dtype":
+                continue
+            followed = DtypeFollower(ctx.file, check_uses=False).follow(arg.value)
+            if followed.complete and followed.sources and followed.values() == {"float16"}:
+                return True
+        return False
+
+    # ------------------------------------------------------------------ training after it
+    def _training_use(self, ctx, conversion: _Conversion, calls: List[cst.Call]) -> Optional[str]:
+        start = _position(ctx, conversion.call)
+        for call in calls:
+            if ctx.names.scope_of(call) is not conversion.scope or _position(ctx, call) <= start:
+                continue
+            func = call.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value == "train"
+                and _text(ctx, func.value) == conversion.target
+                and all(a.value is not None and _is_true(a.value) for a in call.args)
+            ):
+                return self._unless_changed(
+                    ctx, conversion, call, f"`{conversion.target}.train()` at line {_line(ctx, call)}"
+                )
+            qnames = ctx.names.qualified_names(func)
+            if any(q.startswith(_OPTIMIZER_PACKAGES) and not q.startswith(_OPTIMIZER_EXCLUDED) for q in qnames):
+                if call.args and _uses_parameters_of(ctx, call.args[0].value, conversion.target):
+                    return self._unless_changed(
+                        ctx, conversion, call, f"an optimizer over its parameters at line {_line(ctx, call)}"
+                    )
+        return None
+
+    def _unless_changed(self, ctx, conversion: _Conversion, use: cst.Call, what: str) -> Optional[str]:
+        """None when the use does not train what was converted: it sits in another branch of an
+        `if`, or between the two the model is rebound, cast back or handed to other code (which
+        may wrap it, cast it, or attach float32 adapters to it)."""
+        if _exclusive_branches(ctx, conversion.call, use):
+            return None
+        start, end = _position(ctx, conversion.call), _position(ctx, use)
+        between = lambda node: start < _position(ctx, node) < end  # noqa: E731
+        root = conversion.target.split(".")[0]
+        for name, scope in ctx.names.loads.items():
+            if name.value != root or scope is not conversion.scope or not between(name):
+                continue
+            node = name if root == conversion.target else ctx.names.parent(name)
+            if _text(ctx, node) != conversion.target:
+                continue
+            parent = ctx.names.parent(node)
+            if isinstance(parent, cst.Arg):
+                call = ctx.names.parent(parent)
+                if not (isinstance(call.func, cst.Name) and call.func.value in _HARMLESS_CALLS):
+                    return None  # passed to other code
+            if isinstance(parent, cst.Attribute) and parent.value is node and _casts_back(ctx, parent):
+                return None
+        if root == conversion.target:
+            for binding in ctx.names.lookup(root, conversion.scope):
+                if binding.kind == "param" or not between(binding.node):
+                    continue
+                if binding.value is None or _chain_root(ctx, binding.value) != root:
+                    return None  # rebound to something else (`model = get_peft_model(model, ...)`)
+        for store in ctx.names.store_attributes:
+            if (
+                _text(ctx, store) == conversion.target
+                and ctx.names.scope_of(store) is conversion.scope
+                and between(store)
+            ):
+                return None
+        return what
+
+
+def _casts_back(ctx, attribute: cst.Attribute) -> bool:
+    """`model.float()`, `model.to(torch.float32)`: the float16 conversion is undone."""
+    if attribute.attr.value in ("float", "double", "bfloat16"):
+        return True
+    call = ctx.names.parent(attribute)
+    if attribute.attr.value == "to" and isinstance(call, cst.Call):
+        return any(dtype_name(ctx.file, a.value) not in (None, "float16") for a in call.args)
+    return False
+
+
+def _exclusive_branches(ctx, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """True when the two sit in different branches of one `if` (or `try`/`except`)."""
+    second_ancestors = set(ctx.names.ancestors(second))
+    child = first
+    for ancestor in ctx.names.ancestors(first):
+        if ancestor in second_ancestors:
+            if isinstance(ancestor, (cst.If, cst.Try)) and not _same_branch(ctx, ancestor, child, second):
+                return True
+            return False
+        child = ancestor
+    return False
+
+
+def _same_branch(ctx, owner: cst.CSTNode, child: cst.CSTNode, other: cst.CSTNode) -> bool:
+    other_child = other
+    for ancestor in ctx.names.ancestors(other):
+        if ancestor is owner:
+            break
+        other_child = ancestor
+    return other_child is child
+
+
+def _calls(ctx) -> List[cst.Call]:
+    return ctx.names.nodes_of_type(cst.Call)
+
+
+def _chain_root(ctx, node: cst.BaseExpression) -> Optional[str]:
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _CHAINABLE:
+        node = node.func.value
+    return _target_text(ctx, node)
+
+
+def _target_text(ctx, node: cst.BaseExpression) -> Optional[str]:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+        return f"self.{node.attr.value}"
+    return None
+
+
+def _text(ctx, node: cst.CSTNode) -> Optional[str]:
+    if isinstance(node, (cst.Name, cst.Attribute)):
+        return _target_text(ctx, node)
+    return None
+
+
+def _uses_parameters_of(ctx, expression: cst.CSTNode, target: str, depth: int = 0) -> bool:
+    """Does the optimizer's parameter argument hold `target.parameters()` (directly, in param
+    groups, or through a name assigned them: `params = [{"params": model.parameters()}]`)?"""
+    if isinstance(expression, cst.Name) and depth == 0:
+        return any(
+            b.kind == "assign" and b.value is not None and _uses_parameters_of(ctx, b.value, target, depth + 1)
+            for b in ctx.names.bindings_of(expression)
+        )
+    found = False
+
+    class _Finder(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            nonlocal found
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value in ("parameters", "named_parameters"):
+                if _text(ctx, func.value) == target:
+                    found = True
+
+    expression.visit(_Finder())
+    return found
+
+
+def _is_true(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "True"
+
+
+def _position(ctx, node: cst.CSTNode) -> Tuple[int, int]:
+    start = ctx.position(node).start
+    return start.line, start.column
+
+
+def _line(ctx, node: cst.CSTNode) -> int:
+    return ctx.position(node).start.line
