@@ -14,6 +14,7 @@ SPEC = FIXTURES / "spec"
 
 CASES = [
     ("cuda_amp_deprecated.py", "cuda_amp_deprecated.expected.py", {"select": ["AMP2"]}),
+    ("clip_without_unscale.py", "clip_without_unscale.expected.py", {}),
 ]
 
 
