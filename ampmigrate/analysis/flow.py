@@ -462,20 +462,22 @@ class FlowWalker(Generic[F]):
         return state
 
     def _loop(self, loop, state: State) -> State:
+        """A loop is taken to run its body at least once: training loops over batches, epochs
+        and optimizers do, and a zero-iteration path would claim that `for opt in opts:
+        scaler.unscale_(opt)` may not have unscaled anything."""
         head = self.join(state, self.heads.get(loop, {}))
         entry = self.forget(head, self._volatile)
         if isinstance(loop, cst.For):
             entry = self.forget(entry, self.conditions.affected_by(bound_names(loop)))
-        forever = False
         if isinstance(loop, cst.While):
             entry = self.apply(entry, loop.test)
             forever = isinstance(loop.test, (cst.Name, cst.Integer)) and getattr(loop.test, "value", None) in ("True", "1")
-            exit_state = {} if forever else self.assume(entry, loop.test, False)
-            entry = self.assume(entry, loop.test, True)
+            body_entry = self.assume(entry, loop.test, True)
         else:
-            exit_state = head
+            forever = False
+            body_entry = entry
         self._frames.append(_Frame())
-        body_out = self._block(_statements(loop.body), entry)
+        body_out = self._block(_statements(loop.body), body_entry)
         frame = self._frames.pop()
         back = self.join(body_out, *frame.continues)
         stored = self.heads.get(loop, {})
@@ -483,6 +485,13 @@ class FlowWalker(Generic[F]):
         if merged != stored:
             self.heads[loop] = merged
             self._changed = True
+        # Normal exit: the test (or the iterator) fails after an iteration.
+        if forever:
+            exit_state: State = {}
+        elif isinstance(loop, cst.While):
+            exit_state = self.assume(self.apply(self.forget(merged, self._volatile), loop.test), loop.test, False)
+        else:
+            exit_state = merged
         if loop.orelse is not None:
             exit_state = self._block(_statements(loop.orelse.body), exit_state)
         return self.join(exit_state, *frame.breaks)

@@ -353,6 +353,13 @@ class _ProtocolClient(flow.FlowClient):
         # Scenarios (values of stable flags) in which a scaler.step ran: see the module docstring.
         self.step_scenarios: List[flow.Assignment] = []
         self.pending_scenario: List[Tuple[Dict, cst.CSTNode, Event, flow.Assignment]] = []
+        # Optimizers the scaler steps somewhere: `opt.step()` on another path is deliberate.
+        self.analyzer_scaler_steps = {
+            optimizer_key(unit.events.names, use.call.args[0].value).key
+            for scaler in unit.scalers
+            for use in scaler.uses
+            if use.method == "step" and use.call.args
+        }
 
     def join(self, a: Facts, b: Facts) -> Facts:
         return a.join(b)
@@ -442,6 +449,7 @@ class _ProtocolClient(flow.FlowClient):
         if kind == PLAIN_STEP:
             if (
                 record
+                and event.optimizer.key not in self.analyzer_scaler_steps
                 and not facts.unknown
                 and facts.last_scaled
                 and not facts.last_plain

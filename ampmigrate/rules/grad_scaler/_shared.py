@@ -100,3 +100,25 @@ def moved(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
 
 def direct_statements(block: cst.BaseSuite) -> Sequence[cst.CSTNode]:
     return block.body if isinstance(block, cst.IndentedBlock) else ()
+
+
+def remove_statement(fix, names: NameIndex, statement: cst.SimpleStatementLine, keep_clear: cst.CSTNode = None) -> None:
+    """Remove `statement`; the blank lines above it stay, on the statement that follows (unless
+    that one is `keep_clear`, which the same fix changes inside)."""
+    fix.remove(statement)
+    blank = []
+    for line in statement.leading_lines:
+        if line.comment is not None:
+            break
+        blank.append(line)
+    if not blank:
+        return
+    block, index = flow.block_of(names, statement)
+    if block is None or index + 1 >= len(block):
+        return
+    following = block[index + 1]
+    if following is keep_clear or not hasattr(following, "leading_lines"):
+        return
+    if any(line.comment is None for line in following.leading_lines[:1]):
+        return  # it is already set apart
+    fix.replace(following, following.with_changes(leading_lines=[*blank, *following.leading_lines]))

@@ -18,7 +18,7 @@ import libcst as cst
 from ampmigrate.analysis import flow
 from ampmigrate.analysis.scaler_protocol import STEP, UNSCALE, Event, UnitAnalysis, analyses
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.grad_scaler._shared import TRIGGERS, call_statement, callee, direct_statements, moved
+from ampmigrate.rules.grad_scaler._shared import TRIGGERS, call_statement, callee, direct_statements, moved, remove_statement
 
 
 class UnscaleWithoutStep(Rule):
@@ -60,7 +60,7 @@ class UnscaleWithoutStep(Rule):
             return
         statement, before = plan
         fix = ctx.fix("Move the `unscale_` into the branch that steps the optimizer")
-        fix.remove(statement)
+        remove_statement(fix, ctx.names, statement, keep_clear=_owning_if(ctx.names, before))
         fix.insert_before(before, moved(statement))
         ctx.report(callee(call), message, fix=fix.build())
 
@@ -101,3 +101,7 @@ def _stepping_branch(reader, statement: cst.CSTNode, unscale: Event) -> Optional
     if any(e.kind == UNSCALE and e.optimizer == optimizer for child in body for e in reader.of(child)):
         return None  # already unscaled in there: moving would unscale twice
     return next((child for child in body if reader.of(child)), None)
+
+
+def _owning_if(names, statement: cst.CSTNode) -> Optional[cst.CSTNode]:
+    return names.enclosing(statement, (cst.If,))

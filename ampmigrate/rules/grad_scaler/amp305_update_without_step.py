@@ -18,7 +18,7 @@ import libcst as cst
 from ampmigrate.analysis import flow
 from ampmigrate.analysis.scaler_protocol import STEP, UPDATE, Event, UnitAnalysis, analyses
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.grad_scaler._shared import TRIGGERS, call_statement, callee, direct_statements, moved
+from ampmigrate.rules.grad_scaler._shared import TRIGGERS, call_statement, callee, direct_statements, moved, remove_statement
 
 
 class UpdateWithoutStep(Rule):
@@ -40,7 +40,7 @@ class UpdateWithoutStep(Rule):
                     continue
                 statement, after = plan
                 fix = ctx.fix("Move the `update()` right after the step, into the branch that steps")
-                fix.remove(statement)
+                remove_statement(fix, ctx.names, statement)
                 fix.insert_after(after, moved(statement))
                 ctx.report(callee(call), message, fix=fix.build())
 
