@@ -462,10 +462,19 @@ class _ProtocolClient(flow.FlowClient):
         return facts
 
     def finish(self) -> None:
-        """Keep "skipped step" observations only in scenarios where a step can run at all."""
+        """Keep "skipped step" observations only in scenarios where a step can run at all, and
+        clips only where no path unscaled that optimizer before them: code that unscales on one
+        path (`if amp: scaler.unscale_(opt)`) knows the protocol, and its other paths usually
+        run with the scaler disabled."""
         for target, node, event, scenario in self.pending_scenario:
             if any(_compatible(scenario, other) for other in self.step_scenarios):
                 target[node] = event
+        unit = self.unit
+        for clip, finding in list(unit.clip_findings.items()):
+            unscaled = unit.clip_unscaled.get(clip, set())
+            finding.steps = [step for step in finding.steps if step.optimizer not in unscaled]
+            if not finding.steps:
+                del unit.clip_findings[clip]
 
 
 def _compatible(a: flow.Assignment, b: flow.Assignment) -> bool:
