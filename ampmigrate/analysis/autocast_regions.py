@@ -10,7 +10,7 @@ autocast) but marked disabled.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import libcst as cst
 
@@ -49,14 +49,9 @@ def enclosing_region(ctx: FileContext, node: cst.CSTNode, stop: Optional[cst.CST
 
 def _find(names: NameIndex) -> Dict[cst.With, Region]:
     found: Dict[cst.With, Region] = {}
-    withs: List[cst.With] = []
-
-    class _Collect(cst.CSTVisitor):
-        def visit_With(self, node: cst.With) -> None:
-            withs.append(node)
-
-    names.module.visit(_Collect())
-    for statement in withs:
+    for statement in names.parents:  # every node of the module, in source order
+        if not isinstance(statement, cst.With):
+            continue
         for item in statement.items:
             region = _region(names, statement, item)
             if region is not None:

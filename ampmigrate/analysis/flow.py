@@ -335,6 +335,7 @@ class FlowWalker(Generic[F]):
         self._changed = False
         self._frames: List[_Frame] = []
         self._volatile = conditions.volatile()
+        self._rebinds: Dict[int, Set[str]] = {}  # node id -> tracked conditions it invalidates
 
     def run(self, entry: F) -> None:
         """Walk until loop heads are stable, then once more with `record` on. Raises TooComplex."""
@@ -401,6 +402,13 @@ class FlowWalker(Generic[F]):
             raise TooComplex("too many paths")
         return out
 
+    def _invalidated(self, node: cst.CSTNode) -> Set[str]:
+        """Tracked conditions that the names `node` rebinds make stale (cached: walks repeat)."""
+        found = self._rebinds.get(id(node))
+        if found is None:
+            found = self._rebinds[id(node)] = self.conditions.affected_by(bound_names(node))
+        return found
+
     def apply(self, state: State, unit: cst.CSTNode) -> State:
         return {a: self.client.transfer(f, unit, a, self.record) for a, f in state.items()}
 
@@ -416,7 +424,7 @@ class FlowWalker(Generic[F]):
         if isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
             return self._line(statement.body, state)
         if isinstance(statement, _SCOPES):
-            return self.forget(state, self.conditions.affected_by(bound_names(statement)))
+            return self.forget(state, self._invalidated(statement))
         if isinstance(statement, cst.If):
             state = self.apply(state, statement.test)
             taken = self._block(_statements(statement.body), self.assume(state, statement.test, True))
@@ -433,7 +441,7 @@ class FlowWalker(Generic[F]):
         if isinstance(statement, cst.With):
             for item in statement.items:
                 state = self.apply(state, item.item)
-                state = self.forget(state, self.conditions.affected_by(bound_names(item)))
+                state = self.forget(state, self._invalidated(item))
             return self._block(_statements(statement.body), state)
         if isinstance(statement, (cst.Try, cst.TryStar)):
             return self._try(statement, state)
@@ -452,13 +460,12 @@ class FlowWalker(Generic[F]):
             state = self.apply(state, small)
             if isinstance(small, (cst.Return, cst.Raise)):
                 return {}
-            if isinstance(small, cst.Break):
-                self._frames[-1].breaks.append(state) if self._frames else None
+            if isinstance(small, (cst.Break, cst.Continue)):
+                if self._frames:
+                    frame = self._frames[-1]
+                    (frame.breaks if isinstance(small, cst.Break) else frame.continues).append(state)
                 return {}
-            if isinstance(small, cst.Continue):
-                self._frames[-1].continues.append(state) if self._frames else None
-                return {}
-            state = self.forget(state, self.conditions.affected_by(bound_names(small)))
+            state = self.forget(state, self._invalidated(small))
         return state
 
     def _loop(self, loop, state: State) -> State:
@@ -468,7 +475,7 @@ class FlowWalker(Generic[F]):
         head = self.join(state, self.heads.get(loop, {}))
         entry = self.forget(head, self._volatile)
         if isinstance(loop, cst.For):
-            entry = self.forget(entry, self.conditions.affected_by(bound_names(loop)))
+            entry = self.forget(entry, self._invalidated(loop))
         if isinstance(loop, cst.While):
             entry = self.apply(entry, loop.test)
             forever = isinstance(loop.test, (cst.Name, cst.Integer)) and getattr(loop.test, "value", None) in ("True", "1")

@@ -237,19 +237,34 @@ class EventReader:
         self.attribute_scaler = any(s.is_attribute for s in scalers)
         self._cache: Dict[cst.CSTNode, List[Event]] = {}
         self._all: Optional[List[Event]] = None
+        self._ancestors: Dict[int, Set[int]] = {}
 
     def all_events(self) -> List[Event]:
+        """Every event of the function, in evaluation order (one pass over its body)."""
         if self._all is None:
-            self._all = self.of(self.owner.body if isinstance(self.owner, cst.FunctionDef) else self.owner)
+            collector = _EventCollector(self)
+            (self.owner.body if isinstance(self.owner, cst.FunctionDef) else self.owner).visit(collector)
+            self._all = collector.events
         return self._all
 
     def of(self, unit: cst.CSTNode) -> List[Event]:
+        """The events inside `unit` (a statement, an expression), in evaluation order."""
         cached = self._cache.get(unit)
         if cached is None:
-            collector = _EventCollector(self)
-            unit.visit(collector)
-            cached = self._cache[unit] = collector.events
+            key = id(unit)
+            cached = self._cache[unit] = [e for e in self.all_events() if e.node is unit or key in self._above(e.node)]
         return cached
+
+    def _above(self, node: cst.CSTNode) -> Set[int]:
+        found = self._ancestors.get(id(node))
+        if found is None:
+            found = set()
+            for ancestor in self.names.ancestors(node):
+                found.add(id(ancestor))
+                if ancestor is self.owner:
+                    break
+            self._ancestors[id(node)] = found
+        return found
 
     # ------------------------------------------------------------------ one call
     def classify(self, call: cst.Call) -> Optional[Event]:
@@ -647,14 +662,11 @@ class _Analyzer:
                     if use.method in ("step", "unscale_") and use.call.args:
                         scaler_args.add(optimizer_key(self.names, use.call.args[0].value).key)
 
-            class _ZeroGrad(cst.CSTVisitor):
-                def visit_Call(inner, node: cst.Call) -> None:
-                    if isinstance(node.func, cst.Attribute) and node.func.attr.value == "zero_grad":
-                        key = optimizer_key(self.names, node.func.value)
-                        if key.stable:
-                            zero.setdefault(self.owner_of(node), set()).add(key.key)
-
-            self.module.visit(_ZeroGrad())
+            for node in self.names.parents:  # every node of the module
+                if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "zero_grad":
+                    key = optimizer_key(self.names, node.func.value)
+                    if key.stable:
+                        zero.setdefault(self.owner_of(node), set()).add(key.key)
             self._opt_receivers = {k: v | scaler_args for k, v in zero.items()}
             self._opt_receivers[None] = scaler_args
         return self._opt_receivers.get(owner, self._opt_receivers[None])

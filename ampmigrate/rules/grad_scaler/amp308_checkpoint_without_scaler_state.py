@@ -45,7 +45,7 @@ class CheckpointWithoutScalerState(Rule):
             if not optimizers:
                 continue
             display = members[0].display
-            for call in _state_dict_calls(ctx.module):
+            for call in _state_dict_calls(names):
                 receiver = call.func.value
                 if call in reported or optimizer_key(names, receiver) not in optimizers:
                     continue
@@ -58,13 +58,12 @@ class CheckpointWithoutScalerState(Rule):
                 )
 
 
-def _state_dict_calls(module: cst.Module) -> List[cst.Call]:
-    found: List[cst.Call] = []
-
-    class _Visitor(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict" and not node.args:
-                found.append(node)
-
-    module.visit(_Visitor())
-    return found
+def _state_dict_calls(names) -> List[cst.Call]:
+    return [
+        node
+        for node in names.parents  # every node of the module, in source order
+        if isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "state_dict"
+        and not node.args
+    ]
