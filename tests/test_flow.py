@@ -4,7 +4,7 @@ marker calls (`a()`, `b()`, ...) may have run before each `check()`."""
 from __future__ import annotations
 
 import textwrap
-from typing import Dict, FrozenSet, List, Optional, Set
+from typing import FrozenSet, List, Optional
 
 import libcst as cst
 import pytest

@@ -32,7 +32,7 @@ themselves cannot hold together, as in `if args.amp: ...unscale_...` / `if scale
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -201,8 +201,9 @@ class UnitAnalysis:
     entry: str  # "fresh" | "scaled" | "unknown"
     events: "EventReader"
     clip_findings: Dict[cst.CSTNode, ClipFinding] = field(default_factory=dict)
-    # clip -> optimizers possibly unscaled before it on some path; clips an opaque state reached
+    # Every clip (found or not): the optimizers that some path may have unscaled before it ...
     clip_unscaled: Dict[cst.CSTNode, Set[OptimizerKey]] = field(default_factory=dict)
+    # ... clips reached while another clip of the same step was pending, or after an opaque call.
     clip_after_other_clip: Set[cst.CSTNode] = field(default_factory=set)
     clip_unknown: Set[cst.CSTNode] = field(default_factory=set)
     repeat_unscales: Dict[cst.CSTNode, Event] = field(default_factory=dict)
@@ -234,7 +235,6 @@ class EventReader:
         self.scalers = scalers
         self.uses = {use.call: use for s in scalers for use in s.uses}
         self.refs = {id(ref) for s in scalers for ref in s.other_refs}
-        self.attribute_scaler = any(s.is_attribute for s in scalers)
         self._cache: Dict[cst.CSTNode, List[Event]] = {}
         self._all: Optional[List[Event]] = None
         self._ancestors: Dict[int, Set[int]] = {}

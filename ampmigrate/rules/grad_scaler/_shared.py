@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence
 
 import libcst as cst
 
@@ -16,7 +16,6 @@ from ampmigrate.analysis.scaler_protocol import (
     UNSCALE,
     UPDATE,
     ZERO_GRAD,
-    Event,
     EventReader,
     OptimizerKey,
 )
@@ -76,15 +75,6 @@ def step_classifier(reader: EventReader, optimizer: OptimizerKey) -> Callable[[c
         return None
 
     return classify
-
-
-def statement_events(reader: EventReader, statement: cst.CSTNode) -> List[Event]:
-    return reader.of(statement)
-
-
-def protocol_events(reader: EventReader, statement: cst.CSTNode) -> List[Event]:
-    """Events of `statement` other than clips/reads (those never block moving a call past them)."""
-    return [e for e in reader.of(statement) if e.kind != "clip"]
 
 
 def line_of(ctx, code: str) -> cst.SimpleStatementLine:

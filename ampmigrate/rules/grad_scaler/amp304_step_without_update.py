@@ -9,9 +9,7 @@ the function when all its steps are lines of one block (the docs: one update aft
 
 from __future__ import annotations
 
-from typing import List, Optional
-
-import libcst as cst
+from typing import List
 
 from ampmigrate.analysis import flow
 from ampmigrate.analysis.scaler_protocol import STEP, UPDATE, Event, UnitAnalysis, analyses

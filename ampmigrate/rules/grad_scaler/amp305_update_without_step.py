@@ -16,7 +16,7 @@ from typing import Optional, Tuple
 import libcst as cst
 
 from ampmigrate.analysis import flow
-from ampmigrate.analysis.scaler_protocol import STEP, UPDATE, Event, UnitAnalysis, analyses
+from ampmigrate.analysis.scaler_protocol import STEP, UPDATE, UnitAnalysis, analyses
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.grad_scaler._shared import TRIGGERS, call_statement, callee, direct_statements, moved, remove_statement
 

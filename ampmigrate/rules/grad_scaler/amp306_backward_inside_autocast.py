@@ -10,7 +10,7 @@ backward's dtypes come from the forward pass.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import libcst as cst
 
