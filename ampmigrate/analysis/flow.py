@@ -504,14 +504,17 @@ class FlowWalker(Generic[F]):
         return self.join(exit_state, *frame.breaks)
 
     def _try(self, statement, state: State) -> State:
-        seen = [state]
+        """Handlers start from the state after any statement of the body. Not from the state
+        before it: a path that raises at once and then runs the handler (or `finally`) is an
+        error path the rules should not reason about."""
+        seen = []
         current = state
         for inner in _statements(statement.body):
             if not current:
                 break
             current = self._statement(inner, current)
             seen.append(current)
-        handler_in = self.join(*seen)
+        handler_in = self.join(*seen) if seen else state
         outs = []
         for handler in statement.handlers:
             outs.append(self._block(_statements(handler.body), handler_in))

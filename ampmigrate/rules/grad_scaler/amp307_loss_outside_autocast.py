@@ -10,7 +10,7 @@ and backpropagated. The fix moves the loss statement into the region when it dir
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import FrozenSet, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -19,7 +19,7 @@ from ampmigrate.analysis.scaler_protocol import SCALED_BACKWARD, UnitAnalysis, a
 from ampmigrate.api import FP32_AUTOCAST_LOSS_CLASSES, FP32_AUTOCAST_LOSSES
 from ampmigrate.engine.names import Binding
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.grad_scaler._shared import TRIGGERS, in_block, moved
+from ampmigrate.rules.grad_scaler._shared import TRIGGERS, in_block, moved, remove_statement
 
 # Methods that change a tensor's shape but keep its dtype (a cast would make the input float32).
 _SHAPE_METHODS = frozenset(
@@ -80,8 +80,8 @@ class LossOutsideAutocast(Rule):
 
     def _report(self, ctx, binding: Binding, call: cst.Call, region: Region) -> None:
         message = (
-            f"`{ctx.code(call.func)}` runs outside `{ctx.code(region.item.item)}` on its float16 output, so the loss "
-            "is computed in float16; inside the region autocast computes it in float32"
+            f"`{ctx.code(call.func)}(...)` runs after the `with {ctx.code(region.item.item)}` block on its float16 "
+            "output, so the loss is computed in float16; inside the block autocast computes it in float32"
         )
         reason, line = _move_plan(ctx, binding, call, region)
         if reason is not None:
@@ -90,7 +90,7 @@ class LossOutsideAutocast(Rule):
         body = region.statement.body
         fix = ctx.fix("Move the loss computation into the autocast block")
         fix.replace(region.statement, region.statement.with_changes(body=body.with_changes(body=[*body.body, moved(line)])))
-        fix.remove(line)
+        remove_statement(fix, ctx.names, line)
         ctx.report(call.func, message, fix=fix.build())
 
 
@@ -130,9 +130,29 @@ def _loss_in(ctx, value: cst.BaseExpression) -> Optional[cst.Call]:
     names = ctx.names
     if names.qualified_names(value.func) & FP32_AUTOCAST_LOSSES:
         return value
-    if names.instance_classes(value.func) & FP32_AUTOCAST_LOSS_CLASSES:
+    if _module_classes(names, value.func) & FP32_AUTOCAST_LOSS_CLASSES:
         return value
     return None
+
+
+def _module_classes(names, expr: cst.BaseExpression) -> FrozenSet[str]:
+    """Classes of a loss module, also when made as `nn.CrossEntropyLoss().cuda()` / `.to(device)`."""
+    classes = names.instance_classes(expr)
+    if classes or not isinstance(expr, cst.Name):
+        return classes
+    found: Set[str] = set()
+    for binding in names.bindings_of(expr):
+        value = binding.value
+        while (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in ("cuda", "to", "cpu")
+            and isinstance(value.func.value, cst.Call)
+        ):
+            value = value.func.value
+        if isinstance(value, cst.Call):
+            found |= names.qualified_names(value.func)
+    return frozenset(found)
 
 
 def _tensor_root(expr: cst.BaseExpression) -> Optional[cst.Name]:
