@@ -287,3 +287,20 @@ def test_disabled_scalers_are_ignored():
         """
     )
     assert "train" not in units
+
+
+def test_keyword_optimizer_arguments_are_read():
+    units = _units(
+        """
+        def train(model, loader, opt):
+            scaler = torch.amp.GradScaler("cuda")
+            for x in loader:
+                scaler.scale(model(x)).backward()
+                scaler.unscale_(optimizer=opt)
+                clip(model.parameters(), 1.0)
+                scaler.step(optimizer=opt)
+                scaler.update()
+        """
+    )
+    unit = units["train"]
+    assert unit.clip_findings == {} and not unit.double_unscales and not unit.repeat_unscales

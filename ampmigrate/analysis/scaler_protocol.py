@@ -272,9 +272,9 @@ class EventReader:
         use = self.uses.get(call)
         if use is not None:
             if use.method in ("unscale_", "step"):
-                if not call.args or call.args[0].keyword is not None or call.args[0].star:
+                expr = optimizer_argument(call)
+                if expr is None:
                     return Event(OPAQUE, call, detail="call without an optimizer argument")
-                expr = call.args[0].value
                 kind = UNSCALE if use.method == "unscale_" else STEP
                 return Event(kind, call, optimizer_key(names, expr), expr, receiver=use.receiver)
             if use.method == "update":
@@ -329,6 +329,16 @@ class EventReader:
         return None
 
 
+def optimizer_argument(call: cst.Call) -> Optional[cst.BaseExpression]:
+    """The optimizer of `scaler.step(opt)` / `scaler.unscale_(optimizer=opt)`."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "optimizer":
+            return arg.value
+    if call.args and call.args[0].keyword is None and not call.args[0].star:
+        return call.args[0].value
+    return None
+
+
 def _first_argument(call: cst.Call) -> Optional[cst.BaseExpression]:
     return call.args[0].value if call.args and call.args[0].keyword is None and not call.args[0].star else None
 
@@ -370,10 +380,10 @@ class _ProtocolClient(flow.FlowClient):
         self.pending_scenario: List[Tuple[Dict, cst.CSTNode, Event, flow.Assignment]] = []
         # Optimizers the scaler steps somewhere: `opt.step()` on another path is deliberate.
         self.analyzer_scaler_steps = {
-            optimizer_key(unit.events.names, use.call.args[0].value).key
+            optimizer_key(unit.events.names, optimizer_argument(use.call)).key
             for scaler in unit.scalers
             for use in scaler.uses
-            if use.method == "step" and use.call.args
+            if use.method == "step" and optimizer_argument(use.call) is not None
         }
 
     def join(self, a: Facts, b: Facts) -> Facts:
@@ -659,8 +669,9 @@ class _Analyzer:
             scaler_args: Set[Tuple] = set()
             for scaler in self.scalers:
                 for use in scaler.uses:
-                    if use.method in ("step", "unscale_") and use.call.args:
-                        scaler_args.add(optimizer_key(self.names, use.call.args[0].value).key)
+                    expr = optimizer_argument(use.call) if use.method in ("step", "unscale_") else None
+                    if expr is not None:
+                        scaler_args.add(optimizer_key(self.names, expr).key)
 
             for node in self.names.parents:  # every node of the module
                 if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "zero_grad":

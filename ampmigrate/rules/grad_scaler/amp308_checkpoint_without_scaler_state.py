@@ -12,7 +12,7 @@ from typing import List, Set
 
 import libcst as cst
 
-from ampmigrate.analysis.scaler_protocol import optimizer_key
+from ampmigrate.analysis.scaler_protocol import optimizer_argument, optimizer_key
 from ampmigrate.analysis.scalers import escapes, family, find_scalers
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.grad_scaler._shared import TRIGGERS
@@ -35,12 +35,8 @@ class CheckpointWithoutScalerState(Rule):
                 continue
             if any(m.calls("state_dict") for m in members) or any(escapes(names, m) for m in members):
                 continue  # saved, or handed to code that may save it
-            optimizers = {
-                optimizer_key(names, use.call.args[0].value)
-                for m in members
-                for use in m.uses
-                if use.method in ("step", "unscale_") and use.call.args
-            }
+            arguments = [optimizer_argument(u.call) for m in members for u in m.uses if u.method in ("step", "unscale_")]
+            optimizers = {optimizer_key(names, arg) for arg in arguments if arg is not None}
             optimizers = {key for key in optimizers if key.stable}
             if not optimizers:
                 continue
