@@ -23,6 +23,11 @@ Only conditions whose branches hold something the client cares about are remembe
 number of distinct paths stays small (capped: beyond it the walk gives up, and rules stay
 silent rather than guess).
 
+Two deliberate approximations, both toward silence: a loop runs its body at least once (a
+training loop over batches, or `for opt in optimizers: scaler.unscale_(opt)`, is never empty in
+practice), and an `except`/`finally` block starts from the state after some statement of the
+`try` body ran (a path that raised before anything happened is an error path, not a protocol).
+
 `reaches(...)` answers the forward question a fix needs: from this statement, does every path
 reach a given event before a disqualifying one (and before the loop iterates again)?
 """
