@@ -161,7 +161,8 @@ MASTER_WEIGHT_WRAPPERS: FrozenSet[str] = frozenset(
     }
 )
 
-# Gradient clipping functions (the clip must see unscaled gradients).
+# Gradient clipping functions (the clip must see unscaled gradients), under every path torch
+# exports them from, and the helpers of libraries that call them.
 CLIP_GRAD: FrozenSet[str] = frozenset(
     {
         "torch.nn.utils.clip_grad_norm_",
@@ -169,7 +170,66 @@ CLIP_GRAD: FrozenSet[str] = frozenset(
         "torch.nn.utils.clip_grad_norm",
         "torch.nn.utils.clip_grad.clip_grad_norm_",
         "torch.nn.utils.clip_grad.clip_grad_value_",
+        "torch.nn.utils.clip_grad.clip_grad_norm",
+        "torch.nn.utils.clip_grads_with_norm_",  # 2.6+
+        "torch.nn.utils.clip_grad.clip_grads_with_norm_",
+        "timm.utils.dispatch_clip_grad",
+        "timm.utils.clip_grad.dispatch_clip_grad",
     }
+)
+# `<module>.clip_grad_norm_(max_norm)`: FSDP's (and DeepSpeed's) method form of the same clip.
+CLIP_GRAD_METHODS: FrozenSet[str] = frozenset({"clip_grad_norm_", "clip_grad_value_"})
+# Functions that compute a norm of the tensors they are given: applied to `.grad`, a grad-norm read.
+NORM_FUNCTIONS: FrozenSet[str] = frozenset(
+    {
+        "torch.norm",
+        "torch.linalg.norm",
+        "torch.linalg.vector_norm",
+        "torch.nn.utils.get_total_norm",  # 2.6+
+        "torch.nn.utils.clip_grad.get_total_norm",
+        "torch._foreach_norm",
+    }
+)
+# Tensor methods whose result on `p.grad` depends on the gradient's magnitude (norms, clamps).
+GRAD_MAGNITUDE_METHODS: FrozenSet[str] = frozenset(
+    {"norm", "abs", "pow", "square", "clamp", "clamp_", "clip", "clip_"}
+)
+# Classes whose `clip_grad_norm_` / `backward` unscale with their own scaler (never flagged).
+SELF_UNSCALING: FrozenSet[str] = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+# LightningModule: its hooks run under Lightning's own precision plugin, which unscales.
+LIGHTNING_MODULE: FrozenSet[str] = frozenset(
+    {
+        "pytorch_lightning.LightningModule",
+        "pytorch_lightning.core.LightningModule",
+        "pytorch_lightning.core.module.LightningModule",
+        "lightning.LightningModule",
+        "lightning.pytorch.LightningModule",
+        "lightning.pytorch.core.LightningModule",
+        "lightning.pytorch.core.module.LightningModule",
+    }
+)
+# Optimizer classes (instances of these are what `scaler.step(...)` takes).
+OPTIMIZER_MODULES: Tuple[str, ...] = ("torch.optim.", "apex.optimizers.", "bitsandbytes.optim.", "timm.optim.")
+NOT_OPTIMIZER_MODULES: Tuple[str, ...] = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
+OPTIMIZER_CLASSES: FrozenSet[str] = frozenset({"transformers.AdamW", "transformers.optimization.AdamW"})
+
+# Losses that autocast runs in float32 (the CUDA "autocast to float32" op list): computed
+# outside the autocast region on float16 outputs, they run in float16 instead.
+_FP32_LOSS_FUNCTIONS = (
+    "binary_cross_entropy_with_logits", "cosine_embedding_loss", "cross_entropy", "hinge_embedding_loss",
+    "kl_div", "l1_loss", "margin_ranking_loss", "mse_loss", "multilabel_margin_loss",
+    "multi_margin_loss", "nll_loss", "poisson_nll_loss", "smooth_l1_loss", "soft_margin_loss",
+    "triplet_margin_loss",
+)
+_FP32_LOSS_MODULES = (
+    "BCEWithLogitsLoss", "CosineEmbeddingLoss", "CrossEntropyLoss", "HingeEmbeddingLoss", "KLDivLoss",
+    "L1Loss", "MarginRankingLoss", "MSELoss", "MultiLabelMarginLoss", "MultiMarginLoss", "NLLLoss",
+    "PoissonNLLLoss", "SmoothL1Loss", "SoftMarginLoss", "TripletMarginLoss",
+)
+FP32_AUTOCAST_LOSSES: FrozenSet[str] = frozenset(f"torch.nn.functional.{name}" for name in _FP32_LOSS_FUNCTIONS)
+FP32_AUTOCAST_LOSS_CLASSES: FrozenSet[str] = frozenset(
+    {f"torch.nn.{name}" for name in _FP32_LOSS_MODULES}
+    | {f"torch.nn.modules.loss.{name}" for name in _FP32_LOSS_MODULES}
 )
 
 

@@ -4,6 +4,9 @@ For each `<case>.py`:
 - `<case>.findings` lists what `check` reports, one `row:col CODE` per line (required);
 - `<case>.expected.py` is what `fix` turns it into (absent: `fix` must leave it byte-identical);
 - `cases.toml` may give a case settings: `[case] select = [...]`, `unsafe-fixes = true`, ...
+  By default a case selects its own family (AMP3 for tests/fixtures/AMP301/), so other families'
+  findings don't churn its golden files; composition across families is tested where a case
+  selects more (and in tests/test_spec.py).
 Every fixed output must parse, be a fixed point (fixing it again changes nothing), and the
 pre-filter must not drop any finding (checked by running the rules with the filter bypassed).
 
@@ -40,7 +43,8 @@ def _cases():
         for case in sorted(directory.glob("*.py")):
             if case.name.endswith(".expected.py"):
                 continue
-            yield pytest.param(case, options.get(case.stem, {}), id=f"{directory.name}/{case.stem}")
+            case_options = {"select": [directory.name[:4]], **options.get(case.stem, {})}
+            yield pytest.param(case, case_options, id=f"{directory.name}/{case.stem}")
 
 
 CASES = list(_cases())

@@ -18,6 +18,7 @@ CASES = [
     ("fp16_on_ampere.py", "fp16_on_ampere.py", {}),  # safe fixes only: unchanged
     # The apex family's fp16 output, switched to bf16 (the end-to-end apex case comes with AMP1).
     ("apex_o1_train.fp16.expected.py", "apex_o1_train.bf16.expected.py", {"unsafe-fixes": True}),
+    ("clip_without_unscale.py", "clip_without_unscale.expected.py", {}),
 ]
 
 

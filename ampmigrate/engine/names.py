@@ -262,12 +262,12 @@ class NameIndex:
         """For `self.attr` inside a method: the `self.attr = ...` bindings of its class."""
         if not isinstance(node.value, cst.Name):
             return []
-        class_scope = self._method_class_scope(node.value)
+        class_scope = self.method_class_scope(node.value)
         if class_scope is None:
             return []
         return class_scope.self_attrs.get(node.attr.value, [])
 
-    def _method_class_scope(self, name: cst.Name) -> Optional[Scope]:
+    def method_class_scope(self, name: cst.Name) -> Optional[Scope]:
         """If `name` is the first parameter of a method (its `self`), the class's scope."""
         for binding in self.bindings_of(name):
             if binding.kind != "param":

@@ -15,6 +15,14 @@ def rule_classes() -> List[type]:
     from ampmigrate.rules.legacy_api.amp205_legacy_autocast_state import LegacyAutocastState
     from ampmigrate.rules.legacy_api.amp206_version_gated_legacy_api import VersionGatedLegacyApi
     from ampmigrate.rules.legacy_api.amp207_autocast_positional_enabled import AutocastPositionalEnabled
+    from ampmigrate.rules.grad_scaler.amp301_clip_without_unscale import ClipWithoutUnscale
+    from ampmigrate.rules.grad_scaler.amp302_unscale_without_step import UnscaleWithoutStep
+    from ampmigrate.rules.grad_scaler.amp303_optimizer_step_bypasses_scaler import OptimizerStepBypassesScaler
+    from ampmigrate.rules.grad_scaler.amp304_step_without_update import StepWithoutUpdate
+    from ampmigrate.rules.grad_scaler.amp305_update_without_step import UpdateWithoutStep
+    from ampmigrate.rules.grad_scaler.amp306_backward_inside_autocast import BackwardInsideAutocast
+    from ampmigrate.rules.grad_scaler.amp307_loss_outside_autocast import LossOutsideAutocast
+    from ampmigrate.rules.grad_scaler.amp308_checkpoint_without_scaler_state import CheckpointWithoutScalerState
     from ampmigrate.rules.precision.amp401_float16_autocast import Float16Autocast
     from ampmigrate.rules.precision.amp402_redundant_grad_scaler import RedundantGradScaler
     from ampmigrate.rules.precision.amp403_hf_fp16_training_args import HfFp16TrainingArgs
@@ -34,6 +42,14 @@ def rule_classes() -> List[type]:
         LegacyAutocastState,
         VersionGatedLegacyApi,
         AutocastPositionalEnabled,
+        ClipWithoutUnscale,
+        UnscaleWithoutStep,
+        OptimizerStepBypassesScaler,
+        StepWithoutUpdate,
+        UpdateWithoutStep,
+        BackwardInsideAutocast,
+        LossOutsideAutocast,
+        CheckpointWithoutScalerState,
         Float16Autocast,
         RedundantGradScaler,
         HfFp16TrainingArgs,

@@ -1,0 +1,65 @@
+"""AMP308: a checkpoint saves the optimizer's state but not the GradScaler's.
+
+The loss scale is training state like the optimizer's moments: it has grown or backed off to fit
+the model's gradients. A run resumed without it restarts at the initial scale (2**16 by default),
+typically overflows and skips steps until it has backed off again, and its growth schedule starts
+over. Informational: the checkpoint format is the user's to change.
+"""
+
+from __future__ import annotations
+
+from typing import List, Set
+
+import libcst as cst
+
+from ampmigrate.analysis.scaler_protocol import optimizer_argument, optimizer_key
+from ampmigrate.analysis.scalers import escapes, family, find_scalers
+from ampmigrate.rules.base import Rule
+from ampmigrate.rules.grad_scaler._shared import TRIGGERS
+
+
+class CheckpointWithoutScalerState(Rule):
+    code = "AMP308"
+    triggers = TRIGGERS
+
+    def check(self, ctx) -> None:
+        names = ctx.names
+        seen: List[int] = []
+        reported: Set[cst.CSTNode] = set()
+        for scaler in find_scalers(ctx.file):
+            members = family(scaler)
+            if id(members[0]) in seen:
+                continue
+            seen.extend(id(m) for m in members)
+            if scaler.disabled or not any(m.calls("scale") for m in members):
+                continue
+            if any(m.calls("state_dict") for m in members) or any(escapes(names, m) for m in members):
+                continue  # saved, or handed to code that may save it
+            arguments = [optimizer_argument(u.call) for m in members for u in m.uses if u.method in ("step", "unscale_")]
+            optimizers = {optimizer_key(names, arg) for arg in arguments if arg is not None}
+            optimizers = {key for key in optimizers if key.stable}
+            if not optimizers:
+                continue
+            display = members[0].display
+            for call in _state_dict_calls(names):
+                receiver = call.func.value
+                if call in reported or optimizer_key(names, receiver) not in optimizers:
+                    continue
+                reported.add(call)
+                ctx.report(
+                    call.func,
+                    f"`{ctx.code(call)}` is saved but the scaler's state is not: a resumed run restarts the loss scale "
+                    f"at its initial value and may skip steps until it backs off; save `{display}.state_dict()` "
+                    f"too and restore it with `{display}.load_state_dict(...)`",
+                )
+
+
+def _state_dict_calls(names) -> List[cst.Call]:
+    return [
+        node
+        for node in names.parents  # every node of the module, in source order
+        if isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "state_dict"
+        and not node.args
+    ]
