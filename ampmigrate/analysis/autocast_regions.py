@@ -2,9 +2,9 @@
 
 An autocast region is a `with` statement one of whose items is an autocast context: a call of any
 autocast spelling (`torch.autocast("cuda")`, `torch.amp.autocast(...)`, the deprecated
-`torch.cuda.amp.autocast()`), or a name bound to one (`ctx = torch.autocast("cuda")`). A region
-whose `enabled=` is the literal `False` is kept (code inside it deliberately runs outside
-autocast) but marked disabled.
+`torch.cuda.amp.autocast()`), or a name bound to one (`ctx = torch.autocast("cuda")`). Its dtype
+and `enabled=` come from `analysis/autocasts.py`. A region whose `enabled=` is the literal `False`
+is kept (code inside it deliberately runs outside autocast) but marked disabled.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Dict, Optional
 
 import libcst as cst
 
-from ampmigrate.api import ANY_AUTOCAST, BFLOAT16, FLOAT16, LEGACY_API
+from ampmigrate.analysis.autocasts import autocasts
+from ampmigrate.api import ANY_AUTOCAST
 from ampmigrate.engine.context import FileContext
-from ampmigrate.engine.names import NameIndex
 
 
 @dataclass(eq=False)
@@ -24,7 +24,7 @@ class Region:
     statement: cst.With
     item: cst.WithItem
     call: Optional[cst.Call]  # the autocast call (None when the item is a name bound to one)
-    enabled: Optional[bool]  # the literal `enabled=`, if any
+    enabled: Optional[bool]  # False when `enabled=False` is written literally, else None
     float16: Optional[bool]  # True: float16; False: another dtype (bfloat16); None: not known
 
     @property
@@ -33,7 +33,7 @@ class Region:
 
 
 def regions(ctx: FileContext) -> Dict[cst.With, Region]:
-    return ctx.shared("autocast_regions", lambda: _find(ctx.names))
+    return ctx.shared("autocast_regions", lambda: _find(ctx))
 
 
 def enclosing_region(ctx: FileContext, node: cst.CSTNode, stop: Optional[cst.CSTNode] = None) -> Optional[Region]:
@@ -47,65 +47,35 @@ def enclosing_region(ctx: FileContext, node: cst.CSTNode, stop: Optional[cst.CST
     return None
 
 
-def _find(names: NameIndex) -> Dict[cst.With, Region]:
+def _find(ctx: FileContext) -> Dict[cst.With, Region]:
+    """Regions from the file's autocasts (analysis/autocasts.py reads their dtype and `enabled`)."""
+    by_call = {a.call: a for a in autocasts(ctx) if a.call is not None}
+    names = ctx.names
     found: Dict[cst.With, Region] = {}
-    for statement in names.parents:  # every node of the module, in source order
-        if not isinstance(statement, cst.With):
-            continue
+    for statement in names.nodes_of_type(cst.With):
         for item in statement.items:
-            region = _region(names, statement, item)
+            region = _region(ctx, by_call, statement, item)
             if region is not None:
                 found[statement] = region
                 break
     return found
 
 
-def _region(names: NameIndex, statement: cst.With, item: cst.WithItem) -> Optional[Region]:
+def _region(ctx: FileContext, by_call, statement: cst.With, item: cst.WithItem) -> Optional[Region]:
     expr = item.item
-    call: Optional[cst.Call] = None
-    if isinstance(expr, cst.Call) and names.qualified_names(expr.func) & ANY_AUTOCAST:
-        call = expr
+    names = ctx.names
+    if isinstance(expr, cst.Call):
+        autocast = by_call.get(expr)
+        if autocast is None:
+            return None
     elif isinstance(expr, cst.Name) and names.instance_classes(expr) & ANY_AUTOCAST:
-        bindings = names.bindings_of(expr)
+        bindings = names.bindings_of(expr)  # ctx = torch.autocast("cuda"); with ctx: ...
         values = [b.value for b in bindings if isinstance(b.value, cst.Call)]
-        call = values[0] if len(values) == 1 and len(bindings) == 1 else None
+        autocast = by_call.get(values[0]) if len(values) == 1 and len(bindings) == 1 else None
+        if autocast is None:
+            return Region(statement, item, None, None, None)
     else:
         return None
-    if call is None:
-        return Region(statement, item, None, None, None)
-    return Region(statement, item, call, _enabled(call), _float16(names, call))
-
-
-def _keyword(call: cst.Call, name: str) -> Optional[cst.BaseExpression]:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == name:
-            return arg.value
-    return None
-
-
-def _enabled(call: cst.Call) -> Optional[bool]:
-    value = _keyword(call, "enabled")
-    if isinstance(value, cst.Name) and value.value in ("True", "False"):
-        return value.value == "True"
-    return None
-
-
-def _float16(names: NameIndex, call: cst.Call) -> Optional[bool]:
-    dtype = _keyword(call, "dtype")
-    if dtype is not None:
-        qnames = names.qualified_names(dtype)
-        if qnames and qnames <= FLOAT16:
-            return True
-        if qnames and qnames <= BFLOAT16:
-            return False
-        return None
-    # No dtype: the device's default (float16 on cuda, bfloat16 on cpu).
-    legacy = [LEGACY_API[q] for q in names.qualified_names(call.func) if q in LEGACY_API]
-    if legacy:
-        return legacy[0].device == "cuda"
-    device = _keyword(call, "device_type")
-    if device is None and call.args and call.args[0].keyword is None:
-        device = call.args[0].value
-    if isinstance(device, cst.SimpleString):
-        return {"cuda": True, "cpu": False}.get(device.evaluated_value)
-    return None
+    dtypes = autocast.dtypes(ctx)
+    float16 = None if dtypes is None or ("float16" in dtypes and len(dtypes) > 1) else "float16" in dtypes
+    return Region(statement, item, autocast.call, False if autocast.disabled else None, float16)
