@@ -39,7 +39,7 @@ from typing import Callable, Dict, FrozenSet, Generic, Iterable, List, Optional,
 
 import libcst as cst
 
-from ampmigrate.engine.names import NameIndex
+from ampmigrate.engine.names import NameIndex, dotted
 
 F = TypeVar("F")
 Assignment = FrozenSet[Tuple[str, bool]]
@@ -77,15 +77,6 @@ def _strip_parens(node: cst.BaseExpression) -> cst.BaseExpression:
     if getattr(node, "lpar", None):
         return node.with_changes(lpar=[], rpar=[])
     return node
-
-
-def dotted(node: cst.CSTNode) -> Optional[str]:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        base = dotted(node.value)
-        return None if base is None else f"{base}.{node.attr.value}"
-    return None
 
 
 class Conditions:

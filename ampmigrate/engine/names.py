@@ -335,11 +335,12 @@ class NameIndex:
 
 
 # --------------------------------------------------------------------------------- the pass
-def _dotted(node: cst.BaseExpression) -> Optional[str]:
+def dotted(node: cst.CSTNode) -> Optional[str]:
+    """`a.b.c` for a Name/Attribute chain, else None."""
     if isinstance(node, cst.Name):
         return node.value
     if isinstance(node, cst.Attribute):
-        base = _dotted(node.value)
+        base = dotted(node.value)
         return None if base is None else f"{base}.{node.attr.value}"
     return None
 
@@ -500,7 +501,7 @@ class _Indexer(cst.CSTVisitor):
     def visit_Import(self, node: cst.Import) -> None:
         self.skip_names += 1
         for alias in node.names:
-            dotted = _dotted(alias.name)
+            dotted = dotted(alias.name)
             if dotted is None:
                 continue
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
@@ -514,7 +515,7 @@ class _Indexer(cst.CSTVisitor):
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         self.skip_names += 1
-        module = _dotted(node.module) if node.module is not None else None
+        module = dotted(node.module) if node.module is not None else None
         relative = bool(node.relative)
         if isinstance(node.names, cst.ImportStar):
             self.ix.has_star_import = True
