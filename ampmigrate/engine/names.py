@@ -501,13 +501,13 @@ class _Indexer(cst.CSTVisitor):
     def visit_Import(self, node: cst.Import) -> None:
         self.skip_names += 1
         for alias in node.names:
-            dotted = dotted(alias.name)
-            if dotted is None:
+            imported = dotted(alias.name)
+            if imported is None:
                 continue
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                bound, qname = alias.asname.name.value, dotted
+                bound, qname = alias.asname.name.value, imported
             else:
-                bound = qname = dotted.split(".")[0]
+                bound = qname = imported.split(".")[0]
             self._bind(self.scope, bound, Binding(bound, "import", self.scope, alias, node, qname=qname))
 
     def leave_Import(self, original_node: cst.Import) -> None:
