@@ -14,6 +14,8 @@ SPEC = FIXTURES / "spec"
 
 CASES = [
     ("cuda_amp_deprecated.py", "cuda_amp_deprecated.expected.py", {"select": ["AMP2"]}),
+    ("apex_o1_train.py", "apex_o1_train.fp16.expected.py", {}),
+    ("apex_o1_train.py", "apex_o1_train.fp16.expected.py", {"select": ["AMP1"]}),
 ]
 
 

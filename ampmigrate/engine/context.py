@@ -179,6 +179,14 @@ class FixBuilder:
     def replaces(self, node: cst.CSTNode) -> bool:
         return node in self._replace
 
+    def targets(self) -> List[cst.CSTNode]:
+        """Every node this fix replaces, removes, or inserts statements next to."""
+        return list(dict.fromkeys([*self._replace, *self._before, *self._after]))
+
+    def replaced(self) -> List[cst.CSTNode]:
+        """The nodes this fix replaces or removes (statements merely inserted next to are not)."""
+        return list(self._replace)
+
     def build(self) -> Fix:
         changes: List[Tuple[cst.CSTNode, Any]] = []
         targets = list(dict.fromkeys([*self._replace, *self._before, *self._after]))
@@ -225,11 +233,26 @@ def rebuild_args(call: cst.Call, args: Sequence[cst.Arg]) -> cst.Call:
     if sep is None:
         sep = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
     trailing = old[-1].comma if old and isinstance(old[-1].comma, cst.Comma) else None
+    # An argument appended after the old last one takes over the line break before `)`.
+    moved = None
+    if old and not isinstance(old[-1].comma, cst.Comma) and args and args[-1] is not old[-1]:
+        if any(a is old[-1] for a in args) and _breaks_line(old[-1].whitespace_after_arg):
+            moved = old[-1].whitespace_after_arg
     out: List[cst.Arg] = []
     for index, arg in enumerate(args):
         if index == len(args) - 1:
             comma = trailing if trailing is not None else cst.MaybeSentinel.DEFAULT
+            if moved is not None:
+                arg = arg.with_changes(whitespace_after_arg=moved)
         else:
             comma = arg.comma if isinstance(arg.comma, cst.Comma) else sep
+            if old and arg is old[-1] and trailing is not None:
+                comma = sep  # the trailing comma moves to the new last argument
+            if moved is not None and arg is old[-1]:
+                arg = arg.with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
         out.append(arg.with_changes(comma=comma))
     return call.with_changes(args=out)
+
+
+def _breaks_line(whitespace: cst.BaseParenthesizableWhitespace) -> bool:
+    return isinstance(whitespace, cst.ParenthesizedWhitespace)

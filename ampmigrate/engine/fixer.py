@@ -28,6 +28,11 @@ class _ApplyChanges(cst.CSTTransformer):
     def on_leave(self, original_node, updated_node):
         replacement = self.replacements.get(original_node, _MISSING)
         if replacement is not _MISSING:
+            if isinstance(replacement, cst.FlattenSentinel):
+                # Statements inserted around a node keep the changes made inside it.
+                return cst.FlattenSentinel(
+                    [updated_node if item is original_node else item for item in replacement.nodes]
+                )
             return replacement
         if isinstance(updated_node, cst.IndentedBlock) and not updated_node.body and original_node.body:
             # Every statement of the block was removed: Python needs one.

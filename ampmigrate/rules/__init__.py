@@ -8,6 +8,10 @@ from ampmigrate.rules.base import Rule
 
 
 def rule_classes() -> List[type]:
+    from ampmigrate.rules.apex.amp101_apex_amp import ApexAmp
+    from ampmigrate.rules.apex.amp102_apex_amp_o3 import ApexAmpO3
+    from ampmigrate.rules.apex.amp103_apex_amp_o0 import ApexAmpO0
+    from ampmigrate.rules.apex.amp104_apex_amp_handle import ApexAmpHandle
     from ampmigrate.rules.legacy_api.amp201_legacy_autocast import LegacyAutocast
     from ampmigrate.rules.legacy_api.amp202_legacy_grad_scaler import LegacyGradScaler
     from ampmigrate.rules.legacy_api.amp203_legacy_custom_fwd_bwd import LegacyCustomFwdBwd
@@ -17,6 +21,10 @@ def rule_classes() -> List[type]:
     from ampmigrate.rules.legacy_api.amp207_autocast_positional_enabled import AutocastPositionalEnabled
 
     return [
+        ApexAmp,
+        ApexAmpO3,
+        ApexAmpO0,
+        ApexAmpHandle,
         LegacyAutocast,
         LegacyGradScaler,
         LegacyCustomFwdBwd,
