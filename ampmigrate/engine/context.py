@@ -155,6 +155,8 @@ class FixBuilder:
         self._imports: List[str] = []
 
     def replace(self, node: cst.CSTNode, new: Any) -> "FixBuilder":
+        """Replace `node` with `new`: a node, a FlattenSentinel, REMOVE, or a function of the
+        node as the changes inside it left it (so it composes with them)."""
         if node in self._replace and self._replace[node] is not new:
             raise ValueError("a fix replaces the same node twice")
         self._replace[node] = new
@@ -183,6 +185,9 @@ class FixBuilder:
         """Every node this fix replaces, removes, or inserts statements next to."""
         return list(dict.fromkeys([*self._replace, *self._before, *self._after]))
 
+    def replacement(self, node: cst.CSTNode) -> Any:
+        return self._replace.get(node)
+
     def replaced(self) -> List[cst.CSTNode]:
         """The nodes this fix replaces or removes (statements merely inserted next to are not)."""
         return list(self._replace)
@@ -197,6 +202,8 @@ class FixBuilder:
             if not before and not after:
                 changes.append((target, replacement))
                 continue
+            if callable(replacement):
+                raise ValueError("statements cannot be inserted next to a node replaced by a function")
             items: List[Any] = list(before)
             if before and isinstance(target, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
                 # Blank lines above the target now separate the inserted statements instead.

@@ -28,6 +28,9 @@ class _ApplyChanges(cst.CSTTransformer):
     def on_leave(self, original_node, updated_node):
         replacement = self.replacements.get(original_node, _MISSING)
         if replacement is not _MISSING:
+            if callable(replacement):
+                # Computed from the node as the other changes of the round left it.
+                return replacement(updated_node)
             if isinstance(replacement, cst.FlattenSentinel):
                 # Statements inserted around a node keep the changes made inside it.
                 return cst.FlattenSentinel(

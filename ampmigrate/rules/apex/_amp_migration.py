@@ -48,6 +48,7 @@ from ampmigrate.rules.apex._flow import (
     loops_between,
     walk,
 )
+from ampmigrate.rules.apex._presence import Action, Unsupported, presence_action, simplify, unwrap
 from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions, merge
 from ampmigrate.rules.apex._removal import Removal, unused_after
 
@@ -285,7 +286,7 @@ class _Planner:
             optimizers,
             backward_args,
             function,
-            branches(self.names, with_node, stop=function.node),
+            self._branches(with_node, function.node),
         )
 
     def _backward_args(self, with_node: cst.With, scaled: str) -> Optional[Sequence[cst.Arg]]:
@@ -433,7 +434,7 @@ class _Planner:
         `loss.backward()` count (an `if` that skips the backward, say on a NaN loss, does not:
         `scaler.step` handles that), and not even those when they are all part of the scaler's
         `enabled` (a disabled scaler passes `step` through to the optimizer)."""
-        here = {b.key for b in branches(self.names, node, stop=step.function.node)}
+        here = {b.key for b in self._branches(node, step.function.node)}
         missing = [b for b in step.branches if b.key not in here and self._chooses_backward(b)]
         if not missing or {b.key for b in missing} <= self.access.enabled_keys:
             return None
@@ -459,7 +460,7 @@ class _Planner:
     def _inactive(self, step: _Step, node: cst.CSTNode) -> bool:
         """True when `node` is in the other branch of an `if` (same test) that `amp.scale_loss` is in:
         the fp32 path of `if fp16: <scaled backward> else: loss.backward()`."""
-        here = {b.key for b in branches(self.names, node, stop=step.function.node)}
+        here = {b.key for b in self._branches(node, step.function.node)}
         return any((b.key[0], not b.taken) in here for b in step.branches if self._chooses_backward(b))
 
     # ---- unscale_ before gradient reads
@@ -553,10 +554,10 @@ class _Planner:
         """`unscale_` may run once per optimizer step: not inside a loop the step is outside of."""
         function = step.function.node
         step_lines = [self._step_line(c) for c in step.steps]
-        here = {b.key for b in branches(self.names, point, stop=function)}
+        here = {b.key for b in self._branches(point, function)}
         for line in step_lines:
             extra = [
-                b for b in branches(self.names, line, stop=function)
+                b for b in self._branches(line, function)
                 if b.key not in here and b.key not in self.access.enabled_keys
             ]
             if extra:
@@ -804,8 +805,8 @@ class _Planner:
     def _rebinding(self) -> Optional[str]:
         """`net, opt = amp.initialize(model, optimizer)` still has to bind `net, opt`."""
         small = self.init_line.body[0]
-        if not isinstance(small, cst.Assign):
-            return None
+        if not isinstance(small, cst.Assign) or self.init.api == "init":
+            return None  # `handle = amp.init()`: the handle's uses are rewritten instead
         target = small.targets[0].target
         values = [v for v in (self.spec.models, self.spec.optimizers) if v is not None]
         if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == len(values):
@@ -844,59 +845,55 @@ class _Planner:
 
     # ------------------------------------------------------------------ presence tests
     def _plan_presence_tests(self) -> None:
-        """`amp is None`, `assert amp`, `if amp is not None and args.fp16:`: apex is gone, torch.amp
-        is always there."""
+        """`amp is None`, `assert amp`, `if args.fp16 and amp is not None:`: apex is gone, torch.amp
+        is always there (see _presence). Removals join the removal plan now; other rewrites wait
+        until it is known which statements go anyway."""
+        refs = self.presence_refs
+        self.presence_actions: List[Action] = []
         for ref in self.refs:
             if ref.api is not None:
                 continue
-            self._rewrite_presence(ref.node)
+            try:
+                action = presence_action(self.names, ref.node, refs)
+            except Unsupported as exc:
+                raise _Unfixable(f"`{self.ctx.code(ref.node)}` at line {self._line(ref.node)} is {exc}")
+            if action.kind == "remove":
+                self.removal.remove_statement(action.node)
+            else:
+                self.presence_actions.append(action)
+            self.handled.add(action.node)
 
-    def _rewrite_presence(self, node: cst.CSTNode) -> None:
-        truth, test = self._presence_value(node)
-        if truth is None:
-            raise _Unfixable(f"`{self.ctx.code(node)}` is used as a value at line {self._line(node)}")
-        parent = self.names.parent(test)
-        if isinstance(parent, cst.Assert) and parent.test is test:
-            if truth is False:
-                raise _Unfixable(f"`assert` at line {self._line(node)} would always fail")
-            self.removal.remove_statement(parent)
-            self.handled.add(parent)
-            return
-        if isinstance(parent, cst.If) and parent.test is test and truth is False and parent.orelse is None:
-            self.removal.remove_statement(parent)
-            self.handled.add(parent)
-            return
-        if isinstance(parent, cst.BooleanOperation) and isinstance(parent.operator, cst.And) and truth is True:
-            other = parent.right if parent.left is test else parent.left
-            self.builder.replace(parent, other.with_changes(lpar=parent.lpar, rpar=parent.rpar) if parent.lpar else other)
-            self.handled.add(parent)
-            return
-        if isinstance(parent, cst.BooleanOperation) and isinstance(parent.operator, cst.Or) and truth is False:
-            other = parent.right if parent.left is test else parent.left
-            self.builder.replace(parent, other)
-            self.handled.add(parent)
-            return
-        self.builder.replace(test, cst.Name("True" if truth else "False"))
-        self.handled.add(test)
+    def _branches(self, node: cst.CSTNode, stop: cst.CSTNode) -> List[Branch]:
+        """`branches`, with tests of apex's presence folded (`amp is not None` is now True): a
+        branch that is now always taken is dropped, a test that mentions apex is simplified."""
+        presence = self.presence_refs
+        result: List[Branch] = []
+        for branch in branches(self.names, node, stop=stop):
+            if presence and any(n in presence for n in walk(branch.test)):
+                try:
+                    value = simplify(branch.test, presence)
+                except Unsupported:
+                    raise _Unfixable(f"a test of apex at line {self._line(branch.test)} cannot be folded")
+                if isinstance(value, bool):
+                    if value != branch.taken:
+                        raise _Unfixable(f"code at line {self._line(node)} only runs where apex is missing")
+                    continue
+                branch = Branch(value, branch.taken, branch.statement)
+            result.append(branch)
+        return result
 
-    def _presence_value(self, node: cst.CSTNode):
-        """(what the test evaluates to now that apex is replaced, the test expression)."""
-        parent = self.names.parent(node)
-        if isinstance(parent, cst.Comparison) and parent.left is node and len(parent.comparisons) == 1:
-            target = parent.comparisons[0]
-            if isinstance(target.comparator, cst.Name) and target.comparator.value == "None":
-                if isinstance(target.operator, cst.IsNot):
-                    return True, parent
-                if isinstance(target.operator, cst.Is):
-                    return False, parent
-            return None, None
-        if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
-            return False, parent
-        if isinstance(parent, (cst.If, cst.While, cst.IfExp, cst.Assert)) and parent.test is node:
-            return True, node
-        if isinstance(parent, cst.BooleanOperation):
-            return True, node
-        return None, None
+    @property
+    def presence_refs(self) -> Set[cst.CSTNode]:
+        return {r.node for r in self.refs if r.api is None}
+
+    def _emit_presence(self, removed: Set[cst.CSTNode]) -> None:
+        for action in getattr(self, "presence_actions", []):
+            if action.node in removed or any(a in removed for a in self.names.ancestors(action.node)):
+                continue
+            if action.kind == "unwrap":
+                self.builder.replace(action.node, unwrap(action.node, action.new))
+            else:
+                self.builder.replace(action.node, action.new)
 
     # ------------------------------------------------------------------ imports
     def _plan_imports(self) -> None:
@@ -916,11 +913,35 @@ class _Planner:
                 overrides[anchor] = creation.with_changes(leading_lines=anchor.leading_lines)
             else:
                 self.builder.insert_before(anchor, creation)
+        if getattr(self, "needs_torch_import", False):
+            # `from apex import amp` at the top becomes the `import torch` the new code needs.
+            spot = next(
+                (
+                    n for n in self.names.module.body
+                    if n in removed and isinstance(n, cst.SimpleStatementLine) and n not in overrides
+                    and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in n.body)
+                ),
+                None,
+            )
+            if spot is None:
+                spot = next(
+                    (
+                        n for n in self.names.module.body
+                        if isinstance(n, cst.SimpleStatementLine) and n not in overrides
+                        and any(small in removed for small in n.body) and all(small in removed for small in n.body)
+                    ),
+                    None,
+                )
+            if spot is not None:
+                overrides[spot] = self.ctx.parse_statement("import torch\n").with_changes(leading_lines=spot.leading_lines)
+            else:
+                self.builder.require_import("torch")
+        self._emit_presence(removed)
         self.removal.emit(self.builder, overrides)
 
     def _check_nesting(self) -> None:
         targets = set(self.builder.targets())
-        replaced = set(self.builder.replaced())
+        replaced = {n for n in self.builder.replaced() if not callable(self.builder.replacement(n))}
         for target in targets:
             for ancestor in self.names.ancestors(target):
                 if ancestor in replaced:
@@ -935,7 +956,7 @@ class _Planner:
         if name is None:
             raise _Unfixable("the name `torch` is taken in this file, so torch.amp cannot be spelled")
         if needs_import:
-            self.builder.require_import("torch")
+            self.needs_torch_import = True
         return name
 
     def _note(self, text: str) -> None:
@@ -1075,13 +1096,13 @@ class _ScalerAccess:
                 break
             if isinstance(ancestor, (cst.For, cst.While, cst.Try, cst.ExceptHandler, cst.Finally)):
                 raise _Unfixable("`amp.initialize` runs inside a loop or a `try`, so where the scaler lives is unclear")
-        path = branches(self.names, init_line, stop=stop)
+        path = self.p._branches(init_line, stop)
         if self.mode == "attribute" or self.threaded or any(s is not self.home for s in use_scopes):
             common = 0  # other functions may run whether or not the branch did
         else:
             common = len(path)
             for use in self._home_uses():
-                use_path = branches(self.names, use, stop=stop)
+                use_path = self.p._branches(use, stop)
                 shared = 0
                 for a, b in zip(path, use_path):
                     if a.statement is b.statement and a.taken == b.taken:
@@ -1140,7 +1161,7 @@ class _ScalerAccess:
         if not self.conditions:
             return None
         scope = self.p._function_scope(at)
-        here = {b.key for b in branches(self.names, at, stop=scope.node)}
+        here = {b.key for b in self.p._branches(at, scope.node)}
         if self.enabled_keys <= here:
             return None
         if scope is self.home and self.mode == "local" and all(is_pure(cst.parse_expression(c)) for c, _ in self.conditions):

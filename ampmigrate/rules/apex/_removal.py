@@ -45,7 +45,38 @@ class Removal:
             names = node.names if not isinstance(node.names, cst.ImportStar) else ()
             if all(alias in aliases for alias in names):
                 removed.add(node)
+            removed.update(self._fallbacks(node, aliases))
         return removed
+
+    def _fallbacks(self, node: cst.CSTNode, aliases: Set[cst.ImportAlias]) -> List[cst.CSTNode]:
+        """`amp = None` in the `except ImportError:` of the `try` that imported `amp`."""
+        bound = {
+            (a.asname.name.value if a.asname is not None else cst.Module([]).code_for_node(a.name).split(".")[0])
+            for a in aliases
+            if a.asname is None or isinstance(a.asname.name, cst.Name)
+        }
+        found: List[cst.CSTNode] = []
+        for ancestor in self.names.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                break
+            if not isinstance(ancestor, cst.Try):
+                continue
+            for handler in ancestor.handlers:
+                for statement in body_of(handler.body) or ():
+                    if not isinstance(statement, cst.SimpleStatementLine):
+                        continue
+                    for small in statement.body:
+                        if (
+                            isinstance(small, cst.Assign)
+                            and len(small.targets) == 1
+                            and isinstance(small.targets[0].target, cst.Name)
+                            and small.targets[0].target.value in bound
+                            and isinstance(small.value, cst.Name)
+                            and small.value.value in ("None", "False")
+                        ):
+                            found.append(small)
+            break
+        return found
 
     def _line_removed(self, line: cst.CSTNode, removed: Set[cst.CSTNode]) -> bool:
         if line in removed:
@@ -130,7 +161,10 @@ class Removal:
                 line = self.names.parent(node)
                 if isinstance(line, cst.SimpleStatementLine) and all(s in removed for s in line.body):
                     if line not in done:
-                        builder.remove(line)
+                        if line in replacements:
+                            builder.replace(line, replacements[line])
+                        else:
+                            builder.remove(line)
                         done.add(line)
                     continue
                 builder.remove(node)
