@@ -87,11 +87,14 @@ def add_imports(module: cst.Module, modules: Sequence[str]) -> cst.Module:
     index = _import_insertion_index(body)
     new = [cst.SimpleStatementLine([cst.Import([cst.ImportAlias(cst.parse_expression(m))])]) for m in missing]
     if index < len(body) and index == _header_end(body) and body[index].leading_lines:
-        # Keep a license header or comment block above the inserted import.
+        # Keep a license header or comment block above the inserted import; the blank lines
+        # after it keep separating the code that follows.
         first = body[index]
-        new[0] = new[0].with_changes(leading_lines=first.leading_lines)
-        body[index] = first.with_changes(leading_lines=[])
-        if not isinstance(first, cst.SimpleStatementLine) or not _is_import_line(first):
+        lines = list(first.leading_lines)
+        last_comment = max((i for i, line in enumerate(lines) if line.comment is not None), default=-1)
+        new[0] = new[0].with_changes(leading_lines=lines[: last_comment + 1])
+        body[index] = first.with_changes(leading_lines=lines[last_comment + 1 :])
+        if not _is_import_line(first) and not body[index].leading_lines:
             body[index] = body[index].with_changes(leading_lines=[cst.EmptyLine()])
     body[index:index] = new
     return module.with_changes(body=body)

@@ -913,31 +913,8 @@ class _Planner:
                 overrides[anchor] = creation.with_changes(leading_lines=anchor.leading_lines)
             else:
                 self.builder.insert_before(anchor, creation)
-        if getattr(self, "needs_torch_import", False):
-            # `from apex import amp` at the top becomes the `import torch` the new code needs.
-            spot = next(
-                (
-                    n for n in self.names.module.body
-                    if n in removed and isinstance(n, cst.SimpleStatementLine) and n not in overrides
-                    and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in n.body)
-                ),
-                None,
-            )
-            if spot is None:
-                spot = next(
-                    (
-                        n for n in self.names.module.body
-                        if isinstance(n, cst.SimpleStatementLine) and n not in overrides
-                        and any(small in removed for small in n.body) and all(small in removed for small in n.body)
-                    ),
-                    None,
-                )
-            if spot is not None:
-                overrides[spot] = self.ctx.parse_statement("import torch\n").with_changes(leading_lines=spot.leading_lines)
-            else:
-                self.builder.require_import("torch")
         self._emit_presence(removed)
-        self.removal.emit(self.builder, overrides)
+        self.removal.emit(self.builder, overrides, import_torch=getattr(self, "needs_torch_import", False))
 
     def _check_nesting(self) -> None:
         targets = set(self.builder.targets())

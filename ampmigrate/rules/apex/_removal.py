@@ -91,6 +91,28 @@ class Removal:
             return isinstance(block, cst.SimpleStatementSuite) and all(s in removed for s in block.body)
         return all(self._line_removed(statement, removed) for statement in body)
 
+    def _keep_blank_lines(self, builder: FixBuilder, statement: cst.CSTNode, removed: Set[cst.CSTNode], replacements) -> None:
+        """The blank lines above a removed statement stay, above the statement that follows it
+        (`import os / <blank> / import apex / import torch` keeps its blank line)."""
+        blanks = _leading_blanks(statement)
+        block = containing_block(self.names, statement)
+        body = body_of(block) if block is not None else None
+        if not blanks or not body:
+            return
+        index = next(i for i, s in enumerate(body) if s is statement)
+        following = next(
+            (s for s in body[index + 1 :] if not self._line_removed(s, removed) or s in replacements), None
+        )
+        if following is None or following in replacements or _leading_blanks(following):
+            return
+        if following in builder.targets():
+            return
+
+        def with_blanks(updated: cst.CSTNode) -> cst.CSTNode:
+            return updated.with_changes(leading_lines=[*blanks, *updated.leading_lines])
+
+        builder.replace(following, with_blanks)
+
     def closure(self) -> Set[cst.CSTNode]:
         """Removed nodes, grown upward: an `if`/`try` that loses its whole body goes as well."""
         removed = self._removed_small()
@@ -148,11 +170,21 @@ class Removal:
             ) and small.value.value in ("None", "False")
         return False
 
-    def emit(self, builder: FixBuilder, replacements: Optional[Dict[cst.CSTNode, cst.CSTNode]] = None) -> Set[cst.CSTNode]:
+    def emit(
+        self,
+        builder: FixBuilder,
+        replacements: Optional[Dict[cst.CSTNode, cst.CSTNode]] = None,
+        *,
+        import_torch: bool = False,
+    ) -> Set[cst.CSTNode]:
         """Add the removals to `builder` (a removed statement in `replacements` is replaced
-        instead); returns every node removed."""
-        replacements = replacements or {}
+        instead); returns every node removed. With `import_torch`, the fix needs `import torch`:
+        a removed top-level import line becomes it (so it lands where the apex import was),
+        else the engine adds it."""
+        replacements = dict(replacements or {})
         removed = self.closure()
+        if import_torch:
+            builder.require_import("torch")
         # Only the outermost removed nodes become changes.
         outermost = [n for n in removed if not any(a in removed for a in self.names.ancestors(n))]
         done: Set[cst.CSTNode] = set()
@@ -165,6 +197,7 @@ class Removal:
                             builder.replace(line, replacements[line])
                         else:
                             builder.remove(line)
+                            self._keep_blank_lines(builder, line, removed, replacements)
                         done.add(line)
                     continue
                 builder.remove(node)
@@ -175,6 +208,7 @@ class Removal:
             else:
                 builder.remove(node)
                 done.add(node)
+                self._keep_blank_lines(builder, node, removed, replacements)
         for node, aliases in self.aliases.items():
             if node in removed or any(a in removed for a in self.names.ancestors(node)):
                 continue
@@ -182,6 +216,20 @@ class Removal:
             kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             builder.replace(node, node.with_changes(names=kept))
         return removed
+
+
+def _leading_blanks(statement: cst.CSTNode) -> list:
+    lines = list(getattr(statement, "leading_lines", ()) or ())
+    count = 0
+    while count < len(lines) and lines[count].comment is None:
+        count += 1
+    return lines[:count]
+
+
+def _is_import_line(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.SimpleStatementLine) and all(
+        isinstance(small, (cst.Import, cst.ImportFrom)) for small in node.body
+    )
 
 
 def _is_statement(node: cst.CSTNode, names: NameIndex) -> bool:
