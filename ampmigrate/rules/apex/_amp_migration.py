@@ -149,12 +149,12 @@ class _Planner:
     def _build(self, plan: AmpPlan) -> Fix:
         inits = [r for r in self.refs if r.api in ("initialize", "init")]
         if not inits:
-            if any(r.api is not None for r in self.refs):
+            if any(r.api not in (None, "disable_casts", "master_params") for r in self.refs):
                 raise _Unfixable(
                     "`amp.initialize` is not called in this file: the GradScaler has to be created where it is "
                     "and passed here"
                 )
-            return self._import_only_fix(plan)
+            return self._standalone_fix(plan)
         if len(inits) > 1:
             raise _Unfixable("`amp.initialize` is called more than once in this file")
         init = inits[0]
@@ -216,14 +216,32 @@ class _Planner:
         self.builder.applicability = UNSAFE if self.unsafe else SAFE
         return self.builder.build()
 
-    def _import_only_fix(self, plan: AmpPlan) -> Fix:
-        """apex.amp imported (maybe tested for) but never used: drop the import and the tests."""
-        self.builder = FixBuilder("Remove the apex.amp import (apex.amp was removed in May 2025)", SAFE, frozenset({CODE}))
+    def _standalone_fix(self, plan: AmpPlan) -> Fix:
+        """No `amp.initialize` here, and nothing that needs the scaler: `amp.disable_casts()`,
+        `amp.master_params(opt)` outside a backward/step window, tests of apex, the import."""
+        self.builder = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
         self.fp32 = True
+        for ref in self.refs:
+            if ref.api == "disable_casts":
+                self._rewrite_disable_casts(ref)
+            elif ref.api == "master_params":
+                statement = self.names.statement_of(ref.node)
+                if any(self._reads_gradients(n) for n in walk(statement)):
+                    raise _Unfixable(
+                        f"`amp.master_params` at line {self._line(ref.node)} reads gradients, which are scaled "
+                        "until `scaler.unscale_(optimizer)`, and the scaler is not in this file"
+                    )
+                self._rewrite_master_params(ref)
         self._plan_presence_tests()
         self._plan_imports()
         self._emit_removals()
         self._check_nesting()
+        uses = [s.api for s in plan.sites if s.api != "import"]
+        self.builder.message = (
+            "Replace " + ", ".join(f"`amp.{api}`" for api in dict.fromkeys(uses)) + " with torch"
+            if uses
+            else "Remove the apex.amp import (apex.amp was removed in May 2025)"
+        )
         return self.builder.build()
 
     # ------------------------------------------------------------------ shapes
@@ -931,6 +949,8 @@ class _Planner:
     def _torch(self, at: cst.CSTNode) -> str:
         name, needs_import = self.ctx.module_reference(at, "torch")
         if name is None:
+            if self.names.has_star_import:
+                raise _Unfixable("a star import (`from x import *`) may bind `torch` here; add `import torch` first")
             raise _Unfixable("the name `torch` is taken in this file, so torch.amp cannot be spelled")
         if needs_import:
             self.needs_torch_import = True
