@@ -113,19 +113,22 @@ def test_a_replacement_function_composes_with_changes_inside_it():
 def test_following_and_preceding_stay_in_the_iteration():
     module, names = _module_and_names(
         "def f():\n"
-        "    for x in xs:\n"
-        "        a = 1\n"
-        "        if c:\n"
-        "            b = 2\n"
-        "        else:\n"
-        "            d = 3\n"
-        "        e = 4\n"
-        "    g = 5\n"
+        "    for epoch in epochs:\n"
+        "        for x in xs:\n"
+        "            a = 1\n"
+        "            if c:\n"
+        "                b = 2\n"
+        "            else:\n"
+        "                d = 3\n"
+        "            e = 4\n"
+        "        g = 5\n"
+        "    h = 6\n"
     )
-    loop = module.body[0].body.body[0]
+    loop = module.body[0].body.body[0].body.body[0]
     b_line = loop.body.body[1].body.body[0]
     after = [module.code_for_node(s).strip() for s in following(names, b_line)]
     assert after == ["e = 4"]
+    # Out of the inner (accumulation) loop, never past the outermost one.
     after_loops = [module.code_for_node(s).strip() for s in following(names, b_line, out_of_loops=True)]
     assert after_loops == ["e = 4", "g = 5"]
     before = [module.code_for_node(s).strip().splitlines()[0] for s in preceding(names, b_line)]

@@ -380,18 +380,21 @@ class _Planner:
 
     # ---- optimizer.step()
     def _plan_step_calls(self, step: _Step, all_steps: List[_Step]) -> None:
-        wanted = {expression_key(o) for o in step.optimizers}
         found: List[cst.Call] = []
-        for statement in following(self.names, step.with_node, out_of_loops=True):
-            calls = [c for c in self._step_calls(statement) if expression_key(c.func.value) in wanted]
-            if calls:
-                found = calls
-                break
-        if not found:
-            raise _Unfixable(
-                f"no `optimizer.step()` follows `amp.scale_loss` at line {self._line(step.call)} in the same "
-                "function; it must become `scaler.step(optimizer)` + `scaler.update()`"
-            )
+        for optimizer in step.optimizers:
+            wanted = expression_key(optimizer)
+            calls: List[cst.Call] = []
+            for statement in following(self.names, step.with_node, out_of_loops=True):
+                calls = [c for c in self._step_calls(statement) if expression_key(c.func.value) == wanted]
+                if calls:
+                    break
+            if not calls:
+                raise _Unfixable(
+                    f"no `{self.ctx.code(optimizer).strip()}.step()` follows `amp.scale_loss` at line "
+                    f"{self._line(step.call)} in the same function; it must become `scaler.step(...)` + "
+                    "`scaler.update()`"
+                )
+            found.extend(c for c in calls if c not in found)
         step.steps = found
 
     def _step_calls(self, statement: cst.CSTNode) -> List[cst.Call]:

@@ -51,7 +51,9 @@ def climbable(names: NameIndex, block: cst.CSTNode, *, out_of_loops: bool = Fals
     unless `out_of_loops`, at a loop boundary: the next iteration is not "after")."""
     direct = names.parent(block)
     if isinstance(direct, (cst.For, cst.While)) and out_of_loops and direct.body is block:
-        return direct
+        # Only an inner loop (gradient accumulation): past the outermost loop of the function
+        # is after training, not after the step.
+        return direct if _inside_loop(names, direct) else None
     if not isinstance(direct, _TRANSPARENT):
         return None
     owner = owner_statement(names, block)
@@ -60,10 +62,19 @@ def climbable(names: NameIndex, block: cst.CSTNode, *, out_of_loops: bool = Fals
     return None
 
 
+def _inside_loop(names: NameIndex, node: cst.CSTNode) -> bool:
+    for ancestor in names.ancestors(node):
+        if isinstance(ancestor, (cst.For, cst.While)):
+            return True
+        if isinstance(ancestor, _SCOPES):
+            return False
+    return False
+
+
 def following(names: NameIndex, statement: cst.CSTNode, *, out_of_loops: bool = False) -> Iterator[cst.BaseStatement]:
     """Statements that run after `statement` in the same iteration, in order; with
-    `out_of_loops`, also those after an enclosing loop of the function (gradient accumulation
-    over an inner loop steps after it)."""
+    `out_of_loops`, also those after an inner loop (gradient accumulation over an inner loop
+    steps after it), up to the body of the function's outermost loop."""
     current = statement
     while True:
         block = containing_block(names, current)
