@@ -13,7 +13,7 @@ from ampmigrate.engine.context import rebuild_args
 from ampmigrate.engine.fixer import apply_fixes
 from ampmigrate.diagnostics import Fix
 from ampmigrate.engine.names import NameIndex
-from ampmigrate.rules.apex._amp_migration import add_parameter
+from ampmigrate.rules.apex._scaler_access import add_parameter
 from ampmigrate.rules.apex._flow import branches, following, preceding
 from ampmigrate.rules.apex._presence import Unsupported, simplify
 
