@@ -76,7 +76,8 @@ class _Planner(StepRewrites, ForwardRegions):
         for ref in refs:
             if ref.api is None or (ref.via_handle and ref.api == "handle"):
                 continue  # presence tests and the handle itself are not findings
-            plan.sites.append(Site(ref.node, self._code_for(ref), ref.api))
+            api = ref.node.attr.value if ref.api == "unknown" and isinstance(ref.node, cst.Attribute) else ref.api
+            plan.sites.append(Site(ref.node, self._code_for(ref), api))
         if not plan.sites:
             # Imported (maybe tested for) but never used: the import is the finding.
             cast_refs = any(r.api in APEX_AMP_CAST_ANNOTATIONS for r in usage.refs)
@@ -104,6 +105,7 @@ class _Planner(StepRewrites, ForwardRegions):
 
     # ------------------------------------------------------------------ the fix
     def _build(self, plan: AmpPlan) -> Fix:
+        self._check_other_refs()
         inits = [r for r in self.refs if r.api in ("initialize", "init")]
         if not inits:
             if any(r.api not in (None, "disable_casts", "master_params") for r in self.refs):
@@ -151,7 +153,11 @@ class _Planner(StepRewrites, ForwardRegions):
         if self.home.kind not in ("function", "module"):
             raise Unfixable("`amp.initialize` is called in a class body")
         steps = [self._step(r) for r in self.refs if r.api in ("scale_loss", "handle.scale_loss")]
-        self._check_other_refs()
+        if not steps and not fp32 and init.api == "init":
+            raise Unfixable(
+                "`amp.init()` without a scaled backward is inference: wrap the inference in "
+                '`torch.autocast("cuda", dtype=torch.float16)` by hand'
+            )
         if not steps and not fp32:
             raise Unfixable(
                 "`amp.scale_loss` is not used in this file (the training step is elsewhere): create the "
@@ -290,7 +296,10 @@ class _Planner(StepRewrites, ForwardRegions):
     def _check_other_refs(self) -> None:
         for ref in self.refs:
             if ref.api == "unknown":
-                raise Unfixable(f"`{self.ctx.code(ref.node)}` has no torch.amp counterpart the fix knows")
+                raise Unfixable(
+                    f"`{self.ctx.code(ref.node)}` (line {self._line(ref.node)}) is apex.amp internals with no "
+                    "torch.amp counterpart"
+                )
             if ref.via_handle and ref.api not in ("handle.scale_loss",):
                 if ref.api == "handle":
                     raise Unfixable(f"the amp handle is used as a value at line {self._line(ref.node)}")

@@ -97,15 +97,20 @@ class Removal:
         blanks = _leading_blanks(statement)
         block = containing_block(self.names, statement)
         body = body_of(block) if block is not None else None
-        if not blanks or not body:
+        if not body:
             return
         index = next(i for i, s in enumerate(body) if s is statement)
-        following = next(
-            (s for s in body[index + 1 :] if not self._line_removed(s, removed) or s in replacements), None
-        )
-        if following is None or following in replacements or _leading_blanks(following):
+        kept = [s for s in body if not self._line_removed(s, removed) or s in replacements]
+        following = next((s for s in body[index + 1 :] if s in kept), None)
+        if following is None or following in replacements or following in builder.targets():
             return
-        if following in builder.targets():
+        first_in_block = kept[0] is following and isinstance(block, cst.IndentedBlock)
+        if first_in_block and _leading_blanks(following):
+            # It now opens its block: no blank line between `try:` and it.
+            count = len(_leading_blanks(following))
+            builder.replace(following, lambda updated: updated.with_changes(leading_lines=updated.leading_lines[count:]))
+            return
+        if not blanks or _leading_blanks(following):
             return
 
         def with_blanks(updated: cst.CSTNode) -> cst.CSTNode:
