@@ -7,7 +7,7 @@ from ampmigrate.rules.base import Rule
 
 class ApexAmpO0(Rule):
     code = "AMP103"
-    triggers = (r"O0",)
+    triggers = (r"\bapex\b",)  # every use resolves through an import that names apex
 
     def check(self, ctx) -> None:
         report_amp_sites(ctx, self.message)

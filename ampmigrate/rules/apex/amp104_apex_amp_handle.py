@@ -7,7 +7,7 @@ from ampmigrate.rules.base import Rule
 
 class ApexAmpHandle(Rule):
     code = "AMP104"
-    triggers = (r"\binit\b", r"scale_loss")
+    triggers = (r"\bapex\b",)  # every use resolves through an import that names apex
 
     def check(self, ctx) -> None:
         report_amp_sites(ctx, self.message)

@@ -61,7 +61,7 @@ for qname, short in APEX_PARALLEL.items():
 
 class ApexParallel(Rule):
     code = "AMP109"
-    triggers = (r"\bapex\b",)
+    triggers = (r"\bapex\b",)  # every use resolves through an import that names apex
 
     def check(self, ctx) -> None:
         report_class_sites(ctx, MAPPINGS, "parallel", self.message)
