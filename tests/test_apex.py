@@ -166,3 +166,128 @@ def _walk(node):
     yield node
     for child in node.children:
         yield from _walk(child)
+
+
+# ---------------------------------------------------------------------------------- at run time
+# The migrated program must run and train exactly like the original did. On this CPU-only torch,
+# an apex stand-in keeps the original's fp32 semantics, and GradScaler is pointed at the CPU so
+# the scaler protocol itself runs (a misplaced `unscale_` or `step` raises); scaling by a power
+# of two is exact, so both programs produce the same losses.
+_PROGRAMS = {
+    "functions": '''
+import torch
+import torch.nn as nn
+
+try:
+    from apex import amp
+except ImportError:
+    amp = None
+
+
+def train_one_epoch(model, data, optimizer, clip):
+    for x, y in data:
+        out = model(x)
+        loss = nn.functional.mse_loss(out, y)
+        optimizer.zero_grad()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), clip)
+        optimizer.step()
+    return loss.item()
+
+
+def main(use_amp=True):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    if use_amp:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    data = [(torch.randn(4, 8), torch.randn(4, 1)) for _ in range(12)]
+    losses = [train_one_epoch(model, data, optimizer, 1.0) for epoch in range(3)]
+    return losses, {"model": model.state_dict(), "amp": amp.state_dict()}
+
+
+RESULT = main()
+''',
+    "class": '''
+import torch
+import torch.nn as nn
+from apex import amp
+
+
+class Accumulator:
+    def __init__(self, model, steps):
+        self.model = model
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+        self.model, self.optimizer = amp.initialize(self.model, self.optimizer, opt_level="O2")
+        self.steps = steps
+
+    def fit(self, data, epochs):
+        losses = []
+        for epoch in range(epochs):
+            for i, (x, y) in enumerate(data):
+                loss = nn.functional.mse_loss(self.model(x), y) / self.steps
+                with amp.scale_loss(loss, self.optimizer, delay_unscale=(i + 1) % self.steps != 0) as scaled:
+                    scaled.backward()
+                if (i + 1) % self.steps == 0:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), 0.5)
+                    self.optimizer.step()
+                    self.optimizer.zero_grad()
+            losses.append(loss.item())
+        return losses
+
+    def checkpoint(self):
+        return {"model": self.model.state_dict(), "amp": amp.state_dict()}
+
+
+torch.manual_seed(0)
+trainer = Accumulator(nn.Linear(8, 1), steps=3)
+RESULT = trainer.fit([(torch.randn(4, 8), torch.randn(4, 1)) for _ in range(12)], epochs=3), trainer.checkpoint()
+''',
+}
+
+
+def _apex_stand_in():
+    """apex.amp for fp32 runs: the API, none of the casting."""
+    import contextlib
+    import types
+
+    amp = types.ModuleType("apex.amp")
+    amp.initialize = lambda models, optimizers=None, **kwargs: (models, optimizers)
+    amp.scale_loss = contextlib.contextmanager(lambda loss, optimizers, **kwargs: (yield loss))
+    amp.master_params = lambda optimizer: (p for group in optimizer.param_groups for p in group["params"])
+    amp.state_dict = lambda: {"loss_scaler0": {"loss_scale": 1.0, "unskipped": 0}}
+    apex = types.ModuleType("apex")
+    apex.amp = amp
+    return {"apex": apex, "apex.amp": amp}
+
+
+@pytest.mark.parametrize("name", sorted(_PROGRAMS))
+def test_migrated_program_trains_like_the_original(monkeypatch, name):
+    torch = pytest.importorskip("torch")
+    import sys
+    import warnings
+
+    program = _PROGRAMS[name]
+    with monkeypatch.context() as patch:
+        for module_name, module in _apex_stand_in().items():
+            patch.setitem(sys.modules, module_name, module)
+        namespace = {"__name__": "original"}
+        exec(compile(program, "original.py", "exec"), namespace)
+        original_losses, _ = namespace["RESULT"]
+
+    migrated = fix(program)
+    assert _apex_imports(migrated) == [] and "torch.amp.GradScaler(" in migrated
+
+    class CpuGradScaler(torch.amp.GradScaler):
+        def __init__(self, device="cuda", *args, **kwargs):
+            super().__init__("cpu", *args, **kwargs)
+
+    monkeypatch.setattr(torch.amp, "GradScaler", CpuGradScaler)
+    namespace = {"__name__": "migrated"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # autocast("cuda") without CUDA: disabled, as expected here
+        exec(compile(migrated, "migrated.py", "exec"), namespace)
+    migrated_losses, checkpoint = namespace["RESULT"]
+    assert migrated_losses == pytest.approx(original_losses, rel=1e-6)
+    assert {"scale", "_growth_tracker"} <= set(checkpoint["amp"])  # the scaler's state is saved
