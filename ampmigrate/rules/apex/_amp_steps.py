@@ -81,7 +81,7 @@ class StepRewrites:
     def _step_line(self, call: cst.Call) -> cst.SimpleStatementLine:
         expr = self.names.parent(call)
         line = self.names.parent(expr)
-        if not (isinstance(expr, cst.Expr) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
+        if not (isinstance(expr, cst.Expr) and isinstance(line, cst.SimpleStatementLine)):
             raise Unfixable(f"`{self.ctx.code(call)}` at line {self._line(call)} is not a statement of its own")
         if call.args:
             raise Unfixable(f"`{self.ctx.code(call)}` passes a closure, which GradScaler does not support")
@@ -95,6 +95,16 @@ class StepRewrites:
         optimizer = self.ctx.code(call.func.value).strip()
         lines = [f"{scaler}.step({optimizer})"] + ([f"{scaler}.update()"] if update else [])
         guard = self._needed_guard(step, line)
+        if len(line.body) > 1:
+            # `optimizer.step(); optimizer.zero_grad()`: the new calls share the line too.
+            if guard is not None:
+                raise Unfixable(f"`{self.ctx.code(call)}` at line {self._line(call)} shares its line with other statements")
+            expr = self.names.parent(call)
+            calls = [cst.Expr(self.ctx.parse_expression(text)) for text in lines]
+            calls[-1] = calls[-1].with_changes(semicolon=expr.semicolon)
+            self.builder.replace(expr, cst.FlattenSentinel(calls))
+            self.handled.add(expr)
+            return
         if guard is None:
             new = [self.ctx.parse_statement(text + "\n") for text in lines]
         else:
