@@ -212,8 +212,9 @@ class ScalerAccess:
             if key in seen:
                 continue
             seen.add(key)
-            needs_parens = len(self.conditions) > 1 and " or " in code and not code.startswith("(")
-            codes.append(f"({code})" if needs_parens else code)
+            codes.append(code)
+        if len(codes) > 1:
+            codes = [f"({c})" if _binds_looser_than_and(c) else c for c in codes]
         return " and ".join(codes) if codes else None
 
     def autocast_enabled(self, at: cst.CSTNode) -> Optional[str]:
@@ -346,3 +347,13 @@ def add_parameter(params: cst.Parameters, name: str) -> cst.Parameters:
     if params.star_kwarg is not None:
         new_param = new_param.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
     return params.with_changes(star_arg=star_arg, kwonly_params=kwonly + [new_param])
+
+
+def _binds_looser_than_and(code: str) -> bool:
+    """`a or b`, `x if c else y`, `lambda: ...` need parentheses inside `... and ...`."""
+    expression = cst.parse_expression(code)
+    if expression.lpar:
+        return False
+    if isinstance(expression, cst.BooleanOperation):
+        return isinstance(expression.operator, cst.Or)
+    return isinstance(expression, (cst.IfExp, cst.Lambda, cst.NamedExpr))
