@@ -291,3 +291,15 @@ def test_migrated_program_trains_like_the_original(monkeypatch, name):
     migrated_losses, checkpoint = namespace["RESULT"]
     assert migrated_losses == pytest.approx(original_losses, rel=1e-6)
     assert {"scale", "_growth_tracker"} <= set(checkpoint["amp"])  # the scaler's state is saved
+
+
+def test_a_module_passed_as_a_value_is_not_a_presence_test():
+    from ampmigrate.rules.apex._presence import presence_action
+
+    module, names = _module_and_names("from apex import amp\nsetup(model, amp=amp)\nif amp:\n    pass\n")
+    refs = [n for n in names.loads if n.value == "amp"]
+    passed = next(r for r in refs if isinstance(names.parent(r), cst.Arg))
+    tested = next(r for r in refs if isinstance(names.parent(r), cst.If))
+    with pytest.raises(Unsupported):
+        presence_action(names, passed, set(refs))
+    assert presence_action(names, tested, set(refs)).kind == "unwrap"

@@ -294,7 +294,16 @@ class _Planner(StepRewrites, ForwardRegions):
         return None
 
     def _check_other_refs(self) -> None:
+        presence = self.presence_refs
         for ref in self.refs:
+            if ref.api is None:
+                try:
+                    presence_action(self.names, ref.node, presence)
+                except Unsupported:
+                    raise Unfixable(
+                        f"apex.amp is used as a value at line {self._line(ref.node)} (passed or stored), "
+                        "where the fix cannot follow it"
+                    )
             if ref.api == "unknown":
                 raise Unfixable(
                     f"`{self.ctx.code(ref.node)}` (line {self._line(ref.node)}) is apex.amp internals with no "

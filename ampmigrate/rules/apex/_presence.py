@@ -86,6 +86,11 @@ def presence_action(names: NameIndex, ref: cst.CSTNode, refs: Set[cst.CSTNode]) 
     ):
         top = parent
         parent = names.parent(top)
+    in_test = isinstance(parent, (cst.If, cst.While, cst.IfExp, cst.Assert)) and parent.test is top
+    bare = not (isinstance(names.parent(ref), cst.Comparison) and names.parent(ref).left is ref)
+    if bare and not in_test:
+        # `f(amp)`, `x = amp or y`: the module itself is the value, not a test of it.
+        raise Unsupported("used as a value")
     value = simplify(top, refs)
     if isinstance(parent, cst.Assert) and parent.test is top:
         if value is True:
