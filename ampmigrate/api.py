@@ -200,14 +200,8 @@ APEX_MULTI_TENSOR: Dict[str, str] = {
 }
 
 
-def is_apex_name(qname: str) -> bool:
-    return qname == "apex" or qname.startswith("apex.")
-
-
 # torch.optim / torch.nn replacements and the torch release that introduced each.
-TORCH_FUSED_ADAM_SINCE: Version = (1, 13)
 TORCH_FUSED_ADAMW_SINCE: Version = (2, 0)
 TORCH_FUSED_SGD_SINCE: Version = (2, 3)
 TORCH_RMSNORM_SINCE: Version = (2, 4)
 TORCH_AMP_GRAD_SCALER_SINCE: Version = (2, 3)
-TORCH_AUTOCAST_SINCE: Version = (1, 10)

@@ -26,19 +26,12 @@ class AmpRef:
     call: Optional[cst.Call]  # the call when `node` is called
     via_handle: bool = False  # `handle.scale_loss(...)` of the old `amp.init()` API
 
-    @property
-    def line_node(self) -> cst.CSTNode:
-        return self.node
-
 
 @dataclass
 class AmpUsage:
     refs: List[AmpRef]
     import_bindings: List[Binding]  # bindings of names to apex / apex.amp / apex.amp.X
     handle_bindings: List[Binding]  # `handle = amp.init(...)`
-
-    def of(self, *apis: str) -> List[AmpRef]:
-        return [r for r in self.refs if r.api in apis]
 
 
 def amp_usage(ctx: FileContext) -> AmpUsage:

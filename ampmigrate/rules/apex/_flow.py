@@ -121,22 +121,6 @@ def walk(node: cst.CSTNode, *, into_scopes: bool = False) -> Iterator[cst.CSTNod
         stack.extend(reversed(current.children))
 
 
-def statement_in(names: NameIndex, node: cst.CSTNode, root: cst.CSTNode) -> Optional[cst.BaseStatement]:
-    """The innermost statement containing `node` that lies inside (or is) `root`."""
-    current: Optional[cst.CSTNode] = node
-    while current is not None:
-        if isinstance(current, cst.BaseStatement):
-            return current
-        if current is root:
-            return None
-        current = names.parent(current)
-    return None
-
-
-def innermost_statement(names: NameIndex, node: cst.CSTNode) -> Optional[cst.BaseStatement]:
-    return names.statement_of(node)
-
-
 def loops_between(names: NameIndex, node: cst.CSTNode, root: cst.CSTNode) -> List[cst.CSTNode]:
     """`for`/`while` statements enclosing `node` below `root`, outermost first."""
     found = []

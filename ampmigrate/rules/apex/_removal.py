@@ -231,12 +231,6 @@ def _leading_blanks(statement: cst.CSTNode) -> list:
     return lines[:count]
 
 
-def _is_import_line(node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.SimpleStatementLine) and all(
-        isinstance(small, (cst.Import, cst.ImportFrom)) for small in node.body
-    )
-
-
 def _is_statement(node: cst.CSTNode, names: NameIndex) -> bool:
     return isinstance(names.parent(node), (cst.IndentedBlock, cst.Module))
 
