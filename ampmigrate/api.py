@@ -243,3 +243,96 @@ def parse_version(text: str) -> Version:
 
 def format_version(version: Version) -> str:
     return f"{version[0]}.{version[1]}"
+
+
+# --------------------------------------------------------------------------------- NVIDIA apex
+# apex.amp, apex.fp16_utils and apex.parallel were removed from apex on 2025-05-08 (PR #1896);
+# apex.optimizers and apex.normalization remain (AMP_FACTS.md section 4).
+
+
+def _apex_names(module: str, submodules: Tuple[str, ...], names: Tuple[str, ...]) -> Dict[str, str]:
+    """{qualified name: short name} for `names` exported by `module` and defined in its submodules."""
+    table: Dict[str, str] = {}
+    for name in names:
+        table[f"{module}.{name}"] = name
+        for sub in submodules:
+            table[f"{module}.{sub}.{name}"] = name
+    return table
+
+
+APEX_AMP_MODULE = "apex.amp"
+# Every public apex.amp function, by qualified name (also as defined in its submodule).
+APEX_AMP_API: Dict[str, str] = _apex_names(
+    APEX_AMP_MODULE,
+    ("frontend", "handle", "amp", "_amp_state"),
+    (
+        "initialize",
+        "scale_loss",
+        "master_params",
+        "state_dict",
+        "load_state_dict",
+        "disable_casts",
+        "init",
+        "half_function",
+        "float_function",
+        "promote_function",
+        "register_half_function",
+        "register_float_function",
+        "register_promote_function",
+        "_amp_state",
+    ),
+)
+APEX_AMP_CAST_ANNOTATIONS: FrozenSet[str] = frozenset(
+    {"half_function", "float_function", "promote_function", "register_half_function",
+     "register_float_function", "register_promote_function"}
+)
+APEX_FP16_UTILS: Dict[str, str] = _apex_names(
+    "apex.fp16_utils",
+    ("fp16_optimizer", "fp16util", "loss_scaler"),
+    (
+        "FP16_Optimizer",
+        "network_to_half",
+        "BN_convert_float",
+        "prep_param_lists",
+        "model_grads_to_master_grads",
+        "master_params_to_model_params",
+        "tofp16",
+        "to_python_float",
+        "clip_grad_norm",
+        "convert_module",
+        "convert_network",
+        "FP16Model",
+        "LossScaler",
+        "DynamicLossScaler",
+    ),
+)
+# Old apex releases also shipped an FP16_Optimizer for FusedAdam under apex.optimizers.
+APEX_FP16_UTILS["apex.optimizers.FP16_Optimizer"] = "FP16_Optimizer"
+APEX_FP16_UTILS["apex.optimizers.fp16_optimizer.FP16_Optimizer"] = "FP16_Optimizer"
+
+APEX_OPTIMIZERS: Dict[str, str] = _apex_names(
+    "apex.optimizers",
+    ("fused_adam", "fused_sgd", "fused_lamb", "fused_novograd", "fused_adagrad", "fused_mixed_precision_lamb"),
+    ("FusedAdam", "FusedSGD", "FusedLAMB", "FusedNovoGrad", "FusedAdagrad", "FusedMixedPrecisionLamb"),
+)
+APEX_NORMS: Dict[str, str] = _apex_names(
+    "apex.normalization",
+    ("fused_layer_norm",),
+    ("FusedLayerNorm", "FusedRMSNorm", "MixedFusedLayerNorm", "MixedFusedRMSNorm"),
+)
+APEX_PARALLEL: Dict[str, str] = _apex_names(
+    "apex.parallel",
+    ("distributed", "sync_batchnorm", "optimized_sync_batchnorm", "LARC"),
+    ("DistributedDataParallel", "Reducer", "convert_syncbn_model", "SyncBatchNorm", "LARC"),
+)
+APEX_MULTI_TENSOR: Dict[str, str] = {
+    "apex.multi_tensor_apply.multi_tensor_applier": "multi_tensor_applier",
+    "apex.multi_tensor_apply.multi_tensor_apply.multi_tensor_applier": "multi_tensor_applier",
+}
+
+
+# torch.optim / torch.nn replacements and the torch release that introduced each.
+TORCH_FUSED_ADAMW_SINCE: Version = (2, 0)
+TORCH_FUSED_SGD_SINCE: Version = (2, 3)
+TORCH_RMSNORM_SINCE: Version = (2, 4)
+TORCH_AMP_GRAD_SCALER_SINCE: Version = (2, 3)

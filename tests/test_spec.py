@@ -19,6 +19,10 @@ CASES = [
     # The apex family's fp16 output, switched to bf16 (the end-to-end apex case comes with AMP1).
     ("apex_o1_train.fp16.expected.py", "apex_o1_train.bf16.expected.py", {"unsafe-fixes": True}),
     ("clip_without_unscale.py", "clip_without_unscale.expected.py", {}),
+    ("apex_o1_train.py", "apex_o1_train.fp16.expected.py", {}),
+    ("apex_o1_train.py", "apex_o1_train.fp16.expected.py", {"select": ["AMP1"]}),
+    # apex -> fp16 recipe -> bf16: AMP1 and AMP4 compose through the fix-to-fixed-point loop.
+    ("apex_o1_train.py", "apex_o1_train.bf16.expected.py", {"unsafe-fixes": True}),
 ]
 
 

@@ -161,6 +161,8 @@ class FixBuilder:
         self._imports: List[str] = []
 
     def replace(self, node: cst.CSTNode, new: Any) -> "FixBuilder":
+        """Replace `node` with `new`: a node, a FlattenSentinel, REMOVE, or a function of the
+        node as the changes inside it left it (so it composes with them)."""
         if node in self._replace and self._replace[node] is not new:
             raise ValueError("a fix replaces the same node twice")
         self._replace[node] = new
@@ -185,6 +187,17 @@ class FixBuilder:
     def replaces(self, node: cst.CSTNode) -> bool:
         return node in self._replace
 
+    def targets(self) -> List[cst.CSTNode]:
+        """Every node this fix replaces, removes, or inserts statements next to."""
+        return list(dict.fromkeys([*self._replace, *self._before, *self._after]))
+
+    def replacement(self, node: cst.CSTNode) -> Any:
+        return self._replace.get(node)
+
+    def replaced(self) -> List[cst.CSTNode]:
+        """The nodes this fix replaces or removes (statements merely inserted next to are not)."""
+        return list(self._replace)
+
     def build(self) -> Fix:
         changes: List[Tuple[cst.CSTNode, Any]] = []
         targets = list(dict.fromkeys([*self._replace, *self._before, *self._after]))
@@ -195,6 +208,8 @@ class FixBuilder:
             if not before and not after:
                 changes.append((target, replacement))
                 continue
+            if callable(replacement):
+                raise ValueError("statements cannot be inserted next to a node replaced by a function")
             items: List[Any] = list(before)
             if before and isinstance(target, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
                 # Blank lines above the target now separate the inserted statements instead.
@@ -231,12 +246,23 @@ def rebuild_args(call: cst.Call, args: Sequence[cst.Arg]) -> cst.Call:
     if sep is None:
         sep = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
     trailing = old[-1].comma if old and isinstance(old[-1].comma, cst.Comma) else None
+    # An argument appended after the old last one takes over the line break before `)`.
+    moved = None
+    if old and not isinstance(old[-1].comma, cst.Comma) and args and args[-1] is not old[-1]:
+        if any(a is old[-1] for a in args) and _breaks_line(old[-1].whitespace_after_arg):
+            moved = old[-1].whitespace_after_arg
     out: List[cst.Arg] = []
     for index, arg in enumerate(args):
         if index == len(args) - 1:
             comma = trailing if trailing is not None else cst.MaybeSentinel.DEFAULT
+            if moved is not None:
+                arg = arg.with_changes(whitespace_after_arg=moved)
         else:
             comma = arg.comma if isinstance(arg.comma, cst.Comma) else sep
+            if old and arg is old[-1] and trailing is not None:
+                comma = sep  # the trailing comma moves to the new last argument
+            if moved is not None and arg is old[-1]:
+                arg = arg.with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
         out.append(arg.with_changes(comma=comma))
     return call.with_changes(args=out)
 
@@ -267,3 +293,7 @@ def without_items(node: cst.CSTNode, removed: Sequence[cst.CSTNode]) -> cst.CSTN
     if isinstance(node, cst.Tuple) and not kept and not node.lpar:
         return node.with_changes(elements=[], lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
     return node.with_changes(**{field_name: kept})
+
+
+def _breaks_line(whitespace: cst.BaseParenthesizableWhitespace) -> bool:
+    return isinstance(whitespace, cst.ParenthesizedWhitespace)

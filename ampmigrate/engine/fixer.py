@@ -28,6 +28,14 @@ class _ApplyChanges(cst.CSTTransformer):
     def on_leave(self, original_node, updated_node):
         replacement = self.replacements.get(original_node, _MISSING)
         if replacement is not _MISSING:
+            if callable(replacement):
+                # Computed from the node as the other changes of the round left it.
+                return replacement(updated_node)
+            if isinstance(replacement, cst.FlattenSentinel):
+                # Statements inserted around a node keep the changes made inside it.
+                return cst.FlattenSentinel(
+                    [updated_node if item is original_node else item for item in replacement.nodes]
+                )
             return replacement
         if isinstance(updated_node, (cst.IndentedBlock, cst.Module)):
             updated_node = self._keep_separation(original_node, updated_node)
@@ -115,11 +123,14 @@ def add_imports(module: cst.Module, modules: Sequence[str]) -> cst.Module:
     index = _import_insertion_index(body)
     new = [cst.SimpleStatementLine([cst.Import([cst.ImportAlias(cst.parse_expression(m))])]) for m in missing]
     if index < len(body) and index == _header_end(body) and body[index].leading_lines:
-        # Keep a license header or comment block above the inserted import.
+        # Keep a license header or comment block above the inserted import; the blank lines
+        # after it keep separating the code that follows.
         first = body[index]
-        new[0] = new[0].with_changes(leading_lines=first.leading_lines)
-        body[index] = first.with_changes(leading_lines=[])
-        if not isinstance(first, cst.SimpleStatementLine) or not _is_import_line(first):
+        lines = list(first.leading_lines)
+        last_comment = max((i for i, line in enumerate(lines) if line.comment is not None), default=-1)
+        new[0] = new[0].with_changes(leading_lines=lines[: last_comment + 1])
+        body[index] = first.with_changes(leading_lines=lines[last_comment + 1 :])
+        if not _is_import_line(first) and not body[index].leading_lines:
             body[index] = body[index].with_changes(leading_lines=[cst.EmptyLine()])
     body[index:index] = new
     return module.with_changes(body=body)

@@ -8,6 +8,16 @@ from ampmigrate.rules.base import Rule
 
 
 def rule_classes() -> List[type]:
+    from ampmigrate.rules.apex.amp101_apex_amp import ApexAmp
+    from ampmigrate.rules.apex.amp102_apex_amp_o3 import ApexAmpO3
+    from ampmigrate.rules.apex.amp103_apex_amp_o0 import ApexAmpO0
+    from ampmigrate.rules.apex.amp104_apex_amp_handle import ApexAmpHandle
+    from ampmigrate.rules.apex.amp105_apex_amp_cast_annotations import ApexAmpCastAnnotations
+    from ampmigrate.rules.apex.amp106_apex_fp16_utils import ApexFp16Utils
+    from ampmigrate.rules.apex.amp107_apex_fused_optimizer import ApexFusedOptimizer
+    from ampmigrate.rules.apex.amp108_apex_fused_norm import ApexFusedNorm
+    from ampmigrate.rules.apex.amp109_apex_parallel import ApexParallel
+    from ampmigrate.rules.apex.amp110_apex_no_equivalent import ApexNoTorchEquivalent
     from ampmigrate.rules.legacy_api.amp201_legacy_autocast import LegacyAutocast
     from ampmigrate.rules.legacy_api.amp202_legacy_grad_scaler import LegacyGradScaler
     from ampmigrate.rules.legacy_api.amp203_legacy_custom_fwd_bwd import LegacyCustomFwdBwd
@@ -35,6 +45,16 @@ def rule_classes() -> List[type]:
     from ampmigrate.rules.precision.amp410_legacy_tf32_flags import LegacyTf32Flags
 
     return [
+        ApexAmp,
+        ApexAmpO3,
+        ApexAmpO0,
+        ApexAmpHandle,
+        ApexAmpCastAnnotations,
+        ApexFp16Utils,
+        ApexFusedOptimizer,
+        ApexFusedNorm,
+        ApexParallel,
+        ApexNoTorchEquivalent,
         LegacyAutocast,
         LegacyGradScaler,
         LegacyCustomFwdBwd,

@@ -1,0 +1,52 @@
+"""Types shared by the apex.amp migration's modules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Set
+
+import libcst as cst
+
+from ampmigrate.diagnostics import Fix
+from ampmigrate.engine.names import Scope
+from ampmigrate.rules.apex._flow import Branch
+
+CODE = "AMP101"
+O3_CODE = "AMP102"
+O0_CODE = "AMP103"
+HANDLE_CODE = "AMP104"
+
+
+class Unfixable(Exception):
+    """Raised while planning; the message says why, for the user."""
+
+
+@dataclass(eq=False)
+class Site:
+    """A use of apex.amp reported as a finding (the callee of the call), and its rule."""
+
+    node: cst.CSTNode
+    code: str
+    api: str
+
+
+@dataclass
+class AmpPlan:
+    sites: List[Site] = field(default_factory=list)
+    fix: Optional[Fix] = None
+    reason: Optional[str] = None
+    levels: Set[str] = field(default_factory=set)
+
+
+@dataclass(eq=False)
+class Step:
+    """One `with amp.scale_loss(...)` and what belongs to it."""
+
+    with_node: cst.With
+    call: cst.Call
+    loss: cst.BaseExpression
+    optimizers: List[cst.BaseExpression]
+    backward_args: Sequence[cst.Arg]
+    function: Scope
+    branches: List[Branch]  # the `if` branches around it in its function (apex tests folded)
+    steps: List[cst.Call] = field(default_factory=list)  # the `optimizer.step()` calls after it

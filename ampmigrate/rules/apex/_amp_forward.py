@@ -1,0 +1,97 @@
+"""Planning the autocast regions of the migration (see `_regions` for how one is found): which
+names hold the model, what looks like a forward pass, what ends a training step, and the `with
+torch.autocast(...)` statements that wrap each region.
+
+A mixin of the planner (`_amp_migration._Planner`).
+"""
+
+from __future__ import annotations
+
+from typing import List, Tuple
+
+import libcst as cst
+
+from ampmigrate.engine.names import Scope
+from ampmigrate.rules.apex._amp_common import Step, Unfixable
+from ampmigrate.rules.apex._flow import body_of, walk
+from ampmigrate.rules.apex._regions import Region, merge
+
+
+class ForwardRegions:
+    # ---- autocast regions
+    def _plan_regions(self, regions: List[Tuple[Region, Step]]) -> None:
+        merged, problem = merge([r for r, _ in regions])
+        if problem:
+            raise Unfixable(problem)
+        for region in merged:
+            if body_of(region.block) is None:
+                raise Unfixable("the forward pass is on one line with its block header")
+            first = region.statements[0]
+            torch = self._torch(first)
+            dtype = f"{torch}.float16"
+            enabled = self.access.autocast_enabled(first)
+            args = f'{self.ctx.string("cuda").value}, dtype={dtype}' + (f", enabled={enabled}" if enabled else "")
+            header = self.ctx.parse_statement(f"with {torch}.autocast({args}):\n    pass\n")
+            assert isinstance(header, cst.With)
+            inner = [first.with_changes(leading_lines=())] + list(region.statements[1:])
+            with_node = header.with_changes(
+                body=header.body.with_changes(body=inner), leading_lines=first.leading_lines
+            )
+            self.builder.replace(first, with_node)
+            for statement in region.statements[1:]:
+                self.builder.remove(statement)
+
+    def _model_test(self, function: Scope):
+        """A statement runs the model: calls it (`model(x)`, `model.module(x)`, `model.forward(x)`)
+        or passes it to a call (`loss = compute_loss(model, batch)`); other methods
+        (`model.parse_batch`, `model.zero_grad`) are not the forward pass."""
+        keys = self.access.model_keys(function)
+
+        def is_model(node: cst.CSTNode) -> bool:
+            if isinstance(node, cst.Name):
+                return node.value in keys and node in self.names.loads
+            if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
+                return f"self.{node.attr.value}" in keys and bool(self.names.self_attribute_bindings(node))
+            return False
+
+        def is_forward_callee(func: cst.CSTNode) -> bool:
+            while isinstance(func, cst.Attribute) and func.attr.value in ("module", "forward") and not is_model(func):
+                func = func.value
+            return is_model(func)
+
+        def uses_model(statement: cst.CSTNode) -> bool:
+            if not keys:
+                return False
+            for node in walk(statement):
+                if isinstance(node, cst.Call):
+                    if is_forward_callee(node.func) or any(is_model(a.value) for a in node.args):
+                        return True
+            return False
+
+        return uses_model
+
+    def _forward_like_test(self, function: Scope):
+        def looks_like_forward(statement: cst.CSTNode) -> bool:
+            for node in walk(statement):
+                if not isinstance(node, cst.Call):
+                    continue
+                func = node.func
+                if isinstance(func, cst.Name):
+                    bindings = self.names.bindings_of(func)
+                    if bindings and all(b.scope is function and b.kind in ("param", "assign", "for", "with") for b in bindings):
+                        return True
+                if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+                    if self.names.self_attribute_bindings(func):
+                        return True
+            return False
+
+        return looks_like_forward
+
+    def _is_barrier(self, statement: cst.CSTNode) -> bool:
+        for node in walk(statement):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+                if node.func.attr.value in ("backward", "step"):
+                    return True
+            if any(node is r.node for r in self.refs if r.api in ("scale_loss", "handle.scale_loss")):
+                return True
+        return False

@@ -1,0 +1,592 @@
+"""The apex.amp migration of one file, planned once and shared by AMP101-AMP104.
+
+A partial apex migration leaves code that does not run, so everything the file does with
+apex.amp changes in one fix: `amp.initialize` becomes a `torch.amp.GradScaler`, each
+`with amp.scale_loss(loss, opt) as s: s.backward()` becomes `scaler.scale(loss).backward()`, the
+`opt.step()` after it `scaler.step(opt)` + `scaler.update()`, gradient reads between the two
+(a clip, `amp.master_params`) get `scaler.unscale_(opt)` first, the forward pass and loss go under
+`torch.autocast("cuda", dtype=torch.float16)`, `amp.state_dict()` / `amp.load_state_dict()` move
+to the scaler, and the apex import goes. Under O0 (fp32) the same uses become plain fp32 code.
+
+The parts: `_scaler_access` (where the scaler lives and how each use spells it), `_amp_steps`
+(the optimizer step and `unscale_`), `_amp_forward` and `_regions` (the autocast regions),
+`_amp_options` (what `amp.initialize`'s arguments ask for), `_presence` (tests of whether apex
+imported) and `_removal` (the imports that go). This module reads the file's apex.amp use
+(`_amp_refs`), checks its shape and puts the fix together.
+
+Anything the plan cannot follow stops it with a reason (`Unfixable`); the findings are then
+reported without a fix.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Set, Tuple
+
+import libcst as cst
+
+from ampmigrate.api import APEX_AMP_CAST_ANNOTATIONS, TORCH_AMP_GRAD_SCALER_SINCE, format_version
+from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
+from ampmigrate.engine.context import FileContext, FixBuilder
+from ampmigrate.engine.names import Scope
+from ampmigrate.rules.apex._amp_common import (
+    CODE,
+    HANDLE_CODE,
+    O0_CODE,
+    O3_CODE,
+    AmpPlan,
+    Site,
+    Step,
+    Unfixable,
+)
+from ampmigrate.rules.apex._amp_forward import ForwardRegions
+from ampmigrate.rules.apex._amp_options import bound_arguments, scaler_spec
+from ampmigrate.rules.apex._amp_refs import AmpRef, amp_usage
+from ampmigrate.rules.apex._amp_steps import StepRewrites
+from ampmigrate.rules.apex._flow import Branch, branches, expression_key, is_pure, walk
+from ampmigrate.rules.apex._presence import Action, Unsupported, presence_action, simplify, unwrap
+from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions
+from ampmigrate.rules.apex._removal import Removal, unused_after
+from ampmigrate.rules.apex._scaler_access import ScalerAccess
+
+__all__ = ["AmpPlan", "Site", "amp_plan"]
+
+SCALE_LOSS_PARAMS = ("loss", "optimizers", "loss_id", "model", "delay_unscale", "delay_overflow_check")
+
+
+def amp_plan(ctx: FileContext) -> AmpPlan:
+    return ctx.shared("apex.amp_plan", lambda: _Planner(ctx).plan())
+
+
+class _Planner(StepRewrites, ForwardRegions):
+    def __init__(self, ctx: FileContext) -> None:
+        self.ctx = ctx
+        self.names = ctx.names
+        self.module = ctx.module
+        self.builder: Optional[FixBuilder] = None
+        self.handled: Set[cst.CSTNode] = set()  # nodes the fix replaces or removes
+        self.removal = Removal(self.names)
+        self.notes: List[str] = []
+        self.unsafe: List[str] = []
+
+    # ------------------------------------------------------------------ entry
+    def plan(self) -> AmpPlan:
+        usage = amp_usage(self.ctx)
+        refs = [r for r in usage.refs if r.api not in APEX_AMP_CAST_ANNOTATIONS]
+        plan = AmpPlan()
+        for ref in refs:
+            if ref.api is None or (ref.via_handle and ref.api == "handle"):
+                continue  # presence tests and the handle itself are not findings
+            api = ref.node.attr.value if ref.api == "unknown" and isinstance(ref.node, cst.Attribute) else ref.api
+            plan.sites.append(Site(ref.node, self._code_for(ref), api))
+        if not plan.sites:
+            # Imported (maybe tested for) but never used: the import is the finding.
+            cast_refs = any(r.api in APEX_AMP_CAST_ANNOTATIONS for r in usage.refs)
+            if not usage.import_bindings or cast_refs:
+                return plan
+            plan.sites.append(Site(usage.import_bindings[0].node, CODE, "import"))
+        self.usage = usage
+        self.refs = refs
+        try:
+            plan.fix = self._build(plan)
+        except Unfixable as exc:
+            plan.reason = str(exc)
+        return plan
+
+    def _code_for(self, ref: AmpRef) -> str:
+        if ref.via_handle or ref.api == "init":
+            return HANDLE_CODE
+        if ref.api == "initialize" and ref.call is not None:
+            levels = scaler_spec(self.module, self.names, ref.call, self.ctx.quote).levels
+            if levels == {"O3"}:
+                return O3_CODE
+            if levels == {"O0"}:
+                return O0_CODE
+        return CODE
+
+    # ------------------------------------------------------------------ the fix
+    def _build(self, plan: AmpPlan) -> Fix:
+        self._check_other_refs()
+        inits = [r for r in self.refs if r.api in ("initialize", "init")]
+        if not inits:
+            if any(r.api not in (None, "disable_casts", "master_params") for r in self.refs):
+                raise Unfixable(
+                    "`amp.initialize` is not called in this file: the GradScaler has to be created where it is "
+                    "and passed here"
+                )
+            return self._standalone_fix(plan)
+        if len(inits) > 1:
+            raise Unfixable("`amp.initialize` is called more than once in this file")
+        init = inits[0]
+        if init.call is None:
+            raise Unfixable(f"`{self.ctx.code(init.node)}` is used without being called")
+        spec = scaler_spec(self.module, self.names, init.call, self.ctx.quote, handle_api=init.api == "init")
+        plan.levels = spec.levels
+        if spec.error:
+            raise Unfixable(f"`amp.initialize`: {spec.error}")
+        if spec.levels == {"O3"}:
+            raise Unfixable(
+                "O3 is pure fp16 training (the model cast to half, no fp32 master weights, no loss scaling); "
+                "torch.amp has no such mode, so the choice (fp16 autocast + GradScaler, or bf16) is yours"
+            )
+        if "O3" in spec.levels and spec.opt_level_code is None:
+            raise Unfixable("`opt_level` may be O3 (pure fp16), which has no torch.amp equivalent")
+        fp32 = spec.levels == {"O0"}
+        if not fp32 and self.ctx.settings.min_torch < TORCH_AMP_GRAD_SCALER_SINCE:
+            raise Unfixable(
+                f"the fix needs `torch.amp.GradScaler` (torch >= {format_version(TORCH_AMP_GRAD_SCALER_SINCE)}); "
+                f"min-torch is {format_version(self.ctx.settings.min_torch)}"
+            )
+        if init.api == "initialize" and spec.optimizers is None and not fp32:
+            raise Unfixable(
+                "`amp.initialize` without optimizers is inference: wrap the inference in "
+                '`torch.autocast("cuda", dtype=torch.float16)` by hand'
+            )
+        self.fp32 = fp32
+        self.spec = spec
+        self.unsafe.extend(spec.unsafe)
+        self.notes.extend(spec.notes)
+        requires = {s.code for s in plan.sites}
+        self.builder = FixBuilder("", SAFE, frozenset(requires))
+        self.init = init
+        self.init_line = self._init_line(init)
+        self.home = self._function_scope(init.call)
+        if self.home.kind not in ("function", "module"):
+            raise Unfixable("`amp.initialize` is called in a class body")
+        steps = [self._step(r) for r in self.refs if r.api in ("scale_loss", "handle.scale_loss")]
+        if not steps and not fp32 and init.api == "init":
+            raise Unfixable(
+                "`amp.init()` without a scaled backward is inference: wrap the inference in "
+                '`torch.autocast("cuda", dtype=torch.float16)` by hand'
+            )
+        if not steps and not fp32:
+            raise Unfixable(
+                "`amp.scale_loss` is not used in this file (the training step is elsewhere): create the "
+                '`torch.amp.GradScaler("cuda")` here and pass it to the code that scales the loss'
+            )
+        if fp32:
+            self._plan_fp32(steps)
+        else:
+            self._plan_fp16(steps)
+        self._plan_imports()
+        self._emit_removals()
+        self._check_nesting()
+        kind = "fp32 (O0)" if fp32 else "torch.autocast fp16 and torch.amp.GradScaler"
+        message = f"Migrate apex.amp to {kind}"
+        details = self.notes + ([f"unsafe: {'; '.join(self.unsafe)}"] if self.unsafe else [])
+        if details:
+            message += " (" + "; ".join(details) + ")"
+        self.builder.message = message
+        self.builder.applicability = UNSAFE if self.unsafe else SAFE
+        return self.builder.build()
+
+    def _standalone_fix(self, plan: AmpPlan) -> Fix:
+        """No `amp.initialize` here, and nothing that needs the scaler: `amp.disable_casts()`,
+        `amp.master_params(opt)` outside a backward/step window, tests of apex, the import."""
+        self.builder = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
+        self.fp32 = True
+        for ref in self.refs:
+            if ref.api == "disable_casts":
+                self._rewrite_disable_casts(ref)
+            elif ref.api == "master_params":
+                statement = self.names.statement_of(ref.node)
+                if any(self._reads_gradients(n) for n in walk(statement)):
+                    raise Unfixable(
+                        f"`amp.master_params` at line {self._line(ref.node)} reads gradients, which are scaled "
+                        "until `scaler.unscale_(optimizer)`, and the scaler is not in this file"
+                    )
+                self._rewrite_master_params(ref)
+        self._plan_presence_tests()
+        self._plan_imports()
+        self._emit_removals()
+        self._check_nesting()
+        uses = [s.api for s in plan.sites if s.api != "import"]
+        self.builder.message = (
+            "Replace " + ", ".join(f"`amp.{api}`" for api in dict.fromkeys(uses)) + " with torch"
+            if uses
+            else "Remove the apex.amp import (apex.amp was removed in May 2025)"
+        )
+        return self.builder.build()
+
+    # ------------------------------------------------------------------ shapes
+    def _init_line(self, init: AmpRef) -> cst.SimpleStatementLine:
+        call = init.call
+        small = self.names.parent(call)
+        if isinstance(small, cst.Assign) and small.value is call and len(small.targets) == 1:
+            pass
+        elif isinstance(small, cst.Expr) and small.value is call:
+            pass
+        else:
+            raise Unfixable("the result of `amp.initialize` is used inside an expression")
+        line = self.names.parent(small)
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+            raise Unfixable("`amp.initialize` shares its line with other statements")
+        return line
+
+    def _function_scope(self, node: cst.CSTNode) -> Scope:
+        scope = self.names.scope_of(node)
+        while scope.kind in ("comprehension", "lambda") and scope.parent is not None:
+            scope = scope.parent
+        return scope
+
+    def _step(self, ref: AmpRef) -> Step:
+        call = ref.call
+        if call is None:
+            raise Unfixable(f"`{self.ctx.code(ref.node)}` is used without being called")
+        item = self.names.parent(call)
+        with_node = self.names.parent(item)
+        if not (isinstance(item, cst.WithItem) and isinstance(with_node, cst.With) and len(with_node.items) == 1):
+            raise Unfixable(f"`amp.scale_loss` at line {self._line(call)} is not the only item of a `with` statement")
+        if with_node.asynchronous is not None or item.asname is None or not isinstance(item.asname.name, cst.Name):
+            raise Unfixable(f"`with amp.scale_loss(...)` at line {self._line(call)} does not bind the scaled loss to a name")
+        scaled = item.asname.name.value
+        backward_args = self._backward_args(with_node, scaled)
+        if backward_args is None:
+            raise Unfixable(
+                f"the body of `with amp.scale_loss(...)` at line {self._line(call)} does more than "
+                f"`{scaled}.backward()`"
+            )
+        params = SCALE_LOSS_PARAMS if not ref.via_handle else ("loss", "optimizers")
+        bound = bound_arguments(call, params)
+        if bound is None or "loss" not in bound or "optimizers" not in bound:
+            raise Unfixable(f"`amp.scale_loss` at line {self._line(call)} has arguments apex's signature does not match")
+        optimizers_node = bound["optimizers"].value
+        if isinstance(optimizers_node, (cst.List, cst.Tuple)):
+            optimizers = [e.value for e in optimizers_node.elements]
+        else:
+            optimizers = [optimizers_node]
+        for optimizer in optimizers:
+            if not isinstance(optimizer, (cst.Name, cst.Attribute)) or not is_pure(optimizer):
+                raise Unfixable(f"the optimizer passed to `amp.scale_loss` at line {self._line(call)} is not a plain name")
+        if "delay_unscale" in bound:
+            self._note("`delay_unscale` goes: GradScaler keeps gradients scaled until `unscale_`/`step`")
+        function = self._function_scope(call)
+        return Step(
+            with_node,
+            call,
+            bound["loss"].value,
+            optimizers,
+            backward_args,
+            function,
+            self._branches(with_node, function.node),
+        )
+
+    def _backward_args(self, with_node: cst.With, scaled: str) -> Optional[Sequence[cst.Arg]]:
+        body = with_node.body
+        smalls: List[cst.BaseSmallStatement]
+        if isinstance(body, cst.SimpleStatementSuite):
+            smalls = list(body.body)
+        else:
+            if len(body.body) != 1 or not isinstance(body.body[0], cst.SimpleStatementLine):
+                return None
+            smalls = list(body.body[0].body)
+        if len(smalls) != 1 or not isinstance(smalls[0], cst.Expr):
+            return None
+        call = smalls[0].value
+        if (
+            isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value == "backward"
+            and isinstance(call.func.value, cst.Name)
+            and call.func.value.value == scaled
+            and not any(isinstance(n, cst.Name) and n.value == scaled for a in call.args for n in walk(a))
+        ):
+            return call.args
+        return None
+
+    def _check_other_refs(self) -> None:
+        presence = self.presence_refs
+        for ref in self.refs:
+            if ref.api is None:
+                try:
+                    presence_action(self.names, ref.node, presence)
+                except Unsupported:
+                    raise Unfixable(
+                        f"apex.amp is used as a value at line {self._line(ref.node)} (passed or stored), "
+                        "where the fix cannot follow it"
+                    )
+            if ref.api == "unknown":
+                raise Unfixable(
+                    f"`{self.ctx.code(ref.node)}` (line {self._line(ref.node)}) is apex.amp internals with no "
+                    "torch.amp counterpart"
+                )
+            if ref.via_handle and ref.api not in ("handle.scale_loss",):
+                if ref.api == "handle":
+                    raise Unfixable(f"the amp handle is used as a value at line {self._line(ref.node)}")
+                raise Unfixable(f"`{self.ctx.code(ref.node)}` of the old handle API has no automatic rewrite")
+
+    # ------------------------------------------------------------------ fp16 (O1/O2, amp.init)
+    def _plan_fp16(self, steps: List[Step]) -> None:
+        scaler_scopes = [s.function for s in steps]
+        for ref in self.refs:
+            if ref.api in ("state_dict", "load_state_dict") or (ref.api == "_amp_state"):
+                scaler_scopes.append(self._function_scope(ref.node))
+        self.access = ScalerAccess(self, scaler_scopes)
+        regions: List[Tuple[Region, Step]] = []
+        for step in steps:
+            self._plan_step_calls(step, steps)
+            try:
+                found = autocast_regions(
+                    self.names,
+                    step.with_node,
+                    step.loss,
+                    self._model_test(step.function),
+                    self._forward_like_test(step.function),
+                    self._is_barrier,
+                )
+            except NoRegion as exc:
+                raise Unfixable(f"no autocast region for `amp.scale_loss` at line {self._line(step.call)}: {exc}")
+            regions.extend((r, step) for r in found)
+            self.builder.replace(step.with_node, self._scaled_backward(step))
+            self.handled.add(step.with_node)
+        self._emit_steps(steps)
+        self._plan_regions(regions)
+        self._plan_unscale(steps)
+        self._plan_simple_refs()
+        self._plan_presence_tests()
+        self._plan_scaler_creation()
+        self.access.emit()
+
+    def _scaled_backward(self, step: Step) -> cst.SimpleStatementLine:
+        scaler = self.access.expression(step.with_node)
+        loss_code = self.ctx.code(step.loss).strip()
+        args = ", ".join(self.ctx.code(a).strip().rstrip(",") for a in step.backward_args)
+        line = self.ctx.parse_statement(f"{scaler}.scale({loss_code}).backward({args})\n")
+        return line.with_changes(leading_lines=step.with_node.leading_lines)
+
+    # ---- master_params, state_dict, load_state_dict, disable_casts, _amp_state
+    def _plan_simple_refs(self) -> None:
+        for ref in self.refs:
+            if ref.api == "master_params":
+                self._rewrite_master_params(ref)
+            elif ref.api in ("state_dict", "load_state_dict"):
+                if ref.call is None:
+                    raise Unfixable(f"`amp.{ref.api}` is used without being called")
+                scaler = self.access.expression(ref.call)
+                new_func = self.ctx.parse_expression(f"{scaler}.{ref.api}")
+                self.builder.replace(ref.node, new_func)
+                self.handled.add(ref.node)
+                if ref.api == "load_state_dict":
+                    self._note("a checkpoint saved by apex (`amp.state_dict()`) does not load into a GradScaler; only new checkpoints do")
+            elif ref.api == "disable_casts":
+                self._rewrite_disable_casts(ref)
+            elif ref.api == "_amp_state":
+                self._rewrite_loss_scale_read(ref)
+
+    def _rewrite_master_params(self, ref: AmpRef) -> None:
+        call = ref.call
+        if call is None or len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+            raise Unfixable(f"`amp.master_params` at line {self._line(ref.node)} is not called with one optimizer")
+        optimizer = call.args[0].value
+        code = self.ctx.code(optimizer).strip()
+        if not isinstance(optimizer, (cst.Name, cst.Attribute)):
+            code = f"({code})"
+        params = self.ctx.string("params").value
+        self.builder.replace(call, self.ctx.parse_expression(f"[p for group in {code}.param_groups for p in group[{params}]]"))
+        self.handled.add(call)
+
+    def _rewrite_disable_casts(self, ref: AmpRef) -> None:
+        call = ref.call
+        item = self.names.parent(call) if call is not None else None
+        if call is None or call.args or not isinstance(item, cst.WithItem):
+            raise Unfixable(f"`amp.disable_casts` at line {self._line(ref.node)} is not used as `with amp.disable_casts():`")
+        torch = self._torch(call)
+        cuda = self.ctx.string("cuda").value
+        self.builder.replace(call, self.ctx.parse_expression(f"{torch}.autocast({cuda}, enabled=False)"))
+        self.handled.add(call)
+
+    def _rewrite_loss_scale_read(self, ref: AmpRef) -> None:
+        """`amp._amp_state.loss_scalers[0].loss_scale()` -> `scaler.get_scale()`."""
+        node = ref.node
+        chain = []
+        current = node
+        for _ in range(4):
+            parent = self.names.parent(current)
+            chain.append(parent)
+            current = parent
+        scalers, subscript, method, call = chain
+        if not (
+            isinstance(scalers, cst.Attribute)
+            and scalers.attr.value == "loss_scalers"
+            and isinstance(subscript, cst.Subscript)
+            and isinstance(method, cst.Attribute)
+            and method.attr.value == "loss_scale"
+            and isinstance(call, cst.Call)
+            and not call.args
+        ):
+            raise Unfixable(f"`amp._amp_state` at line {self._line(node)} is apex internals the fix cannot map")
+        scaler = self.access.expression(call)
+        self.builder.replace(call, self.ctx.parse_expression(f"{scaler}.get_scale()"))
+        self.handled.add(call)
+
+    # ---- the scaler itself
+    def _plan_scaler_creation(self) -> None:
+        torch = self._torch(self.init_line)
+        keywords = [f"{k}={v}" for k, v in self.spec.keywords]
+        enabled = self.access.creation_enabled()
+        if enabled:
+            keywords.append(f"enabled={enabled}")
+        args = ", ".join([self.ctx.string("cuda").value, *keywords])
+        creation = f"{self.access.home_expression()} = {torch}.amp.GradScaler({args})"
+        self._place_home(creation)
+
+    def _place_home(self, creation: Optional[str]) -> None:
+        """Replace the initialize line (keeping any rebinding it did) and create the scaler."""
+        rebinding = self._rebinding()
+        hoist = self.access.hoist_before if creation else None
+        statements: List[str] = []
+        if rebinding:
+            statements.append(rebinding)
+        if creation and hoist is None:
+            statements.append(creation)
+        if statements:
+            new = [self.ctx.parse_statement(s + "\n") for s in statements]
+            new[0] = new[0].with_changes(leading_lines=self.init_line.leading_lines)
+            self.builder.replace(self.init_line, cst.FlattenSentinel(new))
+        else:
+            self.removal.remove_statement(self.init_line)
+        self.handled.add(self.init_line)
+        if hoist is not None:
+            self.hoisted = (hoist, self.ctx.parse_statement(creation + "\n"))
+
+    def _rebinding(self) -> Optional[str]:
+        """`net, opt = amp.initialize(model, optimizer)` still has to bind `net, opt`."""
+        small = self.init_line.body[0]
+        if not isinstance(small, cst.Assign) or self.init.api == "init":
+            return None  # `handle = amp.init()`: the handle's uses are rewritten instead
+        target = small.targets[0].target
+        values = [v for v in (self.spec.models, self.spec.optimizers) if v is not None]
+        if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == len(values):
+            pairs = list(zip([e.value for e in target.elements], values))
+        elif len(values) == 1:
+            pairs = [(target, values[0])]
+        else:
+            raise Unfixable("the targets of `amp.initialize` do not match its models and optimizers")
+        if all(expression_key(t) == expression_key(v) for t, v in pairs):
+            return None
+        left = ", ".join(self.ctx.code(t).strip() for t, _ in pairs)
+        right = ", ".join(self.ctx.code(v).strip() for _, v in pairs)
+        return f"{left} = {right}"
+
+    # ------------------------------------------------------------------ fp32 (O0)
+    def _plan_fp32(self, steps: List[Step]) -> None:
+        for step in steps:
+            loss_code = self.ctx.code(step.loss).strip()
+            if not isinstance(step.loss, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+                loss_code = f"({loss_code})"
+            args = ", ".join(self.ctx.code(a).strip().rstrip(",") for a in step.backward_args)
+            line = self.ctx.parse_statement(f"{loss_code}.backward({args})\n")
+            self.builder.replace(step.with_node, line.with_changes(leading_lines=step.with_node.leading_lines))
+            self.handled.add(step.with_node)
+        for ref in self.refs:
+            if ref.api == "master_params":
+                self._rewrite_master_params(ref)
+            elif ref.api in ("state_dict", "load_state_dict", "_amp_state"):
+                raise Unfixable(
+                    f"`amp.{ref.api}` has no fp32 counterpart; remove it from the checkpoint code by hand"
+                )
+            elif ref.api == "disable_casts":
+                raise Unfixable("`amp.disable_casts` under O0 has nothing to disable; remove it by hand")
+        self._plan_presence_tests()
+        self._place_home(None)
+
+    # ------------------------------------------------------------------ presence tests
+    def _plan_presence_tests(self) -> None:
+        """`amp is None`, `assert amp`, `if args.fp16 and amp is not None:`: apex is gone, torch.amp
+        is always there (see _presence). Removals join the removal plan now; other rewrites wait
+        until it is known which statements go anyway."""
+        refs = self.presence_refs
+        self.presence_actions: List[Action] = []
+        for ref in self.refs:
+            if ref.api is not None:
+                continue
+            try:
+                action = presence_action(self.names, ref.node, refs)
+            except Unsupported as exc:
+                raise Unfixable(f"`{self.ctx.code(ref.node)}` at line {self._line(ref.node)} is {exc}")
+            if action.kind == "remove":
+                self.removal.remove_statement(action.node)
+            else:
+                self.presence_actions.append(action)
+            self.handled.add(action.node)
+
+    def _branches(self, node: cst.CSTNode, stop: cst.CSTNode) -> List[Branch]:
+        """`branches`, with tests of apex's presence folded (`amp is not None` is now True): a
+        branch that is now always taken is dropped, a test that mentions apex is simplified."""
+        presence = self.presence_refs
+        result: List[Branch] = []
+        for branch in branches(self.names, node, stop=stop):
+            if presence and any(n in presence for n in walk(branch.test)):
+                try:
+                    value = simplify(branch.test, presence)
+                except Unsupported:
+                    raise Unfixable(f"a test of apex at line {self._line(branch.test)} cannot be folded")
+                if isinstance(value, bool):
+                    if value != branch.taken:
+                        raise Unfixable(f"code at line {self._line(node)} only runs where apex is missing")
+                    continue
+                branch = Branch(value, branch.taken, branch.statement)
+            result.append(branch)
+        return result
+
+    @property
+    def presence_refs(self) -> Set[cst.CSTNode]:
+        return {r.node for r in self.refs if r.api is None}
+
+    def _emit_presence(self, removed: Set[cst.CSTNode]) -> None:
+        for action in getattr(self, "presence_actions", []):
+            if action.node in removed or any(a in removed for a in self.names.ancestors(action.node)):
+                continue
+            if action.kind == "unwrap":
+                self.builder.replace(action.node, unwrap(action.node, action.new))
+            else:
+                self.builder.replace(action.node, action.new)
+
+    # ------------------------------------------------------------------ imports
+    def _plan_imports(self) -> None:
+        handled = set(self.handled)
+        for binding in self.usage.import_bindings:
+            if unused_after(self.names, binding, handled):
+                self.removal.remove_import_binding(binding)
+        # Fallback bindings (`amp = None` in the except branch) are removed with their `try`.
+
+    def _emit_removals(self) -> None:
+        overrides = {}
+        hoisted = getattr(self, "hoisted", None)
+        removed = self.removal.closure()
+        if hoisted is not None:
+            anchor, creation = hoisted
+            if anchor in removed:
+                overrides[anchor] = creation.with_changes(leading_lines=anchor.leading_lines)
+            else:
+                self.builder.insert_before(anchor, creation)
+        self._emit_presence(removed)
+        self.removal.emit(self.builder, overrides, import_torch=getattr(self, "needs_torch_import", False))
+
+    def _check_nesting(self) -> None:
+        targets = set(self.builder.targets())
+        replaced = {n for n in self.builder.replaced() if not callable(self.builder.replacement(n))}
+        for target in targets:
+            for ancestor in self.names.ancestors(target):
+                if ancestor in replaced:
+                    raise Unfixable(
+                        f"two parts of the migration overlap at line {self._line(target)} (the fix would have to "
+                        "change a statement it also moves)"
+                    )
+
+    # ------------------------------------------------------------------ helpers
+    def _torch(self, at: cst.CSTNode) -> str:
+        name, needs_import = self.ctx.module_reference(at, "torch")
+        if name is None:
+            if self.names.has_star_import:
+                raise Unfixable("a star import (`from x import *`) may bind `torch` here; add `import torch` first")
+            raise Unfixable("the name `torch` is taken in this file, so torch.amp cannot be spelled")
+        if needs_import:
+            self.needs_torch_import = True
+        return name
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def _line(self, node: cst.CSTNode) -> int:
+        return self.ctx.position(node).start.line

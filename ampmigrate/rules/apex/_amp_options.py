@@ -1,0 +1,276 @@
+"""What an `amp.initialize(...)` call asks for, and the `torch.amp.GradScaler` that matches it.
+
+apex semantics (AMP_FACTS.md section 4): O1 patches torch functions, O2 casts the model to fp16
+with fp32 master weights (batchnorm kept fp32), both with a dynamic loss scale whose defaults
+(2**16, x2 after 2000 clean steps, x0.5 on overflow) are GradScaler's. O0 is plain fp32, O3 pure
+fp16. Overrides that keep those semantics map exactly; the others change numerics and make the
+migration unsafe, and the reason says which.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from ampmigrate.engine.names import NameIndex
+from ampmigrate.rules.apex._flow import expression_key
+
+# amp.initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model_type=None, ...)
+INITIALIZE_PARAMS = (
+    "models",
+    "optimizers",
+    "enabled",
+    "opt_level",
+    "cast_model_type",
+    "patch_torch_functions",
+    "keep_batchnorm_fp32",
+    "master_weights",
+    "loss_scale",
+    "cast_model_outputs",
+    "num_losses",
+    "verbosity",
+    "min_loss_scale",
+    "max_loss_scale",
+)
+# amp.init(enabled=True, loss_scale="dynamic", enable_caching=True, verbose=False, allow_banned=False)
+INIT_PARAMS = ("enabled", "loss_scale", "enable_caching", "verbose", "allow_banned")
+
+OPT_LEVELS = ("O0", "O1", "O2", "O3")
+# GradScaler's growth tracker is an int32: this interval is never reached.
+NO_GROWTH_INTERVAL = "2**31 - 1"
+
+_LITERALS = {"True": True, "False": False, "None": None}
+
+
+@dataclass(frozen=True)
+class Conjunct:
+    """One condition the scaler's `enabled` is the conjunction of (compared by `key`)."""
+
+    code: str
+    key: Tuple[str, bool]
+
+
+@dataclass
+class ScalerSpec:
+    """The GradScaler an initialize call becomes."""
+
+    levels: Set[str]  # the opt levels the call can run with
+    opt_level_code: Optional[str] = None  # the opt_level expression, when not a literal
+    keywords: List[Tuple[str, str]] = field(default_factory=list)  # GradScaler keyword arguments
+    enabled: List[Conjunct] = field(default_factory=list)
+    unsafe: List[str] = field(default_factory=list)  # why the rewrite changes numerics
+    notes: List[str] = field(default_factory=list)  # said in the fix message
+    error: Optional[str] = None  # the call cannot be migrated at all
+    models: Optional[cst.BaseExpression] = None
+    optimizers: Optional[cst.BaseExpression] = None
+
+    def add_enabled(self, code: str, expression: Optional[cst.CSTNode], taken: bool = True) -> None:
+        key = (expression_key(expression) if expression is not None else code, taken)
+        if all(c.key != key for c in self.enabled):
+            self.enabled.append(Conjunct(code, key))
+
+    @property
+    def enabled_keys(self) -> frozenset:
+        return frozenset(c.key for c in self.enabled)
+
+
+def literal_value(node: Optional[cst.CSTNode]):
+    """The Python value of a literal (str, number, bool, None); raises ValueError otherwise."""
+    if node is None:
+        raise ValueError("no value")
+    if isinstance(node, cst.Name) and node.value in _LITERALS:
+        return _LITERALS[node.value]
+    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+        value = node.evaluated_value
+        if isinstance(value, bytes):
+            raise ValueError("bytes")
+        return value
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return node.evaluated_value
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        return -literal_value(node.expression)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power):
+        return literal_value(node.left) ** literal_value(node.right)
+    raise ValueError("not a literal")
+
+
+def bound_arguments(call: cst.Call, params: Tuple[str, ...]) -> Optional[Dict[str, cst.Arg]]:
+    """{parameter: Arg} for a call, or None when it uses `*args`/`**kwargs` or unknown names."""
+    bound: Dict[str, cst.Arg] = {}
+    position = 0
+    for arg in call.args:
+        if arg.star:
+            return None
+        if arg.keyword is None:
+            if position >= len(params):
+                return None
+            bound[params[position]] = arg
+            position += 1
+        else:
+            if arg.keyword.value not in params or arg.keyword.value in bound:
+                return None
+            bound[arg.keyword.value] = arg
+    return bound
+
+
+def _possible_levels(names: NameIndex, node: cst.BaseExpression, depth: int = 0) -> Optional[Set[str]]:
+    """The opt levels an expression can hold (literals, `a if c else b`, a name bound to those)."""
+    if depth > 3:
+        return None
+    try:
+        value = literal_value(node)
+    except ValueError:
+        value = None
+    else:
+        return {value} if isinstance(value, str) else None
+    if isinstance(node, cst.IfExp):
+        body = _possible_levels(names, node.body, depth + 1)
+        orelse = _possible_levels(names, node.orelse, depth + 1)
+        return body | orelse if body is not None and orelse is not None else None
+    if isinstance(node, cst.Name):
+        bindings = names.bindings_of(node)
+        if bindings and all(b.kind == "assign" and b.value is not None for b in bindings):
+            result: Set[str] = set()
+            for binding in bindings:
+                levels = _possible_levels(names, binding.value, depth + 1)
+                if levels is None:
+                    return None
+                result |= levels
+            return result
+    return None
+
+
+def scaler_spec(
+    module: cst.Module, names: NameIndex, call: cst.Call, quote: str = '"', *, handle_api: bool = False
+) -> ScalerSpec:
+    """Read an `amp.initialize(...)` (or, with `handle_api`, an `amp.init(...)`) call."""
+    params = INIT_PARAMS if handle_api else INITIALIZE_PARAMS
+    bound = bound_arguments(call, params)
+    spec = ScalerSpec(levels=set())
+    if bound is None:
+        spec.error = "its arguments are passed with `*`/`**` or do not match apex's signature"
+        return spec
+    code = module.code_for_node
+
+    def value(name: str) -> Optional[cst.BaseExpression]:
+        arg = bound.get(name)
+        return arg.value if arg is not None else None
+
+    spec.models, spec.optimizers = value("models"), value("optimizers")
+    # ---- opt level
+    if handle_api:
+        spec.levels = {"O1"}  # amp.init() is the O1 behaviour: patched functions, dynamic scale
+    else:
+        level_node = value("opt_level")
+        if level_node is None:
+            spec.levels = {"O1"}
+        else:
+            levels = _possible_levels(names, level_node)
+            bad = (levels or set()) - set(OPT_LEVELS)
+            if bad:
+                spec.error = f"`opt_level` {sorted(bad)[0]!r} is not an apex opt level (apex raises on it)"
+                return spec
+            if levels is None:
+                spec.levels = set(OPT_LEVELS)
+                spec.unsafe.append(
+                    f"`opt_level={code(level_node).strip()}` is only known at run time; the rewrite assumes O1 or O2 "
+                    "(under O0 the scaler and autocast are disabled; O3, pure fp16, would change)"
+                )
+            else:
+                spec.levels = levels
+            if "O0" in spec.levels and spec.levels & {"O1", "O2"}:
+                # O0 is fp32: the scaler (and autocast) are enabled only for the other levels.
+                spec.opt_level_code = code(level_node).strip()
+                condition = f"{_operand(level_node, code)} != {quote}O0{quote}"
+                spec.add_enabled(condition, cst.parse_expression(condition))
+    # ---- enabled
+    enabled = value("enabled")
+    if enabled is not None:
+        try:
+            flag = literal_value(enabled)
+        except ValueError:
+            spec.add_enabled(_operand(enabled, code), enabled)
+        else:
+            if flag is False:
+                spec.add_enabled("False", enabled)
+    # ---- loss scale
+    loss_scale = value("loss_scale")
+    if loss_scale is not None:
+        try:
+            scale = literal_value(loss_scale)
+        except ValueError:
+            spec.unsafe.append(
+                f"`loss_scale={code(loss_scale).strip()}` is only known at run time; the rewrite assumes a dynamic loss scale"
+            )
+        else:
+            if scale not in (None, "dynamic"):
+                try:
+                    number = float(scale)
+                except (TypeError, ValueError):
+                    spec.error = f"`loss_scale={scale!r}` is neither a number nor 'dynamic'"
+                    return spec
+                spec.keywords.append(("init_scale", _float_code(number)))
+                spec.keywords.append(("growth_interval", NO_GROWTH_INTERVAL))
+                spec.notes.append(
+                    f"the static loss scale {_float_code(number)} becomes `init_scale` with growth disabled as far as "
+                    "GradScaler allows (it still skips a step and halves the scale on inf/NaN, where apex applied it)"
+                )
+    if handle_api:
+        return spec
+    # ---- overrides of the opt level's properties
+    fp16_levels = spec.levels & {"O1", "O2"}
+    for name, good in (
+        ("keep_batchnorm_fp32", (None, True, "True")),
+        ("master_weights", (None, True)),
+        ("patch_torch_functions", (None,) + ((True,) if fp16_levels == {"O1"} else (False,) if fp16_levels == {"O2"} else ())),
+        ("cast_model_outputs", (None,)),
+    ):
+        node = value(name)
+        if node is None:
+            continue
+        try:
+            given = literal_value(node)
+        except ValueError:
+            spec.unsafe.append(f"`{name}={code(node).strip()}` is only known at run time")
+            continue
+        if given not in good:
+            spec.unsafe.append(f"`{name}={code(node).strip()}` differs from what autocast does (fp32 weights and batchnorm, fp16 matmuls)")
+    cast_type = value("cast_model_type")
+    if cast_type is not None:
+        qnames = names.qualified_names(cast_type)
+        allowed = {"torch.float16", "torch.half"} if spec.levels <= {"O2"} else set()
+        if not (qnames & allowed or (isinstance(cast_type, cst.Name) and cast_type.value == "None")):
+            spec.unsafe.append(f"`cast_model_type={code(cast_type).strip()}`: autocast keeps the model's weights in fp32")
+    for name in ("min_loss_scale", "max_loss_scale"):
+        node = value(name)
+        if node is None:
+            continue
+        try:
+            given = literal_value(node)
+        except ValueError:
+            given = object()
+        if given is None or (name == "max_loss_scale" and isinstance(given, (int, float)) and given >= 2.0**16):
+            continue  # above the initial 2**16, apex's cap only matters after long overflow-free runs
+        if name == "max_loss_scale" and isinstance(given, (int, float)) and not any(k == "init_scale" for k, _ in spec.keywords):
+            spec.keywords.append(("init_scale", _float_code(float(given))))
+            spec.unsafe.append(f"apex started at `max_loss_scale={code(node).strip()}` and never grew past it; GradScaler starts there but cannot cap growth")
+            continue
+        spec.unsafe.append(f"GradScaler has no `{name}`; `{name}={code(node).strip()}` is dropped")
+    if value("num_losses") is not None:
+        spec.notes.append("one GradScaler serves every loss (`num_losses` and `loss_id` go)")
+    return spec
+
+
+def _operand(node: cst.BaseExpression, code) -> str:
+    text = code(node).strip()
+    if isinstance(node, (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.SimpleString)):
+        return text
+    return f"({text})"
+
+
+def _float_code(number: float) -> str:
+    if number == int(number) and abs(number) < 1e16:
+        return f"{int(number)}.0"
+    return repr(number)

@@ -1,0 +1,316 @@
+"""The optimizer side of one training step: `optimizer.step()` after `amp.scale_loss`, and
+`scaler.unscale_(optimizer)` before whatever reads the gradients in between.
+
+`scaler.step(opt)` + `scaler.update()` replace the step (one update after the last step of a
+group in a block: the documented multi-optimizer pattern). A clip or `amp.master_params(opt)`
+between the backward and the step needs unscaled gradients, as apex gave it: `unscale_` is
+inserted before it, once per optimizer and step (never inside a loop or a branch that runs more
+often than the step, which GradScaler refuses). Where `amp.scale_loss` runs under a condition
+that chooses between it and a plain `loss.backward()`, and the scaler is not disabled by the same
+condition, the new calls test it again.
+
+A mixin of the planner (`_amp_migration._Planner`): it uses its context, builder and helpers.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from ampmigrate.api import CLIP_GRAD
+from ampmigrate.rules.apex._amp_common import Step, Unfixable
+from ampmigrate.rules.apex._flow import (
+    Branch,
+    body_of,
+    condition_code,
+    containing_block,
+    expression_key,
+    following,
+    loops_between,
+    walk,
+)
+
+
+class StepRewrites:
+    # ---- optimizer.step()
+    def _plan_step_calls(self, step: Step, all_steps: List[Step]) -> None:
+        found: List[cst.Call] = []
+        for optimizer in step.optimizers:
+            wanted = expression_key(optimizer)
+            calls: List[cst.Call] = []
+            for statement in following(self.names, step.with_node, out_of_loops=True):
+                calls = [c for c in self._step_calls(statement) if expression_key(c.func.value) == wanted]
+                if calls:
+                    break
+            if not calls:
+                raise Unfixable(
+                    f"no `{self.ctx.code(optimizer).strip()}.step()` follows `amp.scale_loss` at line "
+                    f"{self._line(step.call)} in the same function; it must become `scaler.step(...)` + "
+                    "`scaler.update()`"
+                )
+            found.extend(c for c in calls if c not in found)
+        step.steps = found
+
+    def _step_calls(self, statement: cst.CSTNode) -> List[cst.Call]:
+        return [
+            node
+            for node in walk(statement)
+            if isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "step"
+            and isinstance(node.func.value, (cst.Name, cst.Attribute))
+        ]
+
+    def _emit_steps(self, steps: List[Step]) -> None:
+        calls: Dict[cst.Call, Step] = {}
+        for step in steps:
+            for call in step.steps:
+                calls.setdefault(call, step)
+        # `scaler.update()` once, after the last step of the group in each block.
+        by_block: Dict[cst.CSTNode, List[cst.Call]] = {}
+        for call in calls:
+            line = self._step_line(call)
+            by_block.setdefault(containing_block(self.names, line), []).append(call)
+        for block, block_calls in by_block.items():
+            body = list(body_of(block))
+            block_calls.sort(key=lambda c: body.index(self._step_line(c)))
+            for call in block_calls:
+                self._rewrite_step(call, calls[call], update=call is block_calls[-1])
+
+    def _step_line(self, call: cst.Call) -> cst.SimpleStatementLine:
+        expr = self.names.parent(call)
+        line = self.names.parent(expr)
+        if not (isinstance(expr, cst.Expr) and isinstance(line, cst.SimpleStatementLine)):
+            raise Unfixable(f"`{self.ctx.code(call)}` at line {self._line(call)} is not a statement of its own")
+        if call.args:
+            raise Unfixable(f"`{self.ctx.code(call)}` passes a closure, which GradScaler does not support")
+        if containing_block(self.names, line) is None:
+            raise Unfixable(f"`{self.ctx.code(call)}` at line {self._line(call)} is on one line with its `if`")
+        return line
+
+    def _rewrite_step(self, call: cst.Call, step: Step, update: bool) -> None:
+        line = self._step_line(call)
+        scaler = self.access.expression(line)
+        optimizer = self.ctx.code(call.func.value).strip()
+        lines = [f"{scaler}.step({optimizer})"] + ([f"{scaler}.update()"] if update else [])
+        guard = self._needed_guard(step, line)
+        if len(line.body) > 1:
+            # `optimizer.step(); optimizer.zero_grad()`: the new calls share the line too.
+            if guard is not None:
+                raise Unfixable(f"`{self.ctx.code(call)}` at line {self._line(call)} shares its line with other statements")
+            expr = self.names.parent(call)
+            calls = [cst.Expr(self.ctx.parse_expression(text)) for text in lines]
+            calls[-1] = calls[-1].with_changes(semicolon=expr.semicolon)
+            self.builder.replace(expr, cst.FlattenSentinel(calls))
+            self.handled.add(expr)
+            return
+        if guard is None:
+            new = [self.ctx.parse_statement(text + "\n") for text in lines]
+        else:
+            code = "\n".join(f"    {text}" for text in lines)
+            new = [self.ctx.parse_statement(f"if {guard}:\n{code}\nelse:\n    {optimizer}.step()\n")]
+        new[0] = new[0].with_changes(leading_lines=line.leading_lines)
+        self.builder.replace(line, cst.FlattenSentinel(new))
+        self.handled.add(line)
+
+    def _needed_guard(self, step: Step, node: cst.CSTNode) -> Optional[str]:
+        """The condition `node` must test again so that it only goes through the scaler where apex
+        was active. Only the `if`s around `amp.scale_loss` that choose between it and a plain
+        `loss.backward()` count (an `if` that skips the backward, say on a NaN loss, does not:
+        `scaler.step` handles that), and not even those when they are all part of the scaler's
+        `enabled` (a disabled scaler passes `step` through to the optimizer)."""
+        here = {b.key for b in self._branches(node, step.function.node)}
+        missing = [b for b in step.branches if b.key not in here and self._chooses_backward(b)]
+        if not missing or {b.key for b in missing} <= self.access.enabled_keys:
+            return None
+        code = condition_code(self.module, missing)
+        if code is None:
+            raise Unfixable(
+                f"`amp.scale_loss` at line {self._line(step.call)} runs under a condition with side effects, "
+                "which the optimizer step after it would have to test again"
+            )
+        return code
+
+    def _chooses_backward(self, branch: Branch) -> bool:
+        """The other arm of `branch`'s `if` runs a plain backward pass."""
+        statement = branch.statement
+        other = statement.orelse if branch.taken else statement.body
+        if other is None:
+            return False
+        return any(
+            isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "backward"
+            for n in walk(other)
+        )
+
+    def _inactive(self, step: Step, node: cst.CSTNode) -> bool:
+        """True when `node` is in the other branch of an `if` (same test) that `amp.scale_loss` is in:
+        the fp32 path of `if fp16: <scaled backward> else: loss.backward()`."""
+        here = {b.key for b in self._branches(node, step.function.node)}
+        return any((b.key[0], not b.taken) in here for b in step.branches if self._chooses_backward(b))
+
+    # ---- unscale_ before gradient reads
+    def _plan_unscale(self, steps: List[Step]) -> None:
+        inserts: Dict[cst.CSTNode, List[Tuple[str, Step]]] = {}
+        order: List[cst.CSTNode] = []
+        master_refs = {r.call: r for r in self.refs if r.api == "master_params" and r.call is not None}
+        covered_master: Set[cst.Call] = set()
+        for step in steps:
+            step_lines = {self._step_line(c) for c in step.steps}
+            for statement in following(self.names, step.with_node, out_of_loops=True):
+                stop = any(any(n is line for n in walk(statement)) for line in step_lines)
+                for reader, optimizers in self._gradient_reads(statement, step, master_refs):
+                    if stop and not self._before_any(reader, step_lines):
+                        continue
+                    if reader in master_refs:
+                        covered_master.add(reader)
+                    elif self._inactive(step, reader):
+                        continue
+                    point = self._insertion_point(reader, statement)
+                    if point not in inserts:
+                        inserts[point] = []
+                        order.append(point)
+                    for optimizer in optimizers:
+                        if optimizer not in [o for o, _ in inserts[point]]:
+                            inserts[point].append((optimizer, step))
+                if stop:
+                    break
+        for call, ref in master_refs.items():
+            if call in covered_master:
+                continue
+            statement = self.names.statement_of(call)
+            if any(self._reads_gradients(n) for n in walk(statement)):
+                raise Unfixable(
+                    f"`amp.master_params` at line {self._line(call)} reads gradients outside the backward/step "
+                    "window the fix can follow, where `scaler.unscale_` would have to run first"
+                )
+        order = self._hoist_exclusive(order, inserts)
+        done: List[Tuple[cst.CSTNode, str]] = []
+        for point in order:
+            for optimizer, step in inserts[point]:
+                self._check_once_per_step(point, step)
+                if any(o == optimizer and self._dominates(p, point) for p, o in done):
+                    continue
+                done.append((point, optimizer))
+                scaler = self.access.expression(point)
+                text = f"{scaler}.unscale_({optimizer})"
+                guard = self._needed_guard(step, point)
+                if guard is not None:
+                    text = f"if {guard}:\n    {text}"
+                self.builder.insert_before(point, self.ctx.parse_statement(text + "\n"))
+
+    def _hoist_exclusive(self, order: List[cst.CSTNode], inserts) -> List[cst.CSTNode]:
+        """`if clip: clip_(...) else: norm(...)`, both reading gradients: one `unscale_` before
+        the `if` instead of one in each arm."""
+        changed = True
+        while changed:
+            changed = False
+            for point in order:
+                arms = self._arm_of(point)
+                if arms is None:
+                    continue
+                statement, arm = arms
+                others = [p for p in order if p is not point and self._arm_of(p) == (statement, not arm)]
+                same = [p for p in others if {o for o, _ in inserts[p]} == {o for o, _ in inserts[point]}]
+                if not same:
+                    continue
+                inserts[statement] = inserts[point]
+                order = [statement if p is point else p for p in order if p is not same[0]]
+                changed = True
+                break
+        return order
+
+    def _arm_of(self, point: cst.CSTNode) -> Optional[Tuple[cst.If, bool]]:
+        """(the `if`, True for its body / False for its plain `else`) when `point` is the first
+        statement of that arm."""
+        block = containing_block(self.names, point)
+        body = body_of(block) if block is not None else None
+        if not body or body[0] is not point:
+            return None
+        owner = self.names.parent(block)
+        if isinstance(owner, cst.If) and owner.body is block and isinstance(owner.orelse, cst.Else):
+            return owner, True
+        if isinstance(owner, cst.Else):
+            statement = self.names.parent(owner)
+            if isinstance(statement, cst.If) and statement.orelse is owner:
+                return statement, False
+        return None
+
+    def _check_once_per_step(self, point: cst.CSTNode, step: Step) -> None:
+        """`unscale_` may run once per optimizer step: not inside a loop the step is outside of."""
+        function = step.function.node
+        step_lines = [self._step_line(c) for c in step.steps]
+        here = {b.key for b in self._branches(point, function)}
+        for line in step_lines:
+            extra = [
+                b for b in self._branches(line, function)
+                if b.key not in here and b.key not in self.access.enabled_keys
+            ]
+            if extra:
+                raise Unfixable(
+                    f"the gradients are read at line {self._line(point)} on every backward pass, but the optimizer "
+                    f"steps only `if {self.ctx.code(extra[0].test).strip()}`; apex unscaled every pass, GradScaler "
+                    "unscales once per step"
+                )
+        for loop in loops_between(self.names, point, function):
+            if not all(any(a is loop for a in self.names.ancestors(line)) for line in step_lines):
+                raise Unfixable(
+                    f"the gradients are read at line {self._line(point)} inside a loop that runs several times "
+                    "per optimizer step (with apex each micro-batch was unscaled; GradScaler unscales once)"
+                )
+
+    def _gradient_reads(self, statement, step: Step, master_refs) -> List[Tuple[cst.CSTNode, List[str]]]:
+        found = []
+        for node in walk(statement):
+            if not isinstance(node, cst.Call):
+                continue
+            if node in master_refs:
+                args = node.args
+                if len(args) != 1 or args[0].keyword is not None:
+                    raise Unfixable(f"`amp.master_params` at line {self._line(node)} is not called with one optimizer")
+                found.append((node, [self.ctx.code(args[0].value).strip()]))
+            elif self.names.qualified_names(node.func) & CLIP_GRAD:
+                if any(n in master_refs for n in walk(node)):
+                    continue  # its master_params argument is the read
+                found.append((node, [self.ctx.code(o).strip() for o in step.optimizers]))
+        return found
+
+    def _reads_gradients(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.Attribute) and node.attr.value == "grad":
+            return True
+        return isinstance(node, cst.Call) and bool(self.names.qualified_names(node.func) & CLIP_GRAD)
+
+    def _before_any(self, node: cst.CSTNode, lines) -> bool:
+        position = self.ctx.position(node).start
+        return any((position.line, position.column) < self._start(line) for line in lines)
+
+    def _start(self, node):
+        position = self.ctx.position(node).start
+        return position.line, position.column
+
+    def _insertion_point(self, reader: cst.CSTNode, top: cst.CSTNode) -> cst.CSTNode:
+        loops = loops_between(self.names, reader, top)
+        if isinstance(top, (cst.For, cst.While)):
+            return top
+        if loops:
+            return loops[0]
+        statement = self.names.statement_of(reader)
+        if containing_block(self.names, statement) is None:
+            statement = self.names.statement_of(self.names.parent(statement))
+        return statement
+
+    def _dominates(self, earlier: cst.CSTNode, later: cst.CSTNode) -> bool:
+        """`earlier` always runs before `later`: it precedes `later` or one of its ancestors in a block."""
+        block = containing_block(self.names, earlier)
+        if block is None:
+            return False
+        body = list(body_of(block))
+        index = body.index(earlier)
+        node: Optional[cst.CSTNode] = later
+        while node is not None:
+            if node in body[index:] and node is not earlier:
+                return True
+            if node is earlier:
+                return True
+            node = self.names.parent(node)
+        return False

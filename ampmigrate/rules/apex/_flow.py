@@ -1,0 +1,214 @@
+"""Statement-level control flow for the apex migration: blocks, what runs after or before a
+statement in the same loop iteration, and which `if` branches enclose a node.
+
+The apex rewrite reasons about one training step: the `with amp.scale_loss(...)` statement, the
+`optimizer.step()` that follows it, the clip between them, and the forward pass before it. Those
+live in one function and one loop iteration, spread over `if`/`else`, `with` and `try` blocks.
+`following` and `preceding` walk statements in that order, climbing out of such blocks but never
+out of a loop body, a function, a class or the module (another iteration or another call).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Sequence, Tuple
+
+import libcst as cst
+
+from ampmigrate.engine.names import NameIndex
+
+# Blocks whose statements run at most once per execution of the enclosing statement sequence.
+_TRANSPARENT = (cst.If, cst.Else, cst.With, cst.Try, cst.ExceptHandler, cst.Finally, cst.TryStar, cst.ExceptStarHandler)
+_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
+def body_of(block: cst.CSTNode) -> Optional[Sequence[cst.BaseStatement]]:
+    """The statement list of an IndentedBlock or Module (None for one-line suites)."""
+    if isinstance(block, (cst.IndentedBlock, cst.Module)):
+        return block.body
+    return None
+
+
+def containing_block(names: NameIndex, statement: cst.CSTNode) -> Optional[cst.CSTNode]:
+    block = names.parent(statement)
+    return block if isinstance(block, (cst.IndentedBlock, cst.Module)) else None
+
+
+def owner_statement(names: NameIndex, block: cst.CSTNode) -> Optional[cst.CSTNode]:
+    """The compound statement a block belongs to (the `if` for an `else:`/`elif` block)."""
+    owner = names.parent(block)
+    if isinstance(owner, (cst.Else, cst.ExceptHandler, cst.Finally, cst.ExceptStarHandler)):
+        owner = names.parent(owner)
+    # `elif` chains: the `If` in another `If`'s orelse is a statement of that chain.
+    while isinstance(owner, cst.If) and isinstance(names.parent(owner), cst.If):
+        owner = names.parent(owner)
+    return owner
+
+
+def climbable(names: NameIndex, block: cst.CSTNode, *, out_of_loops: bool = False) -> Optional[cst.CSTNode]:
+    """The statement to continue from when leaving `block`, or None at a scope boundary (and,
+    unless `out_of_loops`, at a loop boundary: the next iteration is not "after")."""
+    direct = names.parent(block)
+    if isinstance(direct, (cst.For, cst.While)) and out_of_loops and direct.body is block:
+        # Only an inner loop (gradient accumulation): past the outermost loop of the function
+        # is after training, not after the step.
+        return direct if _inside_loop(names, direct) else None
+    if not isinstance(direct, _TRANSPARENT):
+        return None
+    owner = owner_statement(names, block)
+    if isinstance(owner, (cst.If, cst.With, cst.Try, cst.TryStar)):
+        return owner
+    return None
+
+
+def _inside_loop(names: NameIndex, node: cst.CSTNode) -> bool:
+    for ancestor in names.ancestors(node):
+        if isinstance(ancestor, (cst.For, cst.While)):
+            return True
+        if isinstance(ancestor, _SCOPES):
+            return False
+    return False
+
+
+def following(names: NameIndex, statement: cst.CSTNode, *, out_of_loops: bool = False) -> Iterator[cst.BaseStatement]:
+    """Statements that run after `statement` in the same iteration, in order; with
+    `out_of_loops`, also those after an inner loop (gradient accumulation over an inner loop
+    steps after it), up to the body of the function's outermost loop."""
+    current = statement
+    while True:
+        block = containing_block(names, current)
+        body = body_of(block) if block is not None else None
+        if body is None:
+            return
+        index = _index(body, current)
+        yield from body[index + 1 :]
+        current = climbable(names, block, out_of_loops=out_of_loops)
+        if current is None:
+            return
+
+
+def preceding(names: NameIndex, statement: cst.CSTNode) -> Iterator[cst.BaseStatement]:
+    """Statements that ran before `statement` in the same iteration, nearest first."""
+    current = statement
+    while True:
+        block = containing_block(names, current)
+        body = body_of(block) if block is not None else None
+        if body is None:
+            return
+        index = _index(body, current)
+        yield from reversed(body[:index])
+        current = climbable(names, block)
+        if current is None:
+            return
+
+
+def _index(body: Sequence[cst.CSTNode], node: cst.CSTNode) -> int:
+    for index, item in enumerate(body):
+        if item is node:
+            return index
+    raise ValueError("statement not in its block")  # pragma: no cover - parents are exact
+
+
+def walk(node: cst.CSTNode, *, into_scopes: bool = False) -> Iterator[cst.CSTNode]:
+    """`node` and its descendants in source order, not entering nested defs/classes/lambdas."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        if current is not node and not into_scopes and isinstance(current, _SCOPES):
+            continue
+        stack.extend(reversed(current.children))
+
+
+def loops_between(names: NameIndex, node: cst.CSTNode, root: cst.CSTNode) -> List[cst.CSTNode]:
+    """`for`/`while` statements enclosing `node` below `root`, outermost first."""
+    found = []
+    for ancestor in names.ancestors(node):
+        if ancestor is root:
+            break
+        if isinstance(ancestor, (cst.For, cst.While)):
+            found.append(ancestor)
+    return list(reversed(found))
+
+
+# --------------------------------------------------------------------------------- if-branches
+@dataclass(frozen=True)
+class Branch:
+    """`node` lies in the `body` (taken=True) or the `else` (taken=False) of `test`."""
+
+    test: cst.BaseExpression
+    taken: bool
+    statement: cst.If
+
+    @property
+    def key(self) -> Tuple[str, bool]:
+        return expression_key(self.test), self.taken
+
+
+def branches(names: NameIndex, node: cst.CSTNode, stop: Optional[cst.CSTNode] = None) -> List[Branch]:
+    """The `if` branches enclosing `node` (innermost last), below `stop`; `elif` adds the
+    negations of the earlier tests of its chain."""
+    found: List[Branch] = []
+    child = node
+    for ancestor in names.ancestors(node):
+        if ancestor is stop:
+            break
+        if isinstance(ancestor, cst.If) and child is not ancestor.test:
+            if child is ancestor.body:
+                found.append(Branch(ancestor.test, True, ancestor))
+            elif child is ancestor.orelse:
+                found.append(Branch(ancestor.test, False, ancestor))
+        if isinstance(ancestor, _SCOPES):
+            break
+        child = ancestor
+    return list(reversed(found))
+
+
+def expression_key(expression: cst.CSTNode) -> str:
+    """A spelling of an expression that ignores formatting (for comparing `if` tests)."""
+    code = cst.Module([]).code_for_node(expression)
+    try:
+        return ast.dump(ast.parse(code.strip(), mode="eval"))
+    except SyntaxError:  # pragma: no cover - it came from a parsed module
+        return code
+
+
+_PURE_LEAVES = (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString)
+
+
+def is_pure(expression: cst.CSTNode) -> bool:
+    """True when evaluating `expression` again has no side effects and (barring reassignment)
+    gives the same value: names, attributes, literals, subscripts with literal keys,
+    comparisons, `not`, `and`/`or`."""
+    if isinstance(expression, _PURE_LEAVES):
+        return True
+    if isinstance(expression, cst.Attribute):
+        return is_pure(expression.value)
+    if isinstance(expression, cst.Subscript):
+        return is_pure(expression.value) and all(
+            isinstance(element.slice, cst.Index) and isinstance(element.slice.value, _PURE_LEAVES)
+            for element in expression.slice
+        )
+    if isinstance(expression, cst.Comparison):
+        return is_pure(expression.left) and all(is_pure(c.comparator) for c in expression.comparisons)
+    if isinstance(expression, cst.UnaryOperation):
+        return is_pure(expression.expression)
+    if isinstance(expression, cst.BooleanOperation):
+        return is_pure(expression.left) and is_pure(expression.right)
+    return False
+
+
+def condition_code(module: cst.Module, path: Sequence[Branch]) -> Optional[str]:
+    """The branch path as one boolean expression (`a and not b`), or None if it is not pure."""
+    parts = []
+    for branch in path:
+        if not is_pure(branch.test):
+            return None
+        code = module.code_for_node(branch.test).strip()
+        atomic = isinstance(branch.test, (cst.Name, cst.Attribute, cst.Subscript, cst.Call))
+        if branch.taken:
+            parts.append(code if atomic or len(path) == 1 or not isinstance(branch.test, cst.BooleanOperation) else f"({code})")
+        else:
+            parts.append(f"not {code}" if atomic else f"not ({code})")
+    return " and ".join(parts) if parts else None

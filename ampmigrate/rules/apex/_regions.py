@@ -1,0 +1,166 @@
+"""Where `torch.autocast` goes: around the forward pass and the loss of one training step.
+
+apex O1 patched torch globally, so legacy code has no region to convert. The region is found from
+the loss passed to `amp.scale_loss`: the nearest statement before it that assigns the loss, and,
+walking back through the statements that compute what that one reads (the loss's backward
+slice), the first one that uses the model. The statements from there to the loss assignment are
+wrapped. When the loss is computed in a nested block (`if accumulate:`) and the forward pass
+outside it, each level gets its own region. Nothing crosses a statement that runs a backward
+pass or an optimizer step, a loop boundary or the function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from ampmigrate.engine.names import NameIndex
+from ampmigrate.rules.apex._flow import body_of, climbable, containing_block, preceding, walk
+
+StatementTest = Callable[[cst.CSTNode], bool]
+
+
+@dataclass(eq=False)
+class Region:
+    block: cst.CSTNode  # IndentedBlock or Module
+    statements: List[cst.BaseStatement] = field(default_factory=list)
+
+
+class NoRegion(Exception):
+    """The structure does not allow a region; the message says why."""
+
+
+def read_names(names: NameIndex, node: cst.CSTNode) -> Set[str]:
+    return {n.value for n in walk(node) if isinstance(n, cst.Name) and n in names.loads}
+
+
+def assigned_names(node: cst.CSTNode) -> Set[str]:
+    """Names a statement binds by assignment (`x = `, `x += `, `for x in`, `with ... as x`, `:=`)."""
+    found: Set[str] = set()
+
+    def targets(target: cst.CSTNode) -> None:
+        if isinstance(target, cst.Name):
+            found.add(target.value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                targets(element.value)
+        elif isinstance(target, cst.StarredElement):
+            targets(target.value)
+
+    for child in walk(node):
+        if isinstance(child, cst.Assign):
+            for target in child.targets:
+                targets(target.target)
+        elif isinstance(child, (cst.AugAssign, cst.AnnAssign)):
+            targets(child.target)
+        elif isinstance(child, cst.For):
+            targets(child.target)
+        elif isinstance(child, cst.WithItem) and child.asname is not None:
+            targets(child.asname.name)
+        elif isinstance(child, cst.NamedExpr):
+            targets(child.target)
+    return found
+
+
+def loss_statement(names: NameIndex, with_statement: cst.CSTNode, loss: cst.BaseExpression) -> cst.BaseStatement:
+    """The nearest statement before `with_statement` (same iteration) that assigns the loss."""
+    wanted = read_names(names, loss)
+    if not wanted:
+        raise NoRegion("the loss passed to `amp.scale_loss` is computed inside the call")
+    for statement in preceding(names, with_statement):
+        if assigned_names(statement) & wanted:
+            return statement
+    raise NoRegion(
+        f"the loss `{cst.Module([]).code_for_node(loss).strip()}` is not computed in this function's "
+        "training step (it comes from a caller or an earlier iteration), so there is no forward pass to wrap"
+    )
+
+
+def autocast_regions(
+    names: NameIndex,
+    with_statement: cst.CSTNode,
+    loss: cst.BaseExpression,
+    uses_model: StatementTest,
+    looks_like_forward: StatementTest,
+    is_barrier: StatementTest,
+) -> List[Region]:
+    """The regions for one `amp.scale_loss` (see the module docstring); raises NoRegion."""
+    end = loss_statement(names, with_statement, loss)
+    for predicate in (uses_model, looks_like_forward):
+        regions = _search(names, end, predicate, is_barrier)
+        if regions is not None:
+            return regions
+    # No statement of the slice calls anything like a model: the loss statement itself must
+    # (`loss = compute_loss(model, batch)`), or there is nothing to put under autocast.
+    if any(isinstance(n, cst.Call) for n in walk(end)):
+        return [Region(containing_block(names, end), [end])]
+    raise NoRegion("no forward pass was found before the loss in this training step")
+
+
+def _search(names: NameIndex, end: cst.BaseStatement, is_forward: StatementTest, is_barrier: StatementTest) -> Optional[List[Region]]:
+    wanted = read_names(names, end)
+    regions: List[Region] = []
+    current = end
+    include_current = True
+    while True:
+        block = containing_block(names, current)
+        body = body_of(block) if block is not None else None
+        if body is None:
+            return None
+        index = next(i for i, s in enumerate(body) if s is current)
+        slice_statements: List[cst.BaseStatement] = []
+        candidates = list(reversed(body[: index + 1] if include_current else body[:index]))
+        for statement in candidates:
+            if statement is not end and is_barrier(statement):
+                break
+            if statement is end or assigned_names(statement) & wanted:
+                slice_statements.append(statement)
+                wanted |= read_names(names, statement)
+        forward = [s for s in slice_statements if is_forward(s)]
+        if forward:
+            first = forward[-1]  # slice_statements runs backwards: the last one is the earliest
+            last = slice_statements[0]
+            run = list(body[_position(body, first) : _position(body, last) + 1])
+            if any(is_barrier(s) for s in run if s is not end):
+                return None
+            regions.append(Region(block, run))
+            return list(reversed(regions))
+        if slice_statements:
+            first, last = slice_statements[-1], slice_statements[0]
+            regions.append(Region(block, list(body[_position(body, first) : _position(body, last) + 1])))
+        owner = climbable(names, block)
+        if owner is None:
+            return None
+        current = owner
+        include_current = False
+
+
+def _position(body, statement) -> int:
+    return next(i for i, s in enumerate(body) if s is statement)
+
+
+def merge(regions: List[Region]) -> Tuple[List[Region], Optional[str]]:
+    """Join regions of one block that share statements; regions that nest are an error."""
+    merged: List[Region] = []
+    for region in regions:
+        for other in merged:
+            if other.block is not region.block:
+                continue
+            ids = {id(s) for s in other.statements}
+            if any(id(s) in ids for s in region.statements):
+                body = list(body_of(region.block))
+                positions = [_position(body, s) for s in (*other.statements, *region.statements)]
+                other.statements = body[min(positions) : max(positions) + 1]
+                break
+        else:
+            merged.append(Region(region.block, list(region.statements)))
+    # A region inside another region's statements cannot be wrapped twice.
+    for region in merged:
+        for other in merged:
+            if other is region:
+                continue
+            if any(region.block is node for statement in other.statements for node in walk(statement)):
+                return merged, "the forward pass and the loss are nested in a way one autocast region cannot cover"
+    return merged, None

@@ -1,0 +1,359 @@
+"""Where the GradScaler lives and how each use spells it.
+
+The scaler is created where `amp.initialize` was. Its uses are reached as a local (`scaler`), as
+`self.scaler` when other methods of the initializing method's class use it, or as a new `scaler`
+parameter of the module-level functions that the initializing function calls (directly, or
+through other such functions), which every call then passes: the way people migrate by hand.
+When `amp.initialize` ran under `if`s that its uses do not share, the scaler is created before
+them with `enabled=<their condition>` (and the opt level's `!= "O0"`, and apex's `enabled=`): a
+disabled GradScaler passes `step` through and makes `unscale_`/`update` no-ops, so the fp32 path
+keeps working, and autocast is enabled exactly when the scaler is.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from ampmigrate.engine.context import rebuild_args
+from ampmigrate.engine.names import Binding, Scope
+from ampmigrate.rules.apex._amp_common import Unfixable
+from ampmigrate.rules.apex._flow import condition_code, is_pure
+
+if TYPE_CHECKING:
+    from ampmigrate.rules.apex._amp_migration import _Planner
+
+SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")
+
+
+class ScalerAccess:
+    """Where the scaler lives and how each use site spells it (see the module docstring)."""
+
+    def __init__(self, planner: "_Planner", use_scopes: List[Scope]) -> None:
+        self.p = planner
+        self.names = planner.names
+        self.home = planner.home
+        self.mode = "local"
+        self.threaded: List[Scope] = []
+        self.hoist_before: Optional[cst.CSTNode] = None
+        others = [s for s in dict.fromkeys(use_scopes) if s is not self.home]
+        home_class = self.home.parent if self.home.kind == "function" and self.home.parent is not None and self.home.parent.kind == "class" else None
+        if others and home_class is not None:
+            for scope in others:
+                if scope.kind != "function" or scope.parent is not home_class:
+                    raise Unfixable("the scaler would be needed outside the class whose method calls `amp.initialize`")
+            self.mode = "attribute"
+            self.cls = home_class
+        else:
+            for scope in others:
+                if self._nested_in(scope, self.home) or self.home.kind == "module":
+                    continue
+                if self._thread(scope, ()):
+                    continue
+                name = getattr(scope.node, "name", None)
+                raise Unfixable(
+                    f"`{name.value if name is not None else '?'}()` uses apex.amp but is not only called (directly) "
+                    "from the function that calls `amp.initialize` or from functions it calls, so the scaler "
+                    "cannot be passed to it"
+                )
+        self.name = self._choose_name(use_scopes)
+        self._plan_enabled(use_scopes)
+        self.model_names = self._models()
+
+    # ---- scopes
+    def _nested_in(self, scope: Scope, outer: Scope) -> bool:
+        current = scope.parent
+        while current is not None:
+            if current is outer:
+                return True
+            current = current.parent
+        return False
+
+    def _def_binding(self, scope: Scope) -> Optional[Binding]:
+        node = scope.node
+        if not isinstance(node, cst.FunctionDef) or scope.parent is None:
+            return None
+        for binding in scope.parent.bindings.get(node.name.value, []):
+            if binding.node is node:
+                return binding
+        return None
+
+    def _thread(self, scope: Scope, visiting: Tuple[Scope, ...]) -> bool:
+        """Pass the scaler to `scope` as a parameter: it must be a module-level function called
+        only directly, from the home function or from functions the scaler can be passed to."""
+        if scope in self.threaded:
+            return True
+        if len(visiting) > 3 or scope in visiting:
+            return False
+        if self.home.kind != "function" or self.home.parent is not self.names.module_scope:
+            return False
+        if scope.kind != "function" or scope.parent is not self.names.module_scope:
+            return False
+        binding = self._def_binding(scope)
+        if binding is None or len(scope.parent.bindings.get(binding.name, [])) != 1:
+            return False
+        refs = self.names.references(binding)
+        if not refs:
+            return False
+        callers: List[Scope] = []
+        for ref in refs:
+            call = self.names.parent(ref)
+            if not (isinstance(call, cst.Call) and call.func is ref):
+                return False
+            callers.append(self.p._function_scope(call))
+        for caller in dict.fromkeys(callers):
+            if caller is self.home or self._nested_in(caller, self.home):
+                continue
+            if not self._thread(caller, (*visiting, scope)):
+                return False
+        self.threaded.append(scope)
+        return True
+
+    def _choose_name(self, use_scopes: List[Scope]) -> str:
+        if self.mode == "attribute":
+            taken = set(self.cls.self_attrs) | set(self.cls.bindings)
+            for candidate in SCALER_NAMES:
+                if candidate not in taken:
+                    return candidate
+            raise Unfixable("every usual name for the scaler is taken on this class")
+        scopes = {self.home, *use_scopes, *self.threaded}
+        for candidate in SCALER_NAMES:
+            if self.home.kind == "module" or self.threaded:
+                clash = any(candidate in s.bindings for s in self.names.scopes)
+            else:
+                clash = any(candidate in s.bindings for s in scopes) or any(
+                    candidate == n.value for n in self.names.loads
+                )
+            if not clash:
+                return candidate
+        raise Unfixable("every usual name for the scaler is taken here")
+
+    # ---- spelling
+    def _self_name(self, node: cst.CSTNode) -> str:
+        scope = self.p._function_scope(node)
+        func = scope.node
+        if not isinstance(func, cst.FunctionDef) or not func.params.params:
+            raise Unfixable("a method without `self` uses apex.amp")
+        return func.params.params[0].name.value
+
+    def expression(self, node: cst.CSTNode) -> str:
+        if self.mode == "attribute":
+            return f"{self._self_name(node)}.{self.name}"
+        return self.name
+
+    def home_expression(self) -> str:
+        return self.expression(self.p.init_line)
+
+    # ---- enabled
+    def _plan_enabled(self, use_scopes: List[Scope]) -> None:
+        """Which `if`s around `amp.initialize` become the scaler's `enabled`, and where it goes."""
+        spec = self.p.spec
+        init_line = self.p.init_line
+        stop = self.home.node
+        for ancestor in self.names.ancestors(init_line):
+            if ancestor is stop:
+                break
+            if isinstance(ancestor, (cst.For, cst.While, cst.Try, cst.ExceptHandler, cst.Finally)):
+                raise Unfixable("`amp.initialize` runs inside a loop or a `try`, so where the scaler lives is unclear")
+        path = self.p._branches(init_line, stop)
+        if self.mode == "attribute" or self.threaded or any(s is not self.home for s in use_scopes):
+            common = 0  # other functions may run whether or not the branch did
+        else:
+            common = len(path)
+            for use in self._home_uses():
+                use_path = self.p._branches(use, stop)
+                shared = 0
+                for a, b in zip(path, use_path):
+                    if a.statement is b.statement and a.taken == b.taken:
+                        shared += 1
+                    else:
+                        break
+                common = min(common, shared)
+        conditions = path[common:]
+        self.conditions: List[Tuple[str, Tuple[str, bool]]] = []
+        for branch in conditions:
+            code = condition_code(self.p.module, [branch])
+            if code is None:
+                raise Unfixable(
+                    f"`amp.initialize` runs under `if {self.p.ctx.code(branch.test).strip()}`, which has side effects, "
+                    "so the scaler cannot be created before it"
+                )
+            self.conditions.append((code, branch.key))
+        if conditions:
+            self.hoist_before = conditions[0].statement
+            while isinstance(self.names.parent(self.hoist_before), cst.If):  # an `elif`
+                self.hoist_before = self.names.parent(self.hoist_before)
+        for conjunct in spec.enabled:
+            if conditions and conjunct.code != "False":
+                node = cst.parse_expression(conjunct.code)
+                if not is_pure(node):
+                    raise Unfixable("the `enabled` argument of `amp.initialize` has side effects")
+            self.conditions.append((conjunct.code, conjunct.key))
+        keys = []
+        for _, key in self.conditions:
+            if key not in keys:
+                keys.append(key)
+        self.enabled_keys = frozenset(keys)
+
+    def _home_uses(self) -> List[cst.CSTNode]:
+        uses: List[cst.CSTNode] = []
+        for ref in self.p.refs:
+            if ref.api in ("initialize", "init") or ref.api is None:
+                continue
+            if self.p._function_scope(ref.node) is self.home:
+                uses.append(ref.node)
+        return uses
+
+    def creation_enabled(self) -> Optional[str]:
+        codes: List[str] = []
+        seen = set()
+        for code, key in self.conditions:
+            if key in seen:
+                continue
+            seen.add(key)
+            codes.append(code)
+        if len(codes) > 1:
+            codes = [f"({c})" if _binds_looser_than_and(c) else c for c in codes]
+        return " and ".join(codes) if codes else None
+
+    def autocast_enabled(self, at: cst.CSTNode) -> Optional[str]:
+        """autocast is on exactly when apex was: when the scaler is enabled."""
+        if not self.conditions:
+            return None
+        scope = self.p._function_scope(at)
+        here = {b.key for b in self.p._branches(at, scope.node)}
+        if self.enabled_keys <= here:
+            return None
+        if scope is self.home and self.mode == "local" and all(is_pure(cst.parse_expression(c)) for c, _ in self.conditions):
+            return self.creation_enabled()
+        return f"{self.expression(at)}.is_enabled()"
+
+    # ---- models (for the autocast region)
+    def _models(self) -> List[str]:
+        spec = self.p.spec
+        found: List[str] = []
+
+        def add(node: Optional[cst.CSTNode]) -> None:
+            if node is None:
+                return
+            if isinstance(node, (cst.List, cst.Tuple)):
+                for element in node.elements:
+                    add(element.value)
+            elif isinstance(node, cst.Name):
+                found.append(node.value)
+            elif isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
+                found.append(f"self.{node.attr.value}")
+            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+                add(node.func.value)  # amp.initialize(model.cuda(), ...)
+
+        add(spec.models)
+        small = self.p.init_line.body[0]
+        if isinstance(small, cst.Assign):
+            target = small.targets[0].target
+            if isinstance(target, (cst.Tuple, cst.List)) and target.elements:
+                add(target.elements[0].value)
+            elif spec.optimizers is None:
+                add(target)
+        return found
+
+    def model_keys(self, function: Scope, depth: int = 0) -> Set[str]:
+        """Names (or `self.x`) that hold the model in `function`: the initialized models at home,
+        and in a function the scaler is passed to, the parameters its callers pass them as."""
+        if function is self.home or self._nested_in(function, self.home) or self.home.kind == "module":
+            return set(self.model_names)
+        if self.mode == "attribute":
+            return {n for n in self.model_names if n.startswith("self.")}
+        keys: Set[str] = set()
+        if function in self.threaded and depth < 4:
+            binding = self._def_binding(function)
+            params = function.node.params
+            positional = [p.name.value for p in (*params.posonly_params, *params.params)]
+            for ref in self.names.references(binding):
+                call = self.names.parent(ref)
+                caller_keys = self.model_keys(self.p._function_scope(call), depth + 1)
+                position = 0
+                for arg in call.args:
+                    if arg.star:
+                        break
+                    if arg.keyword is not None:
+                        name = arg.keyword.value
+                    else:
+                        name = positional[position] if position < len(positional) else None
+                        position += 1
+                    value = arg.value
+                    if name and isinstance(value, cst.Name) and value.value in caller_keys:
+                        keys.add(name)
+        return keys
+
+    # ---- edits for threading
+    def emit(self) -> None:
+        builder = self.p.builder
+        for scope in self.threaded:
+            func = scope.node
+            builder.replace(func.params, add_parameter(func.params, self.name))
+            binding = self._def_binding(scope)
+            for ref in self.names.references(binding):
+                call = self.names.parent(ref)
+                arg = cst.Arg(
+                    cst.Name(self.name),
+                    keyword=cst.Name(self.name),
+                    equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+                )
+                builder.replace(call, rebuild_args(call, [*call.args, arg]))
+                self.p.handled.add(call)
+        if self.threaded:
+            self.p._note(
+                "the scaler is passed to "
+                + ", ".join(f"`{s.node.name.value}()`" for s in self.threaded)
+                + " as a new `scaler` argument"
+            )
+
+
+def add_parameter(params: cst.Parameters, name: str) -> cst.Parameters:
+    """`params` with a parameter `name` added last (keyword-only when a default or `*` precedes)."""
+    new_param = cst.Param(cst.Name(name))
+    simple = (
+        not any(p.default is not None for p in params.params)
+        and isinstance(params.star_arg, cst.MaybeSentinel)
+        and not params.kwonly_params
+        and params.star_kwarg is None
+    )
+    if simple:
+        existing = list(params.params)
+        if not existing:
+            return params.with_changes(params=[new_param])
+        last = existing[-1]
+        if isinstance(last.comma, cst.Comma):
+            separator = existing[-2].comma if len(existing) > 1 and isinstance(existing[-2].comma, cst.Comma) else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            existing[-1] = last.with_changes(comma=separator)
+            new_param = new_param.with_changes(comma=last.comma)
+        else:
+            existing[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        return params.with_changes(params=existing + [new_param])
+    kwonly = list(params.kwonly_params)
+    star_arg = params.star_arg
+    if isinstance(star_arg, cst.MaybeSentinel):
+        star_arg = cst.ParamStar(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        # the parameter before `*` needs a comma
+        before = list(params.params)
+        if before and not isinstance(before[-1].comma, cst.Comma):
+            before[-1] = before[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        params = params.with_changes(params=before)
+    elif isinstance(star_arg, cst.Param) and not isinstance(star_arg.comma, cst.Comma):
+        star_arg = star_arg.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    if kwonly and not isinstance(kwonly[-1].comma, cst.Comma):
+        kwonly[-1] = kwonly[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    if params.star_kwarg is not None:
+        new_param = new_param.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return params.with_changes(star_arg=star_arg, kwonly_params=kwonly + [new_param])
+
+
+def _binds_looser_than_and(code: str) -> bool:
+    """`a or b`, `x if c else y`, `lambda: ...` need parentheses inside `... and ...`."""
+    expression = cst.parse_expression(code)
+    if expression.lpar:
+        return False
+    if isinstance(expression, cst.BooleanOperation):
+        return isinstance(expression.operator, cst.Or)
+    return isinstance(expression, (cst.IfExp, cst.Lambda, cst.NamedExpr))

@@ -1,0 +1,21 @@
+"""AMP102: `amp.initialize(opt_level="O3")`: pure fp16 training, which torch.amp has no mode for."""
+
+from ampmigrate.rules.apex._amp_migration import Site
+from ampmigrate.rules.apex._amp_report import report_amp_sites
+from ampmigrate.rules.base import Rule
+
+
+class ApexAmpO3(Rule):
+    code = "AMP102"
+    triggers = (r"\bapex\b",)  # every use resolves through an import that names apex
+
+    def check(self, ctx) -> None:
+        report_amp_sites(ctx, self.message)
+
+    @staticmethod
+    def message(site: Site) -> str:
+        return (
+            'apex.amp (removed in May 2025) `opt_level="O3"` is pure fp16: the model cast to half, no fp32 master '
+            "weights, no loss scaling; torch.amp has no such mode: choose fp16 autocast + GradScaler (O1/O2 "
+            "semantics) or bf16, and check convergence"
+        )

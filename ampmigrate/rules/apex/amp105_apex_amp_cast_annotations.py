@@ -1,0 +1,90 @@
+"""AMP105: apex.amp's cast annotations (`@amp.half_function`, `amp.register_float_function`, ...)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from ampmigrate.api import APEX_AMP_CAST_ANNOTATIONS, format_version
+from ampmigrate.rules.apex._amp_refs import AmpRef, amp_usage
+from ampmigrate.rules.apex._removal import Removal, unused_after
+from ampmigrate.rules.base import Rule
+
+_CUSTOM_FWD_SINCE = (2, 4)
+_DTYPE = {"half_function": "float16", "float_function": "float32"}
+_AUTOGRAD_FUNCTION = frozenset({"torch.autograd.Function", "torch.autograd.function.Function"})
+
+
+class ApexAmpCastAnnotations(Rule):
+    code = "AMP105"
+    triggers = (r"\bapex\b",)  # every use resolves through an import that names apex
+
+    def check(self, ctx) -> None:
+        usage = amp_usage(ctx.file)
+        refs = [r for r in usage.refs if r.api in APEX_AMP_CAST_ANNOTATIONS]
+        for ref in refs:
+            reason = self._no_fix_reason(ctx, ref)
+            if reason is not None:
+                ctx.report(ref.node, self.message(ref), no_fix_reason=reason)
+                continue
+            dtype = _DTYPE[ref.api]
+            torch, needs_import = ctx.module_reference(ref.node, "torch")
+            if torch is None:
+                ctx.report(ref.node, self.message(ref), no_fix_reason="the name `torch` is taken in this file")
+                continue
+            quote = ctx.quote
+            fix = ctx.fix(f"Use `@torch.amp.custom_fwd(device_type=\"cuda\", cast_inputs=torch.{dtype})`")
+            fix.replace(
+                ref.node,
+                ctx.parse_expression(
+                    f"{torch}.amp.custom_fwd(device_type={quote}cuda{quote}, cast_inputs={torch}.{dtype})"
+                ),
+            )
+            if needs_import:
+                fix.require_import("torch")
+            removal = Removal(ctx.names)
+            for binding in usage.import_bindings:
+                if unused_after(ctx.names, binding, [ref.node]):
+                    removal.remove_import_binding(binding)
+            removal.emit(fix)
+            ctx.report(ref.node, self.message(ref), fix=fix.build())
+
+    @staticmethod
+    def message(ref: AmpRef) -> str:
+        return (
+            f"`amp.{ref.api}` (apex.amp, removed in May 2025) no longer runs; torch.autocast has fixed cast "
+            "lists, and `torch.amp.custom_fwd(device_type=\"cuda\", cast_inputs=...)` casts the inputs of an "
+            "autograd.Function"
+        )
+
+    def _no_fix_reason(self, ctx, ref: AmpRef) -> Optional[str]:
+        if ref.api not in _DTYPE:
+            if ref.api == "promote_function":
+                return "torch.autocast promotes its own list of ops; a user function cannot be added to it"
+            if ref.api == "register_half_function":
+                return "torch.autocast's cast lists are fixed: cast the registered function's inputs with `.half()` by hand"
+            return (
+                "torch.autocast's cast lists are fixed: call the registered function under "
+                '`torch.autocast("cuda", enabled=False)` with `.float()` inputs'
+            )
+        if ctx.settings.min_torch < _CUSTOM_FWD_SINCE:
+            return f"`torch.amp.custom_fwd` needs torch >= {format_version(_CUSTOM_FWD_SINCE)}"
+        decorator = ctx.names.parent(ref.node)
+        if not isinstance(decorator, cst.Decorator) or decorator.decorator is not ref.node:
+            return "only `@amp.half_function`/`@amp.float_function` on an autograd.Function's forward is rewritten"
+        func = ctx.names.parent(decorator)
+        cls = ctx.names.enclosing(func, cst.ClassDef) if isinstance(func, cst.FunctionDef) else None
+        if (
+            not isinstance(func, cst.FunctionDef)
+            or func.name.value != "forward"
+            or cls is None
+            or ctx.names.parent(ctx.names.parent(func)) is not cls
+            or not any(ctx.names.qualified_names(base.value) & _AUTOGRAD_FUNCTION for base in cls.bases)
+        ):
+            return (
+                "on a plain function there is no torch decorator with apex's behaviour (custom_fwd expects an "
+                "autograd.Function's forward); cast the inputs by hand or call it under "
+                '`torch.autocast("cuda", enabled=False)`'
+            )
+        return None

@@ -1,0 +1,42 @@
+"""AMP106: apex.fp16_utils (FP16_Optimizer, network_to_half, ...), removed in May 2025."""
+
+from ampmigrate.api import APEX_FP16_UTILS
+from ampmigrate.rules.apex._class_migration import ClassSite, Mapping, report_class_sites
+from ampmigrate.rules.base import Rule
+
+_REASON = (
+    "apex.fp16_utils trains an fp16 model with fp32 master weights (apex O2 with manual loss scaling); the "
+    "torch.amp recipe keeps the model in fp32 under `torch.autocast(\"cuda\", dtype=torch.float16)`, so the "
+    "`.half()` casts of the model and its inputs go too: migrate by hand (see AMP101's recipe)"
+)
+_WHAT = {
+    "FP16_Optimizer": "use the wrapped optimizer with `torch.amp.GradScaler(\"cuda\")`: `optimizer.backward(loss)` "
+    "becomes `scaler.scale(loss).backward()`, `optimizer.step()` `scaler.step(optimizer)` + `scaler.update()`, "
+    "`clip_master_grads(n)` `scaler.unscale_(optimizer)` + `torch.nn.utils.clip_grad_norm_`",
+    "network_to_half": "keep the model in fp32 and run the forward pass under `torch.autocast(\"cuda\", dtype=torch.float16)`",
+    "BN_convert_float": "keep the model in fp32 (autocast keeps batchnorm in fp32)",
+    "FP16Model": "keep the model in fp32 and run the forward pass under `torch.autocast`",
+    "convert_network": "keep the model in fp32 and run the forward pass under `torch.autocast`",
+    "convert_module": "keep the model in fp32 and run the forward pass under `torch.autocast`",
+    "LossScaler": "use `torch.amp.GradScaler(\"cuda\")`",
+    "DynamicLossScaler": "use `torch.amp.GradScaler(\"cuda\")`",
+    "to_python_float": "use `tensor.item()`",
+    "clip_grad_norm": "use `torch.nn.utils.clip_grad_norm_` after `scaler.unscale_(optimizer)`",
+}
+
+MAPPINGS = {
+    qname: Mapping("AMP106", None, (0, 0), None, reason=_REASON) for qname in APEX_FP16_UTILS
+}
+
+
+class ApexFp16Utils(Rule):
+    code = "AMP106"
+    triggers = (r"\bapex\b",)  # every use resolves through an import that names apex
+
+    def check(self, ctx) -> None:
+        report_class_sites(ctx, MAPPINGS, "fp16_utils", self.message)
+
+    @staticmethod
+    def message(site: ClassSite) -> str:
+        instead = _WHAT.get(site.short, "use torch.amp (autocast and GradScaler)")
+        return f"`apex.fp16_utils.{site.short}` was removed from apex in May 2025, so this no longer runs; {instead}"

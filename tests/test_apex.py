@@ -1,0 +1,305 @@
+"""The apex family (AMP1) beyond its golden fixtures: what every migrated file must satisfy, and
+the helpers the migration is built from."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from ampmigrate.engine.context import rebuild_args
+from ampmigrate.engine.fixer import apply_fixes
+from ampmigrate.diagnostics import Fix
+from ampmigrate.engine.names import NameIndex
+from ampmigrate.rules.apex._scaler_access import add_parameter
+from ampmigrate.rules.apex._flow import branches, following, preceding
+from ampmigrate.rules.apex._presence import Unsupported, simplify
+
+from conftest import FIXTURES, check, codes, fix
+
+APEX_EXPECTED = sorted(p for p in FIXTURES.glob("AMP1*/*.expected.py"))
+
+
+def _apex_imports(code: str):
+    found = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name == "apex" or a.name.startswith("apex.")]
+        elif isinstance(node, ast.ImportFrom) and node.module and (node.module == "apex" or node.module.startswith("apex.")):
+            found.append(node.module)
+    return found
+
+
+@pytest.mark.parametrize("path", APEX_EXPECTED, ids=[f"{p.parent.name}/{p.name}" for p in APEX_EXPECTED])
+def test_migrated_fixture_is_clean(path: Path):
+    """A fixed fixture parses, has no AMP1 finding left, and imports no apex (fixtures with parts
+    that cannot be fixed have no .expected.py: `fix` leaves them unchanged)."""
+    code = path.read_text(encoding="utf-8")
+    compile(code, str(path), "exec")
+    assert [c for c in codes(check(code, str(path))) if c.startswith("AMP1")] == []
+    assert _apex_imports(code) == []
+
+
+def test_spec_migration_drops_apex():
+    spec = (FIXTURES / "spec" / "apex_o1_train.py").read_text(encoding="utf-8")
+    fixed = fix(spec)
+    assert _apex_imports(fixed) == []
+    assert fixed == (FIXTURES / "spec" / "apex_o1_train.fp16.expected.py").read_text(encoding="utf-8")
+
+
+def test_partial_selection_of_the_group_does_not_apply_it():
+    """The O0 fix also changes AMP101's sites: selecting AMP103 alone must not apply half of it."""
+    code = (FIXTURES / "AMP103" / "o0_fp32.py").read_text(encoding="utf-8")
+    assert fix(code, select=["AMP103"]) == code
+    assert fix(code, select=["AMP1"]) != code
+
+
+def test_noqa_on_one_site_blocks_the_whole_migration():
+    code = (FIXTURES / "AMP101" / "o1_train_loop.py").read_text(encoding="utf-8")
+    suppressed = code.replace('"amp": amp.state_dict(),', '"amp": amp.state_dict(),  # noqa: AMP101')
+    assert suppressed != code
+    assert fix(suppressed) == suppressed
+
+
+def test_unsafe_migration_needs_unsafe_fixes():
+    code = (FIXTURES / "AMP101" / "dynamic_opt_level.py").read_text(encoding="utf-8")
+    [finding, *_] = check(code)
+    assert finding.fix is not None and finding.fix.applicability == "unsafe"
+    assert "opt_level=args.opt_level" in finding.fix.message
+    assert fix(code) == code
+
+
+# ---------------------------------------------------------------------------------- helpers
+def _module_and_names(code: str):
+    module = cst.parse_module(code)
+    return module, NameIndex(module)
+
+
+def test_add_parameter_appends_or_goes_keyword_only():
+    def render(signature: str) -> str:
+        module = cst.parse_module(f"def f{signature}:\n    pass\n")
+        func = module.body[0]
+        return module.code_for_node(func.with_changes(params=add_parameter(func.params, "scaler"))).splitlines()[0]
+
+    assert render("(a, b)") == "def f(a, b, scaler):"
+    assert render("()") == "def f(scaler):"
+    assert render("(a, b=1)") == "def f(a, b=1, *, scaler):"
+    assert render("(a, *args)") == "def f(a, *args, scaler):"
+    assert render("(a, *, k=1)") == "def f(a, *, k=1, scaler):"
+    assert render("(a, **kw)") == "def f(a, *, scaler, **kw):"
+    compile(render("(a, **kw)") + "\n    pass\n", "x", "exec")
+
+
+def test_rebuild_args_keeps_the_closing_paren_on_its_own_line():
+    module = cst.parse_module("f(a,\n  b\n  )\n")
+    call = module.body[0].body[0].value
+    new = rebuild_args(call, [*call.args, cst.Arg(cst.Name("s"), keyword=cst.Name("s"),
+                                                  equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                                                        whitespace_after=cst.SimpleWhitespace("")))])
+    assert module.code_for_node(new) == "f(a,\n  b,\n  s=s\n  )"
+
+
+def test_a_replacement_function_composes_with_changes_inside_it():
+    module = cst.parse_module("if x:\n    a = old()\n")
+    if_node = module.body[0]
+    call = if_node.body.body[0].body[0].value
+    unwrap = lambda updated: cst.FlattenSentinel(list(updated.body.body))  # noqa: E731
+    changes = ((call, cst.parse_expression("new()")), (if_node, unwrap))
+    assert apply_fixes(module, [Fix("m", "safe", changes=changes)]) == "a = new()\n"
+
+
+def test_following_and_preceding_stay_in_the_iteration():
+    module, names = _module_and_names(
+        "def f():\n"
+        "    for epoch in epochs:\n"
+        "        for x in xs:\n"
+        "            a = 1\n"
+        "            if c:\n"
+        "                b = 2\n"
+        "            else:\n"
+        "                d = 3\n"
+        "            e = 4\n"
+        "        g = 5\n"
+        "    h = 6\n"
+    )
+    loop = module.body[0].body.body[0].body.body[0]
+    b_line = loop.body.body[1].body.body[0]
+    after = [module.code_for_node(s).strip() for s in following(names, b_line)]
+    assert after == ["e = 4"]
+    # Out of the inner (accumulation) loop, never past the outermost one.
+    after_loops = [module.code_for_node(s).strip() for s in following(names, b_line, out_of_loops=True)]
+    assert after_loops == ["e = 4", "g = 5"]
+    before = [module.code_for_node(s).strip().splitlines()[0] for s in preceding(names, b_line)]
+    assert before == ["a = 1"]
+    [branch] = branches(names, b_line)
+    assert branch.taken and module.code_for_node(branch.test) == "c"
+
+
+@pytest.mark.parametrize(
+    "expression,expected",
+    [
+        ("amp is not None", True),
+        ("amp is None", False),
+        ("not amp", False),
+        ("args.fp16 and amp is not None", "args.fp16"),
+        ("amp is None or args.fp32", "args.fp32"),
+        ("amp is None and args.fp16", False),
+        ("f() and amp is None", Unsupported),
+        ("amp.x is None", Unsupported),
+    ],
+)
+def test_presence_tests_fold(expression, expected):
+    module = cst.parse_module(f"{expression}\n")
+    node = module.body[0].body[0].value
+    refs = {n for n in _walk(node) if isinstance(n, cst.Name) and n.value == "amp"}
+    if expected is Unsupported:
+        with pytest.raises(Unsupported):
+            simplify(node, refs)
+        return
+    value = simplify(node, refs)
+    assert value == expected if isinstance(expected, bool) else module.code_for_node(value) == expected
+
+
+def _walk(node):
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
+# ---------------------------------------------------------------------------------- at run time
+# The migrated program must run and train exactly like the original did. On this CPU-only torch,
+# an apex stand-in keeps the original's fp32 semantics, and GradScaler is pointed at the CPU so
+# the scaler protocol itself runs (a misplaced `unscale_` or `step` raises); scaling by a power
+# of two is exact, so both programs produce the same losses.
+_PROGRAMS = {
+    "functions": '''
+import torch
+import torch.nn as nn
+
+try:
+    from apex import amp
+except ImportError:
+    amp = None
+
+
+def train_one_epoch(model, data, optimizer, clip):
+    for x, y in data:
+        out = model(x)
+        loss = nn.functional.mse_loss(out, y)
+        optimizer.zero_grad()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), clip)
+        optimizer.step()
+    return loss.item()
+
+
+def main(use_amp=True):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    if use_amp:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    data = [(torch.randn(4, 8), torch.randn(4, 1)) for _ in range(12)]
+    losses = [train_one_epoch(model, data, optimizer, 1.0) for epoch in range(3)]
+    return losses, {"model": model.state_dict(), "amp": amp.state_dict()}
+
+
+RESULT = main()
+''',
+    "class": '''
+import torch
+import torch.nn as nn
+from apex import amp
+
+
+class Accumulator:
+    def __init__(self, model, steps):
+        self.model = model
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+        self.model, self.optimizer = amp.initialize(self.model, self.optimizer, opt_level="O2")
+        self.steps = steps
+
+    def fit(self, data, epochs):
+        losses = []
+        for epoch in range(epochs):
+            for i, (x, y) in enumerate(data):
+                loss = nn.functional.mse_loss(self.model(x), y) / self.steps
+                with amp.scale_loss(loss, self.optimizer, delay_unscale=(i + 1) % self.steps != 0) as scaled:
+                    scaled.backward()
+                if (i + 1) % self.steps == 0:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), 0.5)
+                    self.optimizer.step()
+                    self.optimizer.zero_grad()
+            losses.append(loss.item())
+        return losses
+
+    def checkpoint(self):
+        return {"model": self.model.state_dict(), "amp": amp.state_dict()}
+
+
+torch.manual_seed(0)
+trainer = Accumulator(nn.Linear(8, 1), steps=3)
+RESULT = trainer.fit([(torch.randn(4, 8), torch.randn(4, 1)) for _ in range(12)], epochs=3), trainer.checkpoint()
+''',
+}
+
+
+def _apex_stand_in():
+    """apex.amp for fp32 runs: the API, none of the casting."""
+    import contextlib
+    import types
+
+    amp = types.ModuleType("apex.amp")
+    amp.initialize = lambda models, optimizers=None, **kwargs: (models, optimizers)
+    amp.scale_loss = contextlib.contextmanager(lambda loss, optimizers, **kwargs: (yield loss))
+    amp.master_params = lambda optimizer: (p for group in optimizer.param_groups for p in group["params"])
+    amp.state_dict = lambda: {"loss_scaler0": {"loss_scale": 1.0, "unskipped": 0}}
+    apex = types.ModuleType("apex")
+    apex.amp = amp
+    return {"apex": apex, "apex.amp": amp}
+
+
+@pytest.mark.parametrize("name", sorted(_PROGRAMS))
+def test_migrated_program_trains_like_the_original(monkeypatch, name):
+    torch = pytest.importorskip("torch")
+    import sys
+    import warnings
+
+    program = _PROGRAMS[name]
+    with monkeypatch.context() as patch:
+        for module_name, module in _apex_stand_in().items():
+            patch.setitem(sys.modules, module_name, module)
+        namespace = {"__name__": "original"}
+        exec(compile(program, "original.py", "exec"), namespace)
+        original_losses, _ = namespace["RESULT"]
+
+    migrated = fix(program)
+    assert _apex_imports(migrated) == [] and "torch.amp.GradScaler(" in migrated
+
+    class CpuGradScaler(torch.amp.GradScaler):
+        def __init__(self, device="cuda", *args, **kwargs):
+            super().__init__("cpu", *args, **kwargs)
+
+    monkeypatch.setattr(torch.amp, "GradScaler", CpuGradScaler)
+    namespace = {"__name__": "migrated"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # autocast("cuda") without CUDA: disabled, as expected here
+        exec(compile(migrated, "migrated.py", "exec"), namespace)
+    migrated_losses, checkpoint = namespace["RESULT"]
+    assert migrated_losses == pytest.approx(original_losses, rel=1e-6)
+    assert {"scale", "_growth_tracker"} <= set(checkpoint["amp"])  # the scaler's state is saved
+
+
+def test_a_module_passed_as_a_value_is_not_a_presence_test():
+    from ampmigrate.rules.apex._presence import presence_action
+
+    module, names = _module_and_names("from apex import amp\nsetup(model, amp=amp)\nif amp:\n    pass\n")
+    refs = [n for n in names.loads if n.value == "amp"]
+    passed = next(r for r in refs if isinstance(names.parent(r), cst.Arg))
+    tested = next(r for r in refs if isinstance(names.parent(r), cst.If))
+    with pytest.raises(Unsupported):
+        presence_action(names, passed, set(refs))
+    assert presence_action(names, tested, set(refs)).kind == "unwrap"
