@@ -9,12 +9,37 @@ and an atomic rename, keeping the file's permission bits.
 from __future__ import annotations
 
 import codecs
+import errno
 import io
 import os
+import re
 import stat
 import tempfile
 import tokenize
 from dataclasses import dataclass
+from typing import List
+
+
+# Python's line breaks: `str.splitlines` also splits at form feeds, \x1c-\x1e, \x85 and
+# U+2028/2029, which Python (and libcst) treat as ordinary characters inside a line.
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def split_lines(text: str, keepends: bool = False) -> List[str]:
+    """`text.splitlines(keepends)`, but breaking lines only where Python does (CRLF, CR, LF)."""
+    lines = []
+    start = 0
+    for match in _LINE_BREAK.finditer(text):
+        lines.append(text[start : match.end() if keepends else match.start()])
+        start = match.end()
+    if start < len(text):
+        lines.append(text[start:])
+    return lines
+
+
+def line_starts(text: str) -> List[int]:
+    """Offsets where each line of `text` begins (see `split_lines`)."""
+    return [0, *(match.end() for match in _LINE_BREAK.finditer(text))]
 
 
 class SourceError(Exception):
@@ -32,12 +57,24 @@ class SourceFile:
     @classmethod
     def read(cls, path: str) -> "SourceFile":
         try:
-            with open(path, "rb") as handle:
-                raw = handle.read()
+            # Non-blocking, so that a named pipe called `x.py` cannot hang the run.
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         except IsADirectoryError:
             raise SourceError("is a directory, not a file") from None
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise SourceError("symlink loop") from None
             raise SourceError(f"cannot read file: {exc.strerror or exc}") from None
+        with os.fdopen(fd, "rb") as handle:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISDIR(mode):
+                raise SourceError("is a directory, not a file")
+            if not stat.S_ISREG(mode):
+                raise SourceError("not a regular file (a pipe, socket or device)")
+            try:
+                raw = handle.read()
+            except OSError as exc:
+                raise SourceError(f"cannot read file: {exc.strerror or exc}") from None
         return cls.from_bytes(path, raw)
 
     @classmethod
