@@ -84,19 +84,29 @@ class SourceFile:
         try:
             encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
         except SyntaxError as exc:
+            # Without a cookie, detect_encoding fails on a first line that is not UTF-8.
+            if not _COOKIE.search(b"\n".join(raw.splitlines()[:2])):
+                _decode(raw, "utf-8")
             raise SourceError(f"bad encoding declaration: {exc.msg}") from None
         bom = raw.startswith(codecs.BOM_UTF8)
-        try:
-            text = raw.decode(encoding)
-        except (UnicodeDecodeError, LookupError) as exc:
-            detail = exc.reason if isinstance(exc, UnicodeDecodeError) else str(exc)
-            where = f" at byte {exc.start}" if isinstance(exc, UnicodeDecodeError) else ""
-            raise SourceError(f"not valid {encoding} text{where} ({detail})") from None
+        text = _decode(raw, encoding)
         return cls(path=path, raw=raw, text=text, encoding=encoding, bom=bom)
 
     def encode(self, text: str) -> bytes:
         """Encode new text the way this file was encoded (same codec, same BOM)."""
         return text.encode(self.encoding)
+
+
+_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=]", re.MULTILINE)
+
+
+def _decode(raw: bytes, encoding: str) -> str:
+    try:
+        return raw.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise SourceError(f"not valid {encoding} text at byte {exc.start} ({exc.reason})") from None
+    except LookupError as exc:
+        raise SourceError(f"not valid {encoding} text ({exc})") from None
 
 
 def write_atomic(path: str, data: bytes, expected: bytes) -> None:
