@@ -80,13 +80,15 @@ def add_imports(module: cst.Module, modules: Sequence[str]) -> cst.Module:
     body = list(module.body)
     index = _import_insertion_index(body)
     new = [cst.SimpleStatementLine([cst.Import([cst.ImportAlias(cst.parse_expression(m))])]) for m in missing]
-    if index < len(body) and index == _header_end(body) and body[index].leading_lines:
-        # Keep a license header or comment block above the inserted import.
+    if index < len(body) and index == _header_end(body):
+        # No import block to join: keep a licence header or comment block above the inserted
+        # import, and a blank line or two (as before) between it and the code that follows.
         first = body[index]
         new[0] = new[0].with_changes(leading_lines=first.leading_lines)
-        body[index] = first.with_changes(leading_lines=[])
-        if not isinstance(first, cst.SimpleStatementLine) or not _is_import_line(first):
-            body[index] = body[index].with_changes(leading_lines=[cst.EmptyLine()])
+        lines = list(first.leading_lines)
+        last_comment = max((i for i, line in enumerate(lines) if line.comment is not None), default=-1)
+        blank = lines[last_comment + 1 :]
+        body[index] = first.with_changes(leading_lines=blank or [cst.EmptyLine()])
     body[index:index] = new
     return module.with_changes(body=body)
 
