@@ -100,6 +100,8 @@ def bad_tree(tmp_path) -> Path:
     (d / "dangling.py").symlink_to("missing.py")
     (d / "binary.py").write_bytes(bytes(range(256)) * 16)  # NUL bytes
     (d / "image.py").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(1, 256)) * 4)  # invalid UTF-8, no NUL
+    # Generated code too deep for the recursive name pass: a chain of 1000 additions.
+    (d / "deep.py").write_text(LEGACY + "TOTAL = " + " + ".join(["w"] * 1000) + "\n", encoding="utf-8")
     models = d / "models.py"  # a directory with a .py name: walked, not read
     models.mkdir()
     (models / "inner.py").write_text(LEGACY, encoding="utf-8")
@@ -120,6 +122,7 @@ def _expected_errors() -> Dict[str, str]:
         "d/loop": "symlink loop; directory skipped",
         "d/dangling.py": "broken symlink (its target 'missing.py' does not exist)",
         "d/binary.py": "contains NUL bytes; not a Python source file",
+        "d/deep.py": "too deeply nested to analyse (e.g. a chain of hundreds of operators); skipped",
         "d/image.py": "not valid utf-8 text at byte 0 (invalid start byte)",
     }
     if hasattr(os, "mkfifo"):
@@ -203,3 +206,23 @@ def test_syntax_errors_are_reported_only_where_a_rule_could_look(tmp_path):
     result = _run(tmp_path, "check", "--output-format", "concise", ".")
     assert result.returncode == 2
     assert _error_lines(result.stderr) == ["error: related.py: syntax error at 2:12: invalid syntax"]
+
+
+def test_an_engine_bug_in_one_file_is_that_files_error_not_the_runs(tmp_path, monkeypatch, cli):
+    from ampmigrate.engine.pipeline import Engine
+
+    real_check = Engine.check_text
+
+    def flaky(self, text, path, **kwargs):
+        if path.endswith("boom.py"):
+            raise ValueError("simulated engine bug")
+        return real_check(self, text, path, **kwargs)
+
+    monkeypatch.setattr(Engine, "check_text", flaky)
+    monkeypatch.chdir(tmp_path)
+    Path("boom.py").write_text(LEGACY, encoding="utf-8")
+    Path("good.py").write_text(LEGACY, encoding="utf-8")
+    result = cli("check", "--output-format", "concise", "boom.py", "good.py")
+    assert result.exit_code == 2
+    assert "error: boom.py: internal error: ValueError: simulated engine bug" in result.stderr
+    assert result.stdout.count("good.py:") == 2

@@ -24,6 +24,7 @@ from ampmigrate.rules.base import Rule
 from ampmigrate.source import split_lines
 
 MAX_ROUNDS = 25
+TOO_DEEP = "too deeply nested to analyse (e.g. a chain of hundreds of operators); skipped"
 UNSPLICEABLE = (
     "cannot fix: libcst does not reproduce this file byte for byte next to the code to change; "
     "file left unchanged"
@@ -172,10 +173,14 @@ class Engine:
             result.errors.append(FileError(path, _syntax_error(text, exc)))
             return None
         except RecursionError:
-            result.errors.append(FileError(path, "too deeply nested to parse"))
+            result.errors.append(FileError(path, TOO_DEEP))
             return None
         result.parsed = True
-        context = FileContext(path, text, module, self.settings)
+        try:
+            context = FileContext(path, text, module, self.settings)
+        except RecursionError:  # the name pass walks the tree recursively
+            result.errors.append(FileError(path, TOO_DEEP))
+            return None
         for rule in rules:
             try:
                 rule.check(RuleContext(context, rule))
