@@ -52,11 +52,15 @@ class _Walker:
         self.seen: Set[str] = set()
 
     def _excluded(self, path: Path, is_dir: bool) -> bool:
-        # The path as walked (a symlink's own path, like the .gitignore check), not its target.
-        try:
-            relative = Path(os.path.abspath(path)).relative_to(self.root).as_posix()
-        except ValueError:
-            relative = path.name
+        # The path as walked (a symlink's own path, like the .gitignore check); its real path
+        # when the walk started from a path through a symlink. Never raises on symlink loops.
+        relative = path.name
+        for candidate in (os.path.abspath(path), os.path.realpath(path)):
+            try:
+                relative = Path(candidate).relative_to(self.root).as_posix()
+                break
+            except ValueError:
+                continue
         return gitignore.is_ignored(self.excludes, relative, is_dir) or gitignore.is_ignored(
             self.excludes, path.name, is_dir
         )
