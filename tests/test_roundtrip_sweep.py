@@ -14,8 +14,8 @@ rule enabled. Asserted:
 - the fix of a changed file's CRLF and BOM variants is the same fix in CRLF / with the BOM.
 
 Installed packages hold little legacy AMP code, so a second sweep plants some: a sample of the
-real files (every PROBE_EVERY-th one up to PROBE_MAX_BYTES, every other one turned to CRLF)
-gets a legacy snippet appended whose fix must add `import torch` below the file's own header
+real files (every PROBE_EVERY-th one up to PROBE_MAX_BYTES, stored in turn as UTF-8, CRLF, with
+a BOM, and as Latin-1 with a coding cookie) gets a legacy snippet appended whose fix must add `import torch` below the file's own header
 (docstrings, licence comments, `__future__` imports, shebangs and coding cookies as they come).
 The rest of each file must come through untouched.
 
@@ -56,7 +56,7 @@ PROBE_MAX_BYTES = 24 * 1024
 PROBE_MARKER = "# ampmigrate sweep probe"
 PROBE = f"""
 
-{PROBE_MARKER}
+{PROBE_MARKER} (données: café)
 from torch import cuda as _probe_cuda
 
 
@@ -245,34 +245,58 @@ def test_crlf_and_bom_variants_get_the_same_fix(second_round):
 
 
 # ---------------------------------------------------------------------------------- planted code
+@dataclasses.dataclass
+class Planted:
+    text: str  # the planted source, as text
+    encoding: str  # as tokenize names it: "utf-8", "utf-8-sig" (with a BOM), "iso-8859-1"
+    newline: str
+
+
+# How the planted copies are stored, in turn: plain, CRLF, with a BOM, Latin-1 with a cookie.
+PLANT_STYLES = (("utf-8", "\n"), ("utf-8", "\r\n"), ("utf-8-sig", "\n"), ("iso-8859-1", "\n"))
+LATIN1_COOKIE = "# -*- coding: latin-1 -*-\n"
+
+
+def _plant(data: bytes, style: int):
+    """The planted text for a real file in one of PLANT_STYLES, or None where it cannot be."""
+    text = data.decode("utf-8")
+    encoding, newline = PLANT_STYLES[style % len(PLANT_STYLES)]
+    if encoding == "iso-8859-1":
+        if not text.isascii() or text.startswith("#!") or b"coding" in b"".join(data.splitlines()[:2]):
+            encoding = "utf-8"  # keep the sample going in the plain style
+        else:
+            text = LATIN1_COOKIE + text
+    text = text.replace("\n", newline)
+    if text and not text.endswith(newline):
+        text += newline
+    return Planted(text + PROBE.replace("\n", newline), encoding, newline)
+
+
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
     """Real files with the legacy snippet appended, fixed once and then fixed again."""
     directory = tmp_path_factory.mktemp("probe")
-    planted: Dict[str, str] = {}
+    planted: Dict[str, Planted] = {}
     candidates = sorted(_installed_sources().items(), key=lambda item: item[1].as_posix())
     for index, (original, relative) in enumerate(candidates):
         if index % PROBE_EVERY or original.stat().st_size > PROBE_MAX_BYTES:
             continue
         data = original.read_bytes()
-        if b"\r" in data or not _cpython_parses(data) or _encoding(data) != "utf-8":
+        if b"\r" in data or data.startswith(codecs.BOM_UTF8) or _encoding(data) != "utf-8" or not _cpython_parses(data):
             continue
-        text = data.decode("utf-8-sig")
-        newline = "\r\n" if len(planted) % 2 else "\n"
-        text = text.replace("\n", newline)
-        if text and not text.endswith(newline):
-            text += newline
-        text += PROBE.replace("\n", newline)
+        plant = _plant(data, len(planted))
         copy = directory / f"{index}-{relative.name}"
-        copy.write_bytes(text.encode("utf-8"))
-        planted[str(copy)] = text
+        copy.write_bytes(plant.text.encode(plant.encoding))
+        planted[str(copy)] = plant
     settings = Settings(unsafe_fixes=True)
     start = time.monotonic()
     first = run_files(sorted(planted), settings, Job("fix", unsafe=True))
     assert not write_changes(first)
     second = run_files(sorted(planted), settings, Job("fix", unsafe=True))
+    styles = {style: sum(p.encoding == style[0] and p.newline == style[1] for p in planted.values()) for style in PLANT_STYLES}
     print(
-        f"\nplanted sweep: {len(planted)} real files with legacy code appended, "
+        f"\nplanted sweep: {len(planted)} real files with legacy code appended "
+        f"({', '.join(f'{n} {enc} {nl!r}' for (enc, nl), n in styles.items())}), "
         f"{len(first.changed)} fixed, {first.fixed} findings fixed, {time.monotonic() - start:.1f}s (two rounds)"
     )
     return planted, first, second
@@ -287,23 +311,28 @@ def _split_at_probe(text: str):
 def test_planted_legacy_code_is_fixed_and_the_rest_kept(probe):
     planted, first, _second = probe
     assert len(planted) > 50
+    assert all(sum(p.encoding == enc and p.newline == nl for p in planted.values()) > 5 for enc, nl in PLANT_STYLES)
     refused = 0
     for outcome in first.results:
         assert not outcome.errors, outcome.errors
-        original = planted[outcome.path]
+        plant = planted[outcome.path]
+        data = Path(outcome.path).read_bytes()
         if outcome.new_text is None:
             # Only where the fix cannot name torch (a star import may bind it): reported, unfixed.
             refused += 1
             assert [f.code for f in outcome.findings] == ["AMP202", "AMP201"], outcome.path
             assert all("`torch` is taken" in f.no_fix_reason for f in outcome.findings)
-            assert Path(outcome.path).read_bytes() == original.encode("utf-8")
+            assert data == plant.text.encode(plant.encoding)
             continue
-        new = Path(outcome.path).read_bytes().decode("utf-8")
-        assert new == outcome.new_text and outcome.fixed == 2
-        newline = "\r\n" if "\r\n" in original else "\n"
-        assert _newline_kinds(new.encode()) == {newline.encode()}, outcome.path
-        assert _cpython_parses(new.encode()), outcome.path
-        old_head, old_tail = _split_at_probe(original)
+        assert outcome.fixed == 2
+        # Same encoding, BOM and line endings; the text is what the engine produced.
+        assert _encoding(data) == plant.encoding, outcome.path
+        assert data.startswith(codecs.BOM_UTF8) == (plant.encoding == "utf-8-sig")
+        new = data.decode(plant.encoding)
+        assert new == outcome.new_text
+        assert _newline_kinds(data) == {plant.newline.encode()}, outcome.path
+        assert _cpython_parses(data), outcome.path
+        old_head, old_tail = _split_at_probe(plant.text)
         new_head, new_tail = _split_at_probe(new)
         # The file's own code: only `import torch` (and blank lines around it) may be added.
         old_lines = old_head.splitlines(keepends=True)
@@ -316,6 +345,7 @@ def test_planted_legacy_code_is_fixed_and_the_rest_kept(probe):
         assert all(line.strip() in ("", "import torch") for line in added), (outcome.path, added)
         assert sum(line.strip() == "import torch" for line in added) <= 1
         # The planted code: every legacy spelling rewritten, with the device made explicit.
+        assert old_tail.startswith(" (données: café)") and new_tail.startswith(" (données: café)")
         assert "_probe_cuda.amp" not in new_tail
         assert re.search(r"""\bamp\.GradScaler\((['"])cuda\1\)""", new_tail), new_tail
         assert re.search(r"""\bamp\.autocast\((['"])cuda\1\)""", new_tail), new_tail
