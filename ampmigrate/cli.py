@@ -23,6 +23,7 @@ from ampmigrate.discovery import discover
 from ampmigrate.engine.project import ProjectImports
 from ampmigrate.engine.runner import Job, RunResult, run_files, write_changes
 from ampmigrate.output import FORMATS, Report, renderer, summary
+from ampmigrate.source import split_lines
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -247,8 +248,8 @@ def fix(paths, select, extend_select, ignore, target_dtype, min_torch, config_pa
             click.echo(
                 "".join(
                     difflib.unified_diff(
-                        outcome.old_text.splitlines(keepends=True),
-                        outcome.new_text.splitlines(keepends=True),
+                        split_lines(outcome.old_text, keepends=True),
+                        split_lines(outcome.new_text, keepends=True),
                         fromfile=outcome.path,
                         tofile=outcome.path,
                     )

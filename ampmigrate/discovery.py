@@ -9,10 +9,12 @@ directories are followed, except into themselves (a loop is reported once and sk
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from ampmigrate import gitignore
 from ampmigrate.config import Settings
@@ -50,17 +52,25 @@ class _Walker:
         self.seen: Set[str] = set()
 
     def _excluded(self, path: Path, is_dir: bool) -> bool:
-        try:
-            relative = path.resolve().relative_to(self.root).as_posix()
-        except ValueError:
-            relative = path.name
+        # The path as walked (a symlink's own path, like the .gitignore check); its real path
+        # when the walk started from a path through a symlink. Never raises on symlink loops.
+        relative = path.name
+        for candidate in (os.path.abspath(path), os.path.realpath(path)):
+            try:
+                relative = Path(candidate).relative_to(self.root).as_posix()
+                break
+            except ValueError:
+                continue
         return gitignore.is_ignored(self.excludes, relative, is_dir) or gitignore.is_ignored(
             self.excludes, path.name, is_dir
         )
 
     def add_file(self, path: str) -> None:
-        if path not in self.seen:
-            self.seen.add(path)
+        # One file reached through several paths (a symlink to it, a symlinked directory) is
+        # checked once, under the first path found: fixing it twice would conflict.
+        key = os.path.realpath(path)
+        if key not in self.seen:
+            self.seen.add(key)
             self.result.files.append(path)
 
     def walk(self, top: Path) -> None:
@@ -117,14 +127,26 @@ class _Walker:
             if is_dir:
                 self._walk_dir(child_display, child_abs, repo, patterns, ancestors)
             elif entry.name.endswith(SOURCE_SUFFIXES):
-                if entry.is_symlink() and not os.path.exists(child_abs):
-                    try:
-                        os.stat(child_abs)
-                    except OSError as exc:
-                        reason = "symlink loop" if exc.errno == 40 else "broken symlink"
-                        self.result.errors.append(FileError(str(child_display), reason))
+                problem = _not_a_source_file(child_abs)
+                if problem:
+                    self.result.errors.append(FileError(str(child_display), problem))
                     continue
                 self.add_file(str(child_display))
+
+
+def _not_a_source_file(path: Path) -> Optional[str]:
+    """Why a `*.py` entry of a walked directory cannot be read as a file, or None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symlink loop"
+        if os.path.islink(path):
+            return f"broken symlink (its target {os.readlink(path)!r} does not exist)"
+        return f"cannot read file: {exc.strerror or exc}"
+    if not stat.S_ISREG(mode):
+        return "not a regular file (a pipe, socket or device)"
+    return None
 
 
 def discover(paths: Sequence[str], settings: Settings) -> Discovery:

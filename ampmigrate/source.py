@@ -9,12 +9,37 @@ and an atomic rename, keeping the file's permission bits.
 from __future__ import annotations
 
 import codecs
+import errno
 import io
 import os
+import re
 import stat
 import tempfile
 import tokenize
 from dataclasses import dataclass
+from typing import List
+
+
+# Python's line breaks: `str.splitlines` also splits at form feeds, \x1c-\x1e, \x85 and
+# U+2028/2029, which Python (and libcst) treat as ordinary characters inside a line.
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def split_lines(text: str, keepends: bool = False) -> List[str]:
+    """`text.splitlines(keepends)`, but breaking lines only where Python does (CRLF, CR, LF)."""
+    lines = []
+    start = 0
+    for match in _LINE_BREAK.finditer(text):
+        lines.append(text[start : match.end() if keepends else match.start()])
+        start = match.end()
+    if start < len(text):
+        lines.append(text[start:])
+    return lines
+
+
+def line_starts(text: str) -> List[int]:
+    """Offsets where each line of `text` begins (see `split_lines`)."""
+    return [0, *(match.end() for match in _LINE_BREAK.finditer(text))]
 
 
 class SourceError(Exception):
@@ -32,12 +57,25 @@ class SourceFile:
     @classmethod
     def read(cls, path: str) -> "SourceFile":
         try:
-            with open(path, "rb") as handle:
-                raw = handle.read()
+            # Non-blocking, so that a named pipe called `x.py` cannot hang the run.
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         except IsADirectoryError:
             raise SourceError("is a directory, not a file") from None
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise SourceError("symlink loop") from None
             raise SourceError(f"cannot read file: {exc.strerror or exc}") from None
+        mode = os.fstat(fd).st_mode  # before fdopen, which refuses directories itself
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            if stat.S_ISDIR(mode):
+                raise SourceError("is a directory, not a file")
+            raise SourceError("not a regular file (a pipe, socket or device)")
+        with os.fdopen(fd, "rb") as handle:
+            try:
+                raw = handle.read()
+            except OSError as exc:
+                raise SourceError(f"cannot read file: {exc.strerror or exc}") from None
         return cls.from_bytes(path, raw)
 
     @classmethod
@@ -47,19 +85,29 @@ class SourceFile:
         try:
             encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
         except SyntaxError as exc:
+            # Without a cookie, detect_encoding fails on a first line that is not UTF-8.
+            if not _COOKIE.search(b"\n".join(raw.splitlines()[:2])):
+                _decode(raw, "utf-8")
             raise SourceError(f"bad encoding declaration: {exc.msg}") from None
         bom = raw.startswith(codecs.BOM_UTF8)
-        try:
-            text = raw.decode(encoding)
-        except (UnicodeDecodeError, LookupError) as exc:
-            detail = exc.reason if isinstance(exc, UnicodeDecodeError) else str(exc)
-            where = f" at byte {exc.start}" if isinstance(exc, UnicodeDecodeError) else ""
-            raise SourceError(f"not valid {encoding} text{where} ({detail})") from None
+        text = _decode(raw, encoding)
         return cls(path=path, raw=raw, text=text, encoding=encoding, bom=bom)
 
     def encode(self, text: str) -> bytes:
         """Encode new text the way this file was encoded (same codec, same BOM)."""
         return text.encode(self.encoding)
+
+
+_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=]", re.MULTILINE)
+
+
+def _decode(raw: bytes, encoding: str) -> str:
+    try:
+        return raw.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise SourceError(f"not valid {encoding} text at byte {exc.start} ({exc.reason})") from None
+    except LookupError as exc:
+        raise SourceError(f"not valid {encoding} text ({exc})") from None
 
 
 def write_atomic(path: str, data: bytes, expected: bytes) -> None:

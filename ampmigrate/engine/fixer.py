@@ -9,6 +9,7 @@ on the result until nothing changes: one rule's output can then be improved by a
 from __future__ import annotations
 
 import ast
+import bisect
 import difflib
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
@@ -16,6 +17,7 @@ import libcst as cst
 
 from ampmigrate.diagnostics import Edit, Fix, Location
 from ampmigrate.engine.names import NameIndex
+from ampmigrate.source import line_starts, split_lines
 
 _MISSING = object()
 
@@ -122,16 +124,22 @@ def add_imports(module: cst.Module, modules: Sequence[str]) -> cst.Module:
     body = list(module.body)
     index = _import_insertion_index(body)
     new = [cst.SimpleStatementLine([cst.Import([cst.ImportAlias(cst.parse_expression(m))])]) for m in missing]
-    if index < len(body) and index == _header_end(body) and body[index].leading_lines:
-        # Keep a license header or comment block above the inserted import; the blank lines
-        # after it keep separating the code that follows.
+    if index < len(body) and index == _header_end(body):
+        # No import block to join. A licence header or comment block stays above the new import
+        # (with the blank lines that followed it), a docstring or `__future__` import gets one
+        # blank line after it, and the code that follows keeps its blank lines (or gets one).
         first = body[index]
         lines = list(first.leading_lines)
         last_comment = max((i for i, line in enumerate(lines) if line.comment is not None), default=-1)
-        new[0] = new[0].with_changes(leading_lines=lines[: last_comment + 1])
-        body[index] = first.with_changes(leading_lines=lines[last_comment + 1 :])
-        if not _is_import_line(first) and not body[index].leading_lines:
-            body[index] = body[index].with_changes(leading_lines=[cst.EmptyLine()])
+        header, blank = lines[: last_comment + 1], lines[last_comment + 1 :]
+        if header:
+            lead = header + blank
+        elif index > 0 and blank:  # after a docstring or `__future__` import: one blank line
+            lead = [cst.EmptyLine()]
+        else:
+            lead = []
+        new[0] = new[0].with_changes(leading_lines=lead)
+        body[index] = first.with_changes(leading_lines=blank or [cst.EmptyLine()])
     body[index:index] = new
     return module.with_changes(body=body)
 
@@ -191,6 +199,56 @@ def _import_insertion_index(body: Sequence[cst.BaseStatement]) -> int:
     return end
 
 
+def splice(original: str, rendered: str, changed: str) -> Optional[str]:
+    """Carry the change `rendered` -> `changed` over to `original`, the text that was parsed.
+
+    libcst renders almost every module exactly as it was read (`rendered == original`), but not
+    all: a form feed before the first statement, or the last line break of a file with CR-only
+    line endings, are dropped. Where that happens, the fix is applied to the original text
+    instead, as long as the change and the difference are apart; otherwise None (not fixable).
+    """
+    if rendered == original:
+        return changed
+    if changed == rendered:
+        return original
+    # The gap: where the rendering differs from the original (one region).
+    gap_start = _shared_prefix(original, rendered)
+    gap_end = len(rendered) - _shared_suffix(original, rendered, min(len(original), len(rendered)) - gap_start)
+    # The change: where the fix differs from the rendering (one region, as a hull).
+    change_start = _shared_prefix(rendered, changed)
+    kept_tail = _shared_suffix(rendered, changed, min(len(rendered), len(changed)) - change_start)
+    change_end = len(rendered) - kept_tail
+    if change_end <= gap_start:
+        return changed[: len(changed) - kept_tail] + original[change_end:]
+    if change_start >= gap_end:
+        return original[: len(original) - (len(rendered) - change_start)] + changed[change_start:]
+    return None
+
+
+def _shared_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix (binary search over slices: fast on large files)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[low:middle] == b[low:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _shared_suffix(a: str, b: str, limit: int) -> int:
+    """Length of the longest common suffix, at most `limit`."""
+    low, high = 0, max(0, min(limit, len(a), len(b)))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[len(a) - middle : len(a) - low] == b[len(b) - middle : len(b) - low]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 # ---------------------------------------------------------------------------------- validation
 def parses(code: str) -> bool:
     try:
@@ -214,25 +272,24 @@ def compiles(code: str) -> bool:
 # ---------------------------------------------------------------------------------- text edits
 def text_edits(old: str, new: str) -> Tuple[Edit, ...]:
     """Minimal edits (per changed line run, trimmed to the changed characters) from old to new."""
-    old_lines = old.splitlines(keepends=True)
-    new_lines = new.splitlines(keepends=True)
-    line_starts = [0]
+    old_lines = split_lines(old, keepends=True)
+    new_lines = split_lines(new, keepends=True)
+    starts = line_starts(old)
+    offsets = [0]
     for line in old_lines:
-        line_starts.append(line_starts[-1] + len(line))
+        offsets.append(offsets[-1] + len(line))
     edits: List[Edit] = []
     matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             continue
-        start, end = line_starts[i1], line_starts[i2]
+        start, end = offsets[i1], offsets[i2]
         before, after = old[start:end], "".join(new_lines[j1:j2])
         prefix = _common_prefix(before, after)
         suffix = _common_suffix(before[prefix:], after[prefix:])
         start_offset, end_offset = start + prefix, end - suffix
         content = after[prefix : len(after) - suffix]
-        edits.append(
-            Edit(_location(old, start_offset), _location(old, end_offset), content)
-        )
+        edits.append(Edit(_location(starts, start_offset), _location(starts, end_offset), content))
     return tuple(edits)
 
 
@@ -252,10 +309,10 @@ def _common_suffix(a: str, b: str) -> int:
     return i
 
 
-def _location(text: str, offset: int) -> Location:
-    row = text.count("\n", 0, offset) + 1
-    line_start = text.rfind("\n", 0, offset) + 1
-    return Location(row, offset - line_start + 1)
+def _location(starts: Sequence[int], offset: int) -> Location:
+    """1-based row and column of `offset`, given the offsets where lines start."""
+    row = bisect.bisect_right(starts, offset)
+    return Location(row, offset - starts[row - 1] + 1)
 
 
 def fix_signature(module: cst.Module, fix: Fix) -> Tuple[str, Tuple[str, ...]]:

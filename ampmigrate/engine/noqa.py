@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-import io
 import re
 import tokenize
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterator, Optional, Tuple
+
+from ampmigrate.source import split_lines
 
 _CODES = r"(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[,\s]+[A-Za-z]+[0-9]+)*))?"
 _LINE = re.compile(r"#\s*(?i:noqa)" + _CODES)
@@ -41,11 +42,12 @@ def _codes(match: "re.Match[str]") -> FrozenSet[str]:
 def _comments(text: str) -> Iterator[Tuple[int, str, bool]]:
     """(row, comment, alone on its line) for every comment; by regex if tokenize gives up."""
     try:
-        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        lines = iter(split_lines(text, keepends=True))
+        for token in tokenize.generate_tokens(lambda: next(lines, "")):
             if token.type == tokenize.COMMENT:
                 yield token.start[0], token.string, not token.line[: token.start[1]].strip()
     except (tokenize.TokenError, SyntaxError):
-        for row, line in enumerate(text.splitlines(), start=1):
+        for row, line in enumerate(split_lines(text), start=1):
             index = line.find("#")
             if index >= 0:
                 yield row, line[index:], not line[:index].strip()

@@ -7,6 +7,7 @@ returns text that fails to parse.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
@@ -21,8 +22,14 @@ from ampmigrate.engine.prefilter import Prefilter
 from ampmigrate.engine.project import ProjectImports
 from ampmigrate.rules import all_rules
 from ampmigrate.rules.base import Rule
+from ampmigrate.source import split_lines
 
 MAX_ROUNDS = 25
+TOO_DEEP = "too deeply nested to analyse (e.g. a chain of hundreds of operators); skipped"
+UNSPLICEABLE = (
+    "cannot fix: libcst does not reproduce this file byte for byte next to the code to change; "
+    "file left unchanged"
+)
 
 
 @dataclass
@@ -38,11 +45,19 @@ class FileResult:
 
 @dataclass
 class _Analysis:
+    text: str
     module: cst.Module
     context: FileContext
     findings: List[Finding]
     fixes: List[Fix]  # applicable under the current settings, in source order
     members: Dict[Fix, List[Finding]]
+    _rendered: Optional[str] = None
+
+    def apply(self, fixes: Sequence[Fix]) -> Optional[str]:
+        """The text with `fixes` applied, or None where libcst cannot carry the change over."""
+        if self._rendered is None:
+            self._rendered = self.module.code
+        return fixer.splice(self.text, self._rendered, fixer.apply_fixes(self.module, fixes))
 
 
 class Engine:
@@ -72,7 +87,8 @@ class Engine:
             return result
         if want_edits:
             for fix in analysis.fixes:
-                fix.edits = fixer.text_edits(text, fixer.apply_fixes(analysis.module, [fix]))
+                fixed = analysis.apply([fix])
+                fix.edits = fixer.text_edits(text, fixed) if fixed is not None else ()
         result.findings = analysis.findings
         return result
 
@@ -96,7 +112,10 @@ class Engine:
             accepted = fixer.select_compatible(fixes, analysis.context.names)
             if not accepted:
                 break
-            new_text = fixer.apply_fixes(analysis.module, accepted)
+            new_text = analysis.apply(accepted)
+            if new_text is None:
+                result.errors.append(FileError(path, UNSPLICEABLE))
+                break
             if not self._valid(new_text, current):
                 accepted, new_text = self._isolate_broken(analysis, accepted, current, broken, result)
                 if not accepted:
@@ -137,8 +156,8 @@ class Engine:
     def _isolate_broken(self, analysis, accepted, current, broken, result):
         """A round produced invalid code: keep the first fix that is valid alone, mark the rest."""
         for fix in accepted:
-            alone = fixer.apply_fixes(analysis.module, [fix])
-            if self._valid(alone, current):
+            alone = analysis.apply([fix])
+            if alone is not None and self._valid(alone, current):
                 return [fix], alone
             broken.add(fixer.fix_signature(analysis.module, fix))
             codes = ", ".join(sorted({f.code for f in analysis.members[fix]}))
@@ -159,14 +178,17 @@ class Engine:
         try:
             module = cst.parse_module(text)
         except cst.ParserSyntaxError as exc:
-            message = str(exc.message).strip().splitlines()[0] if exc.message else "invalid syntax"
-            result.errors.append(FileError(path, f"syntax error at {exc.raw_line}:{exc.raw_column + 1}: {message}"))
+            result.errors.append(FileError(path, _syntax_error(text, exc)))
             return None
         except RecursionError:
-            result.errors.append(FileError(path, "too deeply nested to parse"))
+            result.errors.append(FileError(path, TOO_DEEP))
             return None
         result.parsed = True
-        context = FileContext(path, text, module, self.settings)
+        try:
+            context = FileContext(path, text, module, self.settings)
+        except RecursionError:  # the name pass walks the tree recursively
+            result.errors.append(FileError(path, TOO_DEEP))
+            return None
         if self.project is not None:
             context.imported_elsewhere = self.project.imported_from(path)
         for rule in rules:
@@ -181,7 +203,7 @@ class Engine:
         blocked: Set[Fix] = set()
         if context.reports:
             suppressions = parse_suppressions(text)
-            lines = text.splitlines()
+            lines = split_lines(text)
             for report in context.reports:
                 position = context.position(report.node)
                 row = position.start.line
@@ -216,7 +238,7 @@ class Engine:
                 for finding in group:
                     finding.fix = None
                     finding.no_fix_reason = reason
-        return _Analysis(module, context, findings, fixes, members)
+        return _Analysis(text, module, context, findings, fixes, members)
 
     def _why_not_applicable(self, fix: Fix, blocked: Set[Fix], unsafe: bool) -> Optional[str]:
         if fix in blocked:
@@ -227,3 +249,16 @@ class Engine:
         if fix.applicability == UNSAFE and not unsafe:
             return "unsafe"
         return None
+
+
+def _syntax_error(text: str, exc: cst.ParserSyntaxError) -> str:
+    """One line for a file libcst cannot parse: CPython's own message where it rejects it too."""
+    try:
+        ast.parse(text)
+    except SyntaxError as python:  # also IndentationError and TabError
+        where = f" at {python.lineno}:{python.offset}" if python.lineno else ""
+        return f"syntax error{where}: {python.msg}"
+    except (ValueError, MemoryError, RecursionError):
+        pass
+    detail = str(exc.message).strip().splitlines()[0] if exc.message else "invalid syntax"
+    return f"cannot parse at {exc.raw_line}:{exc.raw_column + 1} (libcst: {detail})"

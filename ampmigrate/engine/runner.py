@@ -16,7 +16,7 @@ from typing import Callable, Iterable, List, Optional, Sequence
 
 from ampmigrate.config import Settings
 from ampmigrate.diagnostics import FileError, Finding
-from ampmigrate.engine.pipeline import Engine, FileResult
+from ampmigrate.engine.pipeline import TOO_DEEP, Engine, FileResult
 from ampmigrate.engine.project import ProjectImports
 from ampmigrate.source import SourceError, SourceFile, write_atomic
 
@@ -73,6 +73,16 @@ def _init_worker(settings: Settings, project: Optional[ProjectImports]) -> None:
 
 
 def process_file(engine: Engine, path: str, job: Job) -> FileResult:
+    """One file, start to end; whatever goes wrong is this file's error, never the run's."""
+    try:
+        return _process_file(engine, path, job)
+    except RecursionError:
+        return FileResult(path, errors=[FileError(path, TOO_DEEP)])
+    except Exception as exc:  # an engine bug must not stop the run
+        return FileResult(path, errors=[FileError(path, f"internal error: {type(exc).__name__}: {exc}")])
+
+
+def _process_file(engine: Engine, path: str, job: Job) -> FileResult:
     try:
         source = SourceFile.read(path)
     except SourceError as exc:

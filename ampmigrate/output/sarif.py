@@ -1,8 +1,16 @@
-"""SARIF 2.1.0, for GitHub code scanning: one run, the tool's rules, results with fixes."""
+"""SARIF 2.1.0, for GitHub code scanning: one run, the tool's rules, results with fixes.
+
+Locations are URIs relative to the directory the command ran in (`%SRCROOT%`, declared in
+`originalUriBaseIds`), which is what code scanning expects when ampmigrate runs from the
+repository root; files outside it get absolute `file://` URIs. Columns count characters
+(`columnKind: unicodeCodePoints`), 1-based, with `endColumn` just past the region.
+"""
 
 import json
 import os
 from pathlib import Path
+from typing import Optional
+from urllib.parse import quote
 
 from ampmigrate import __version__
 from ampmigrate.catalogue import load_catalogue
@@ -10,14 +18,16 @@ from ampmigrate.output import Report
 
 _LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+SRCROOT = "%SRCROOT%"
 
 
-def _uri(path: str) -> str:
+def artifact_location(path: str) -> dict:
     absolute = Path(os.path.abspath(path))
     try:
-        return absolute.relative_to(Path.cwd()).as_posix()
+        relative = absolute.relative_to(Path.cwd())
     except ValueError:
-        return absolute.as_uri()
+        return {"uri": absolute.as_uri()}
+    return {"uri": quote(relative.as_posix()), "uriBaseId": SRCROOT}
 
 
 def _region(start, end) -> dict:
@@ -29,73 +39,94 @@ def _region(start, end) -> dict:
     }
 
 
+def _rule(doc) -> dict:
+    why = doc.why.strip()
+    return {
+        "id": doc.code,
+        "name": doc.name,
+        "shortDescription": {"text": doc.summary},
+        "fullDescription": {"text": why},
+        "help": {
+            "text": f"{doc.summary}\n\n{why}\n\nFix: {doc.fix}. More: {doc.url}",
+            "markdown": f"{doc.summary}\n\n{why}\n\n**Fix:** {doc.fix}. [Rule documentation]({doc.url})",
+        },
+        "helpUri": doc.url,
+        "defaultConfiguration": {"level": _LEVEL[doc.severity]},
+        "properties": {"fix": doc.fix, "family": doc.family, "tags": ["pytorch", "mixed-precision", doc.family]},
+    }
+
+
+def _fixes(finding, location: dict) -> Optional[list]:
+    if finding.fix is None or not finding.fix.edits:
+        return None
+    return [
+        {
+            "description": {"text": f"{finding.fix.message} ({finding.fix.applicability} fix)"},
+            "artifactChanges": [
+                {
+                    "artifactLocation": location,
+                    "replacements": [
+                        {
+                            "deletedRegion": _region(edit.location, edit.end_location),
+                            "insertedContent": {"text": edit.content},
+                        }
+                        for edit in finding.fix.edits
+                    ],
+                }
+            ],
+        }
+    ]
+
+
 def render(report: Report) -> str:
     docs = load_catalogue()
     codes = sorted(docs)
     index = {code: i for i, code in enumerate(codes)}
-    rules = [
-        {
-            "id": code,
-            "name": docs[code].name,
-            "shortDescription": {"text": docs[code].summary},
-            "fullDescription": {"text": docs[code].why.strip()},
-            "help": {"text": f"{docs[code].summary}\n\n{docs[code].why.strip()}"},
-            "helpUri": docs[code].url,
-            "defaultConfiguration": {"level": _LEVEL[docs[code].severity]},
-            "properties": {"fix": docs[code].fix, "family": docs[code].family},
-        }
-        for code in codes
-    ]
     results = []
     for f in report.findings:
-        uri = _uri(f.path)
-        result = {
-            "ruleId": f.code,
-            "ruleIndex": index.get(f.code, 0),
-            "level": _LEVEL.get(f.severity, "warning"),
-            "message": {"text": f.message},
-            "locations": [
-                {
-                    "physicalLocation": {
-                        "artifactLocation": {"uri": uri},
-                        "region": _region(f.location, f.end_location),
-                    }
-                }
-            ],
-        }
-        if f.fix is not None and f.fix.edits:
-            result["fixes"] = [
-                {
-                    "description": {"text": f"{f.fix.message} ({f.fix.applicability})"},
-                    "artifactChanges": [
-                        {
-                            "artifactLocation": {"uri": uri},
-                            "replacements": [
-                                {
-                                    "deletedRegion": _region(edit.location, edit.end_location),
-                                    "insertedContent": {"text": edit.content},
-                                }
-                                for edit in f.fix.edits
-                            ],
-                        }
-                    ],
-                }
-            ]
+        location = artifact_location(f.path)
+        result = {"ruleId": f.code}
+        if f.code in index:
+            result["ruleIndex"] = index[f.code]
+        result.update(
+            {
+                "level": _LEVEL.get(f.severity, "warning"),
+                "message": {"text": f.message},
+                "locations": [
+                    {"physicalLocation": {"artifactLocation": location, "region": _region(f.location, f.end_location)}}
+                ],
+            }
+        )
+        fixes = _fixes(f, location)
+        if fixes:
+            result["fixes"] = fixes
+        if f.fix is None and f.no_fix_reason:
+            result["properties"] = {"noFixReason": f.no_fix_reason}
         results.append(result)
     notifications = [
-        {"level": "error", "message": {"text": str(error)}} for error in report.errors
+        {
+            "level": "error",
+            "message": {"text": str(error)},
+            "locations": [{"physicalLocation": {"artifactLocation": artifact_location(error.path)}}],
+        }
+        for error in report.errors
     ]
+    invocation = {"executionSuccessful": not report.errors}
+    if notifications:
+        invocation["toolExecutionNotifications"] = notifications
     run = {
         "tool": {
             "driver": {
                 "name": "ampmigrate",
                 "version": __version__,
+                "semanticVersion": __version__,
                 "informationUri": "https://github.com/ampmigrate/ampmigrate",
-                "rules": rules,
+                "rules": [_rule(docs[code]) for code in codes],
             }
         },
+        "originalUriBaseIds": {SRCROOT: {"uri": Path.cwd().as_uri() + "/"}},
+        "invocations": [invocation],
+        "columnKind": "unicodeCodePoints",
         "results": results,
     }
-    if notifications:
-        run["invocations"] = [{"executionSuccessful": False, "toolExecutionNotifications": notifications}]
     return json.dumps({"$schema": SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2) + "\n"
