@@ -10,7 +10,8 @@ there, so save-then-load round trips work.
 Covered: `open`/`io.open` (and so `pathlib`, `numpy.save`, logging, `torch.load`), `os.open`,
 `os.stat` (and so `os.path.exists`), `os.mkdir`/`os.makedirs`, `os.remove`/`os.unlink`/`os.rmdir`,
 `os.rename`/`os.replace` (a user's own file is copied, never moved), `shutil.rmtree` and
-`torch.save`. Not covered: native code that opens files itself, and directory listings.
+`torch.save`. Calls relative to a directory descriptor (`dir_fd=`) pass through. Not covered:
+native code that opens files itself, and directory listings.
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ class Sandbox:
 
         @functools.wraps(original_os_open)
         def guarded_os_open(path, flags, *args, **kwargs):
+            if kwargs.get("dir_fd") is not None:
+                return original_os_open(path, flags, *args, **kwargs)
             if flags & _WRITE_FLAGS:
                 path = self.for_write(path, keep_contents=not flags & os.O_TRUNC)
             else:
@@ -106,7 +109,7 @@ class Sandbox:
         def directory_maker(func: Callable) -> Callable:
             @functools.wraps(func)
             def make(path, *args, **kwargs):
-                text = _as_text(path)
+                text = None if kwargs.get("dir_fd") is not None else _as_text(path)
                 target = self._target(os.path.abspath(text)) if text is not None else None
                 if target is None:
                     return func(path, *args, **kwargs)
@@ -122,7 +125,7 @@ class Sandbox:
         def remover(func: Callable) -> Callable:
             @functools.wraps(func)
             def remove(path, *args, **kwargs):
-                text = _as_text(path)
+                text = None if kwargs.get("dir_fd") is not None else _as_text(path)
                 if text is not None and self._target(os.path.abspath(text)) is not None:
                     absolute = os.path.abspath(text)
                     if absolute in self.redirected:
@@ -140,6 +143,8 @@ class Sandbox:
         def mover(func: Callable) -> Callable:
             @functools.wraps(func)
             def move(src, dst, *args, **kwargs):
+                if kwargs.get("src_dir_fd") is not None or kwargs.get("dst_dir_fd") is not None:
+                    return func(src, dst, *args, **kwargs)
                 text = _as_text(src)
                 absolute = os.path.abspath(text) if text is not None else None
                 if absolute is not None and absolute not in self.redirected and self._target(absolute) is not None:
@@ -161,6 +166,8 @@ class Sandbox:
 
         @functools.wraps(original_stat)
         def guarded_stat(path, *args, **kwargs):
+            if kwargs.get("dir_fd") is not None:
+                return original_stat(path, *args, **kwargs)
             return original_stat(self.for_read(path), *args, **kwargs)
 
         self._replace(os, "stat", guarded_stat)

@@ -141,6 +141,7 @@ def _verify(options: Options, settings: Settings, outcome: Outcome, progress: Ca
         )
         baseline_spec = spec("baseline (fp32)", after_script, options.seed, FP32, mapped_after)
         baseline = launch(baseline_spec, "baseline-fp32")
+        _require_no_apex(baseline)
         _require_ran(baseline, "the fp32 baseline (the after script with AMP off)")
     else:
         _require_ran(before, "the before script")
@@ -149,12 +150,7 @@ def _verify(options: Options, settings: Settings, outcome: Outcome, progress: Ca
 
     after = launch(spec("after", after_script, options.seed, mapped=mapped_after), "after")
     outcome.after = after
-    if after.failed and _is_apex(after.missing_module):
-        raise _Stop(
-            "the after script still imports apex, which no current stack has: the migration could not replace "
-            "it (see `ampmigrate check` for the findings it left)",
-            after,
-        )
+    _require_no_apex(after)
     _require_ran(after, "the after script")
     unmigrated = after.data.get("unmigrated_modules") or []
     if unmigrated:
@@ -175,6 +171,15 @@ def _verify(options: Options, settings: Settings, outcome: Outcome, progress: Ca
     except ComparisonError as exc:
         raise _Stop(str(exc)) from None
     outcome.exit_code = EQUIVALENT if outcome.comparison.equivalent else NOT_EQUIVALENT
+
+
+def _require_no_apex(run: RunResult) -> None:
+    if run.failed and _is_apex(run.missing_module):
+        raise _Stop(
+            "the after script still imports apex, which no current stack has: the migration could not replace "
+            "it (see `ampmigrate check` for the findings it left)",
+            run,
+        )
 
 
 def _require_ran(run: RunResult, what: str) -> None:
