@@ -136,6 +136,15 @@ def test_loss_scaled_but_never_unscaled_is_not_equivalent(cli, monkeypatch, tmp_
     assert any("not finite" in reason for reason in data["comparison"]["reasons"])
 
 
+def test_steps_on_scaled_gradients_are_not_equivalent_even_where_adam_hides_them(cli, monkeypatch, tmp_path):
+    project = copy_of(EXAMPLE, tmp_path / "legacy_transformer", PROJECTS / "transformer_afters" / "scaled_not_unscaled.py")
+
+    result, data = run_verify(cli, monkeypatch, project, "train.py", "--after", "scaled_not_unscaled.py", "--steps", "40", "--runs", "2")
+
+    assert result.exit_code == 1, result.output
+    assert any("never unscales the gradients" in reason for reason in data["comparison"]["reasons"])
+
+
 def test_a_script_that_raises_exits_2_with_its_traceback(cli, monkeypatch, tmp_path):
     project = copy_of(PROJECTS / "failing", tmp_path / "failing")
 

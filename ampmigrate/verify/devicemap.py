@@ -163,8 +163,10 @@ def _null_context():
 def map_cuda_to_cpu() -> None:
     """Install the CUDA → CPU mapping (see the module docstring)."""
     amp = torch.amp.autocast_mode
-    cuda_default_dtype = torch.get_autocast_dtype("cuda")  # float16, what a GPU run would use
-    original_get_dtype = torch.get_autocast_dtype
+    # float16: what a GPU run would use (the per-device getters exist since torch 2.4).
+    per_device = hasattr(torch, "get_autocast_dtype")
+    cuda_default_dtype = torch.get_autocast_dtype("cuda") if per_device else torch.float16
+    original_get_dtype = getattr(torch, "get_autocast_dtype", None)
     original_is_enabled = torch.is_autocast_enabled
 
     # tensors and modules
@@ -258,9 +260,10 @@ def map_cuda_to_cpu() -> None:
             return original_get_dtype("cpu") if original_is_enabled("cpu") else cuda_default_dtype
         return original_get_dtype(device_type)
 
-    _patch(torch, "is_autocast_enabled", is_autocast_enabled)
-    _patch(torch, "get_autocast_dtype", get_autocast_dtype)
-    _patch(torch, "get_autocast_gpu_dtype", lambda: get_autocast_dtype("cuda"))
+    if per_device:  # before 2.4 these queries take no device and custom_fwd reads the CUDA state only
+        _patch(torch, "is_autocast_enabled", is_autocast_enabled)
+        _patch(torch, "get_autocast_dtype", get_autocast_dtype)
+        _patch(torch, "get_autocast_gpu_dtype", lambda: get_autocast_dtype("cuda"))
 
     # GradScaler("cuda") becomes a CPU scaler (keeps scaling, inf checks and skipped steps)
     scaler_class = torch.amp.grad_scaler.GradScaler
@@ -268,7 +271,7 @@ def map_cuda_to_cpu() -> None:
 
     @functools.wraps(original_scaler_init)
     def scaler_init(self, device="cuda", *args, **kwargs):
-        original_scaler_init(self, _to_cpu(device) if device == "cuda" else device, *args, **kwargs)
+        original_scaler_init(self, "cpu" if device == "cuda" else device, *args, **kwargs)
 
     _patch(scaler_class, "__init__", scaler_init)
 

@@ -19,7 +19,8 @@ times, the peak memory and, if the script failed, its traceback. Nothing in the 
   always measured on the weights after k-1 updates, whether or not the run skipped steps on the
   way. After N steps the run stops (an exception from the hook that `except Exception` does not
   catch) and the harness writes its result;
-- timing and memory: the time between consecutive steps (after a CUDA synchronize on a GPU);
+- timing and memory: the time between consecutive steps (after a CUDA synchronize on a GPU; the
+  process CPU time too, which other load on the machine does not inflate);
   `torch.cuda.max_memory_allocated` on a GPU, the peak resident set size on the CPU.
 """
 
@@ -51,10 +52,12 @@ class Recorder:
         self.pending: List[Any] = []  # losses backpropagated since the last step (tensors)
         self.step_losses: List[List[Any]] = []
         self.step_times: List[float] = []
+        self.step_cpu_times: List[float] = []  # process CPU time: steady on a loaded machine
         self.skipped: List[int] = []
         self.backward_calls = 0
         self.optimizer_steps = 0
-        self.scaler_used = False
+        self.scaler_used = False  # an enabled GradScaler scaled a loss
+        self.scaler_calls = {"scale": 0, "unscale_": 0, "step": 0}  # calls on enabled scalers
         self.autocast_dtypes: Dict[str, None] = {}  # ordered set of "device:dtype" of enabled regions
         self._hook_fired = False
 
@@ -71,6 +74,9 @@ class Recorder:
         self.optimizer_steps += 1
         self._hook_fired = True
         self._close_step(optimizer, skipped=False)
+
+    def on_scaler_step_start(self) -> None:
+        self._hook_fired = False
 
     def on_scaler_step_done(self, optimizer: Any) -> None:
         """After `GradScaler.step`: if the optimizer did not step, the scaler skipped it."""
@@ -91,6 +97,7 @@ class Recorder:
         if self.synchronize is not None:
             self.synchronize()
         self.step_times.append(time.perf_counter())
+        self.step_cpu_times.append(time.process_time())
         self.step_losses.append(self.pending)
         self.pending = []
         if len(self.step_losses) >= self.target:
@@ -106,8 +113,9 @@ class Recorder:
                 values.append(float(sum(t.detach().float().sum().item() for t in tensors)))
         return values
 
-    def intervals(self) -> List[float]:
-        return [b - a for a, b in zip(self.step_times, self.step_times[1:])]
+    def intervals(self, cpu: bool = False) -> List[float]:
+        stamps = self.step_cpu_times if cpu else self.step_times
+        return [b - a for a, b in zip(stamps, stamps[1:])]
 
 
 def install_instruments(torch: Any, recorder: Recorder) -> None:
@@ -133,19 +141,31 @@ def install_instruments(torch: Any, recorder: Recorder) -> None:
         if scaled is not outputs and isinstance(outputs, torch.Tensor) and outputs.numel() == 1:
             scaled._ampmigrate_unscaled = outputs.detach()
             recorder.scaler_used = True
+            recorder.scaler_calls["scale"] += 1
         return scaled
 
     original_step = scaler_class.step
 
     @functools.wraps(original_step)
     def scaler_step(self, optimizer, *args, **kwargs):
-        recorder._hook_fired = False
+        if self.is_enabled():
+            recorder.scaler_calls["step"] += 1
+        recorder.on_scaler_step_start()
         result = original_step(self, optimizer, *args, **kwargs)
         recorder.on_scaler_step_done(optimizer)
         return result
 
+    original_unscale = scaler_class.unscale_
+
+    @functools.wraps(original_unscale)
+    def unscale(self, optimizer):
+        if self.is_enabled():
+            recorder.scaler_calls["unscale_"] += 1
+        return original_unscale(self, optimizer)
+
     scaler_class.scale = scale
     scaler_class.step = scaler_step
+    scaler_class.unscale_ = unscale
 
     autocast_class = torch.amp.autocast_mode.autocast
     original_enter = autocast_class.__enter__
@@ -337,10 +357,12 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     result["run_seconds"] = time.perf_counter() - started
     result["losses"] = recorder.losses()
     result["step_intervals"] = recorder.intervals()
+    result["step_cpu_intervals"] = recorder.intervals(cpu=True)
     result["skipped_steps"] = recorder.skipped
     result["backward_calls"] = recorder.backward_calls
     result["optimizer_steps"] = recorder.optimizer_steps
     result["grad_scaler"] = recorder.scaler_used
+    result["grad_scaler_calls"] = recorder.scaler_calls
     result["autocast"] = list(recorder.autocast_dtypes)
     if device == "cuda":
         result["peak_memory"] = torch.cuda.max_memory_allocated()

@@ -64,11 +64,13 @@ class RunResult:
 
     @property
     def median_step_time(self) -> Optional[float]:
-        """Median seconds per step, leaving out the first steps (warm-up, lazy initialisation)."""
-        intervals = self.data.get("step_intervals", [])
-        warmup = min(5, len(intervals) // 5)
-        steady = intervals[warmup:]
-        return statistics.median(steady) if steady else None
+        """Median wall-clock seconds per step, leaving out the first steps (warm-up, lazy init)."""
+        return _steady_median(self.data.get("step_intervals", []))
+
+    @property
+    def median_step_cpu_time(self) -> Optional[float]:
+        """The same in process CPU time (all threads), which other load on the machine does not inflate."""
+        return _steady_median(self.data.get("step_cpu_intervals", []))
 
     @property
     def peak_memory(self) -> Optional[int]:
@@ -93,12 +95,25 @@ class RunResult:
             label += " + GradScaler"
         return label
 
+    @property
+    def steps_on_scaled_gradients(self) -> bool:
+        """A GradScaler scaled the loss, but the gradients were never unscaled (no `step`/`unscale_`):
+        the optimizer stepped on gradients multiplied by the loss scale."""
+        calls = self.data.get("grad_scaler_calls") or {}
+        return calls.get("scale", 0) > 0 and calls.get("step", 0) == 0 and calls.get("unscale_", 0) == 0
+
     def log_tail(self, lines: int = 30) -> str:
         try:
             with open(self.log, encoding="utf-8", errors="replace") as handle:
                 return "".join(handle.readlines()[-lines:])
         except OSError:
             return ""
+
+
+def _steady_median(intervals: List[float]) -> Optional[float]:
+    warmup = min(5, len(intervals) // 5)
+    steady = intervals[warmup:]
+    return statistics.median(steady) if steady else None
 
 
 def execute(spec: RunSpec, workdir: str, name: str, timeout: Optional[float] = None) -> RunResult:

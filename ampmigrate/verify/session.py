@@ -170,6 +170,12 @@ def _verify(options: Options, settings: Settings, outcome: Outcome, progress: Ca
         )
     except ComparisonError as exc:
         raise _Stop(str(exc)) from None
+    # A protocol error the curve may not show (Adam is nearly blind to a constant gradient scale).
+    scaled = "scales the loss with a GradScaler but never unscales the gradients (no scaler.step or scaler.unscale_): the optimizer steps on gradients multiplied by the loss scale"
+    if after.steps_on_scaled_gradients:
+        outcome.comparison.reasons.append(f"the after run {scaled}")
+    if baseline.steps_on_scaled_gradients:
+        outcome.notes.append(f"the {baseline.spec.label} run {scaled}")
     outcome.exit_code = EQUIVALENT if outcome.comparison.equivalent else NOT_EQUIVALENT
 
 
