@@ -300,3 +300,26 @@ def _skipped_iterations(result):
             applied += 1
         iteration += 1
     return set(iterations)
+
+
+def test_instruments_observe_the_loss_and_come_off_again():
+    from ampmigrate.verify import harness
+
+    originals = (torch.autograd.backward, torch.amp.GradScaler.scale, torch.amp.GradScaler.step)
+    recorder = harness.Recorder(torch, steps=10**9, synchronize=False)
+    uninstall = harness.install_instruments(torch, recorder)
+    try:
+        weight = torch.nn.Parameter(torch.ones(3))
+        optimizer = torch.optim.SGD([weight], lr=0.1)
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+        loss = (weight * 2.0).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    finally:
+        uninstall()
+    assert (torch.autograd.backward, torch.amp.GradScaler.scale, torch.amp.GradScaler.step) == originals
+    assert recorder.losses() == [6.0]  # the loss, not the loss times 1024
+    assert recorder.scaler_calls == {"scale": 1, "unscale_": 1, "step": 1}  # step() unscales
+    optimizer.step()  # the step hook is gone too
+    assert len(recorder.losses()) == 1

@@ -32,7 +32,7 @@ import random
 import sys
 import time
 import traceback
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 HARNESS_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -118,7 +118,8 @@ class Recorder:
         return [b - a for a, b in zip(stamps, stamps[1:])]
 
 
-def install_instruments(torch: Any, recorder: Recorder) -> None:
+def install_instruments(torch: Any, recorder: Recorder) -> Callable[[], None]:
+    """Observe backward(), GradScaler, autocast and optimizer steps; returns the undo."""
     import functools
 
     original_backward = torch.autograd.backward
@@ -129,8 +130,6 @@ def install_instruments(torch: Any, recorder: Recorder) -> None:
             tensors = tuple(tensors)
         recorder.on_backward(tensors)
         return original_backward(tensors, *args, **kwargs)
-
-    torch.autograd.backward = backward
 
     scaler_class = torch.amp.grad_scaler.GradScaler
     original_scale = scaler_class.scale
@@ -163,10 +162,6 @@ def install_instruments(torch: Any, recorder: Recorder) -> None:
             recorder.scaler_calls["unscale_"] += 1
         return original_unscale(self, optimizer)
 
-    scaler_class.scale = scale
-    scaler_class.step = scaler_step
-    scaler_class.unscale_ = unscale
-
     autocast_class = torch.amp.autocast_mode.autocast
     original_enter = autocast_class.__enter__
 
@@ -178,10 +173,25 @@ def install_instruments(torch: Any, recorder: Recorder) -> None:
                 recorder.autocast_dtypes[key] = None
         return original_enter(self)
 
-    autocast_class.__enter__ = enter
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    register_optimizer_step_post_hook(recorder.on_optimizer_step)
+    replaced = [
+        (torch.autograd, "backward", original_backward, backward),
+        (scaler_class, "scale", original_scale, scale),
+        (scaler_class, "step", original_step, scaler_step),
+        (scaler_class, "unscale_", original_unscale, unscale),
+        (autocast_class, "__enter__", original_enter, enter),
+    ]
+    for owner, name, _, wrapper in replaced:
+        setattr(owner, name, wrapper)
+    handle = register_optimizer_step_post_hook(recorder.on_optimizer_step)
+
+    def uninstall() -> None:
+        handle.remove()
+        for owner, name, original, _ in replaced:
+            setattr(owner, name, original)
+
+    return uninstall
 
 
 def install_step_counter(torch: Any, recorder: Recorder) -> None:
