@@ -215,7 +215,8 @@ CUDA_IDIOMS = '''
     import torch
     from torch import nn
 
-    assert torch.cuda.is_available()
+    assert torch.cuda.is_available() and torch.cuda.device_count() == 1
+    assert torch.cuda.get_device_properties(0).total_memory > 0
     device = torch.device("cuda")
     model = nn.Sequential(nn.Linear(8, 16, device="cuda"), nn.ReLU(), nn.Linear(16, 1)).cuda()
     model.to(device).to("cuda:0").to(0)

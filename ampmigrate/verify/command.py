@@ -86,7 +86,11 @@ def verify(script, script_args, after, root, steps, seed, device, runs, toleranc
     def progress(message: str) -> None:
         click.echo(message, err=True)
 
-    outcome = run_verification(options, settings, progress)
+    try:
+        outcome = run_verification(options, settings, progress)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(COULD_NOT_RUN)
 
     from rich.console import Console
 

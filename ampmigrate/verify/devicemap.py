@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import time
+import types
 from typing import Any, Callable, Dict, List, Tuple
 
 import torch
@@ -139,6 +141,23 @@ class _Stream:
 
 # Each patched name gets its own function object: torch._dynamo maps torch functions to tracing
 # rules by identity and refuses one object under two names.
+def _total_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
+def _device_properties() -> types.SimpleNamespace:
+    return types.SimpleNamespace(
+        name="CPU (CUDA mapped to CPU by ampmigrate verify)",
+        major=8,
+        minor=0,
+        total_memory=_total_memory(),
+        multi_processor_count=os.cpu_count() or 1,
+    )
+
+
 def _nothing():
     def nothing(*args, **kwargs) -> None:
         return None
@@ -211,6 +230,8 @@ def map_cuda_to_cpu() -> None:
         "ipc_collect": _nothing(),
         "get_device_name": lambda *a, **k: "CPU (CUDA mapped to CPU by ampmigrate verify)",
         "get_device_capability": lambda *a, **k: (8, 0),
+        "get_device_properties": lambda *a, **k: _device_properties(),
+        "mem_get_info": lambda *a, **k: (_total_memory(), _total_memory()),
         "is_bf16_supported": lambda *a, **k: True,
         "manual_seed": _nothing(),
         "manual_seed_all": _nothing(),

@@ -122,12 +122,11 @@ def _render_failure(outcome: Outcome, console: Console) -> None:
     run = outcome.failed_run
     if run is not None:
         trace = run.error.get("traceback")
+        tail = run.log_tail()
         if trace:
             console.print(Panel(Text(trace.rstrip()), title=f"traceback of the {run.spec.label} run", border_style="red"))
-        elif run.status in ("died", "harness_error", "timeout") or not trace:
-            tail = run.log_tail()
-            if tail.strip():
-                console.print(Panel(Text(tail.rstrip()), title=f"end of the {run.spec.label} run's log", border_style="red"))
+        elif tail.strip():
+            console.print(Panel(Text(tail.rstrip()), title=f"end of the {run.spec.label} run's log", border_style="red"))
         console.print(Text(f"log of the {run.spec.label} run: {run.log}", style="dim"))
     for note in outcome.notes:
         console.print(Text(f"note: {note}", style="yellow"))

@@ -74,6 +74,9 @@ def run_verification(options: Options, settings: Settings, progress: Callable[[s
     outcome = Outcome(options, workdir)
     try:
         _verify(options, settings, outcome, progress)
+    except KeyboardInterrupt:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
     except _Stop as stop:
         outcome.exit_code = COULD_NOT_RUN
         outcome.problem = stop.problem
@@ -103,6 +106,8 @@ def _verify(options: Options, settings: Settings, outcome: Outcome, progress: Ca
         path_map = {root: project.copy}
         if not project.changed:
             outcome.notes.append("the migration changed nothing in the project: before and after run the same code")
+        for error in project.errors:
+            outcome.notes.append(f"not migrated: {error}")
         progress(f"migrated {len(project.changed)} file(s) of {root} into a temporary copy ({project.fixed} fixes)")
 
     def spec(label: str, path: str, seed: int, precision: str = AS_WRITTEN, mapped: bool = False) -> RunSpec:
