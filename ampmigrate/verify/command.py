@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import os
+import importlib.util
 import json
+import os
 import sys
 
 import click
@@ -15,9 +16,9 @@ from ampmigrate.verify.stats import DEFAULT_TOLERANCE, FLOOR_MULTIPLE, MIN_STEPS
 
 _EPILOG = f"""\b
 Exit status: 0 equivalent, 1 not equivalent, 2 could not run.
-Equivalent: the EMA-smoothed loss of the after run stays within {FLOOR_MULTIPLE:g}x the noise
-floor (the RMS distance between baseline runs with different seeds) and the final smoothed
-losses agree within --tolerance.
+Equivalent: the EMA-smoothed loss of the after run stays within
+{FLOOR_MULTIPLE:g}x the noise floor (the RMS distance between baseline runs
+with different seeds) and the final smoothed losses agree within --tolerance.
 """
 
 
@@ -63,12 +64,9 @@ def verify(script, script_args, after, root, steps, seed, device, runs, toleranc
         click.echo(f"error: {exc}", err=True)
         sys.exit(COULD_NOT_RUN)
     settings = dataclasses.replace(settings, unsafe_fixes=unsafe_fixes)
-    if plot_path:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            click.echo("error: --plot needs matplotlib: pip install 'ampmigrate[plot]'", err=True)
-            sys.exit(COULD_NOT_RUN)
+    if plot_path and importlib.util.find_spec("matplotlib") is None:
+        click.echo("error: --plot needs matplotlib: pip install 'ampmigrate[plot]'", err=True)
+        sys.exit(COULD_NOT_RUN)
     options = Options(
         script=script,
         script_args=list(script_args),

@@ -294,9 +294,9 @@ def format_traceback(exc: BaseException) -> str:
 
 
 def run(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """Set up, run the script, and collect what was recorded (the result JSON's content)."""
     result: Dict[str, Any] = {"status": "crashed", "python": sys.version.split()[0]}
     started = time.perf_counter()
-    recorder: Optional[Recorder] = None
     try:
         import torch
     except ImportError as exc:
@@ -312,6 +312,21 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     result["device"] = device
     result["cuda_mapped"] = device == "cpu"
 
+    recorder, sandbox = _set_up(torch, spec, device)
+    result["setup_seconds"] = time.perf_counter() - started
+    try:
+        _run_script(spec, result)
+    finally:
+        sandbox.uninstall()
+    result["run_seconds"] = time.perf_counter() - started
+    _collect(torch, result, recorder, device)
+    result["written_files"] = sandbox.written
+    if spec.get("path_map"):
+        result["unmigrated_modules"] = modules_from(list(spec["path_map"]))
+    return result
+
+
+def _set_up(torch: Any, spec: Dict[str, Any], device: str):
     from ampmigrate.verify import devicemap
     from ampmigrate.verify.sandbox import Sandbox
 
@@ -322,7 +337,6 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     seed_everything(torch, spec["seed"])
     if spec.get("seed_offset"):
         install_seed_offset(torch, spec["seed_offset"])
-
     recorder = Recorder(torch, spec["steps"], synchronize=device == "cuda")
     if spec.get("instrument", True):
         install_instruments(torch, recorder)
@@ -333,27 +347,28 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     sandbox.install_torch(torch)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-
     script = spec["script"]
     sys.argv = [script, *spec.get("args", [])]
-    sys.path[0] = os.path.dirname(script)
+    sys.path[0] = os.path.dirname(script)  # as `python script.py` would
     map_sys_path(spec.get("path_map", {}))
     sys.dont_write_bytecode = True
+    return recorder, sandbox
+
+
+def _run_script(spec: Dict[str, Any], result: Dict[str, Any]) -> None:
     import runpy
 
-    result["setup_seconds"] = time.perf_counter() - started
     try:
-        runpy.run_path(script, run_name="__main__")
+        runpy.run_path(spec["script"], run_name="__main__")
         result["status"] = "finished"
     except StopTraining:
         result["status"] = "completed"
     except SystemExit as exc:
-        code = exc.code
-        if code in (None, 0):
+        if exc.code in (None, 0):
             result["status"] = "finished"
         else:
             result["status"] = "crashed"
-            result["error"] = {"type": "SystemExit", "message": f"the script exited with status {code!r}", "traceback": ""}
+            result["error"] = {"type": "SystemExit", "message": f"the script exited with status {exc.code!r}", "traceback": ""}
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # the script's own failure, reported with its traceback
@@ -362,9 +377,9 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         if isinstance(exc, ImportError) and exc.name:
             error["module"] = exc.name
         result["error"] = error
-    finally:
-        sandbox.uninstall()
-    result["run_seconds"] = time.perf_counter() - started
+
+
+def _collect(torch: Any, result: Dict[str, Any], recorder: Recorder, device: str) -> None:
     result["losses"] = recorder.losses()
     result["step_intervals"] = recorder.intervals()
     result["step_cpu_intervals"] = recorder.intervals(cpu=True)
@@ -380,10 +395,6 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     else:
         result["peak_memory"] = _peak_rss_bytes()
         result["memory_kind"] = "rss"
-    result["written_files"] = sandbox.written
-    if spec.get("path_map"):
-        result["unmigrated_modules"] = modules_from(list(spec["path_map"]))
-    return result
 
 
 def main(argv: List[str]) -> None:

@@ -94,21 +94,10 @@ def _verify(options: Options, settings: Settings, outcome: Outcome, progress: Ca
     cwd = os.getcwd()
     if not (script + os.sep).startswith(root + os.sep):
         raise _Stop(f"{options.script} is not inside the project root {root}")
-    protect = [root, cwd]
-    path_map = {}
+    protect = [root, cwd]  # folders whose files the runs must not change
+    after_script, path_map = _prepare_after(options, settings, outcome, script, root, progress)
     if options.after:
-        after_script = os.path.realpath(options.after)
         protect.append(os.path.dirname(after_script))
-    else:
-        project = migrate_copy(root, os.path.join(outcome.workdir, "project", os.path.basename(root) or "root"), settings)
-        outcome.project = project
-        after_script = project.in_copy(script)
-        path_map = {root: project.copy}
-        if not project.changed:
-            outcome.notes.append("the migration changed nothing in the project: before and after run the same code")
-        for error in project.errors:
-            outcome.notes.append(f"not migrated: {error}")
-        progress(f"migrated {len(project.changed)} file(s) of {root} into a temporary copy ({project.fixed} fixes)")
 
     def spec(label: str, path: str, seed: int, precision: str = AS_WRITTEN, mapped: bool = False) -> RunSpec:
         return RunSpec(
@@ -169,18 +158,42 @@ def _verify(options: Options, settings: Settings, outcome: Outcome, progress: Ca
         _require_ran(result, f"the baseline with seed {options.seed + offset}")
         outcome.noise.append(result)
 
+    _judge(outcome, options.tolerance)
+
+
+def _prepare_after(options: Options, settings: Settings, outcome: Outcome, script: str, root: str, progress):
+    """The after script (given, or SCRIPT in a migrated copy of the root) and the sys.path mapping."""
+    if options.after:
+        return os.path.realpath(options.after), {}
+    project = migrate_copy(root, os.path.join(outcome.workdir, "project", os.path.basename(root) or "root"), settings)
+    outcome.project = project
+    if not project.changed:
+        outcome.notes.append("the migration changed nothing in the project: before and after run the same code")
+    for error in project.errors:
+        outcome.notes.append(f"not migrated: {error}")
+    progress(f"migrated {len(project.changed)} file(s) of {root} into a temporary copy ({project.fixed} fixes)")
+    return project.in_copy(script), {root: project.copy}
+
+
+_SCALED_GRADIENTS = (
+    "scales the loss with a GradScaler but never unscales the gradients (no scaler.step or scaler.unscale_): "
+    "the optimizer steps on gradients multiplied by the loss scale"
+)
+
+
+def _judge(outcome: Outcome, tolerance: float) -> None:
+    baseline, after = outcome.baseline, outcome.after
     try:
         outcome.comparison = compare(
-            baseline.losses, after.losses, [run.losses for run in outcome.noise], tolerance=options.tolerance
+            baseline.losses, after.losses, [run.losses for run in outcome.noise], tolerance=tolerance
         )
     except ComparisonError as exc:
         raise _Stop(str(exc)) from None
     # A protocol error the curve may not show (Adam is nearly blind to a constant gradient scale).
-    scaled = "scales the loss with a GradScaler but never unscales the gradients (no scaler.step or scaler.unscale_): the optimizer steps on gradients multiplied by the loss scale"
     if after.steps_on_scaled_gradients:
-        outcome.comparison.reasons.append(f"the after run {scaled}")
+        outcome.comparison.reasons.append(f"the after run {_SCALED_GRADIENTS}")
     if baseline.steps_on_scaled_gradients:
-        outcome.notes.append(f"the {baseline.spec.label} run {scaled}")
+        outcome.notes.append(f"the {baseline.spec.label} run {_SCALED_GRADIENTS}")
     outcome.exit_code = EQUIVALENT if outcome.comparison.equivalent else NOT_EQUIVALENT
 
 
