@@ -94,10 +94,11 @@ def _selection_options(func: Callable) -> Callable:
     return func
 
 
-def _settings(select, extend_select, ignore, target_dtype, min_torch, config_path, unsafe_fixes=None) -> Settings:
+def _settings(select, extend_select, ignore, target_dtype, min_torch, config_path, unsafe_fixes=None, start=None) -> Settings:
+    """Settings from the configuration (the nearest to `start`, default the working directory) and the options."""
     from ampmigrate.rules import rule_classes
 
-    settings = load_settings(config_path)
+    settings = load_settings(config_path, start=start)
     known = [cls.code for cls in rule_classes()]
     origin = settings.config_path or "configuration"
     validate_codes(settings.select + settings.extend_select + settings.ignore, known, origin)

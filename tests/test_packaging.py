@@ -82,6 +82,7 @@ def test_check_and_fix_work_without_torch(torchless_env, tmp_path):
 
 
 def test_verify_without_torch_says_what_to_install(torchless_env, tmp_path):
+    (tmp_path / "train.py").write_text(LEGACY)
     exe = torchless_env / "bin" / "ampmigrate"
     result = subprocess.run([str(exe), "verify", "train.py"], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode != 0

@@ -1,0 +1,328 @@
+"""`ampmigrate verify` end to end on the CPU: real training runs in subprocesses, real fp16/bf16
+CPU autocast, CUDA code mapped to the CPU by the harness.
+
+The projects live in tests/verify_projects/ and examples/; each test copies what it runs into a
+temporary folder, runs it from there (the working directory a user would have), and checks that
+the user's files are left byte for byte as they were. The assertions are about behaviour (exit
+status, verdict, what was recorded), not the migrated text, so they hold whatever rule families
+the migration has.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from test_verify_parts import snapshot
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.slow
+
+PROJECTS = ROOT / "tests" / "verify_projects"
+EXAMPLE = ROOT / "examples" / "legacy_transformer"
+
+
+@pytest.fixture(autouse=True)
+def quiet_runs(monkeypatch, tmp_path):
+    # Runs stay fast and steady on a few shared cores; every run of a comparison uses the same.
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    # verify keeps its temporary folder when a run is not equivalent: keep it in the test's folder.
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+
+
+def copy_of(source: Path, destination: Path, *extra: Path) -> Path:
+    shutil.copytree(source, destination)
+    for path in extra:
+        shutil.copy(path, destination / path.name)
+    return destination
+
+
+def run_verify(cli, monkeypatch, cwd: Path, *args: str):
+    monkeypatch.chdir(cwd)
+    report = cwd.parent / f"{cwd.name}-verify.json"
+    result = cli("verify", "--device", "cpu", "--json", str(report), *args)
+    data = json.loads(report.read_text()) if report.exists() else None
+    return result, data
+
+
+# ------------------------------------------------------------------------------ acceptance
+def test_two_file_legacy_project_verifies_and_stays_untouched(cli, monkeypatch, tmp_path):
+    project = copy_of(PROJECTS / "two_file", tmp_path / "two_file")
+    before = snapshot(project)
+
+    result, data = run_verify(cli, monkeypatch, project, "train.py", "--steps", "100", "--runs", "2", "--", "--out", "runs/other")
+
+    assert result.exit_code == 0, result.output
+    assert snapshot(project) == before  # no file changed, none added (checkpoints went to scratch)
+    # Both project files carry legacy AMP. (The deliberately broken `--after` script beside them is
+    # migrated too: the GradScaler family fixes its missing scaler.step.)
+    assert {"train.py", "net.py"} <= set(data["migration"]["changed_files"])
+    runs = data["runs"]
+    assert runs["before"]["status"] == runs["after"]["status"] == "completed"
+    assert runs["before"]["steps"] == runs["after"]["steps"] == 100
+    assert runs["before"]["cuda_mapped_to_cpu"] is True
+    assert runs["before"]["precision"].startswith("fp16")  # legacy autocast ran as CPU fp16
+    # the script got its arguments, read config.json from the working directory, and its
+    # checkpoint went to the run's scratch folder
+    assert runs["before"]["written_files"] == runs["after"]["written_files"] == ["runs/other/last.pt"]
+    assert data["verdict"] == "equivalent"
+    assert "equivalent" in result.output and "noise floor" in result.output
+
+
+def test_bundled_transformer_example_verifies(cli, monkeypatch, tmp_path):
+    project = copy_of(EXAMPLE, tmp_path / "legacy_transformer")
+    before = snapshot(project)
+    plot = tmp_path / "curves.png"
+    plotting = importlib.util.find_spec("matplotlib") is not None
+
+    result, data = run_verify(cli, monkeypatch, project, "train.py", "--steps", "120", *(["--plot", str(plot)] if plotting else []))
+
+    assert result.exit_code == 0, result.output
+    assert snapshot(project) == before
+    assert set(data["migration"]["changed_files"]) == {"train.py", "model.py"}
+    comparison = data["comparison"]
+    assert comparison["steps"] == 120
+    assert comparison["deviation_to_floor"] < 1.0
+    # The script seeds itself (torch.manual_seed(args.seed)); the noise runs still differ.
+    assert not comparison["noise_floor_is_minimum"]
+    assert len(data["runs"]["noise"]) == 2
+    before_run = data["runs"]["before"]
+    assert before_run["precision"] == "fp16 + GradScaler"
+    assert before_run["median_step_time_s"] > 0 and before_run["peak_memory_bytes"] > 0
+    for row in ("final loss (EMA)", "max deviation (EMA)", "noise floor", "median step time", "peak memory (RSS)", "speedup"):
+        assert row in result.output
+    assert any(0x2800 < ord(ch) <= 0x28FF for ch in result.output)  # the terminal plot
+    if plotting:
+        assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_hand_migrated_bf16_without_scaler_is_equivalent(cli, monkeypatch, tmp_path):
+    project = copy_of(EXAMPLE, tmp_path / "legacy_transformer", PROJECTS / "transformer_afters" / "bf16_no_scaler.py")
+
+    result, data = run_verify(cli, monkeypatch, project, "train.py", "--after", "bf16_no_scaler.py", "--steps", "100", "--runs", "2")
+
+    assert result.exit_code == 0, result.output
+    assert data["runs"]["after"]["precision"] == "bf16"
+    assert data["runs"]["before"]["precision"] == "fp16 + GradScaler"
+
+
+def test_wrong_learning_rate_is_not_equivalent(cli, monkeypatch, tmp_path):
+    project = copy_of(EXAMPLE, tmp_path / "legacy_transformer", PROJECTS / "transformer_afters" / "wrong_lr.py")
+
+    result, data = run_verify(cli, monkeypatch, project, "train.py", "--after", "wrong_lr.py", "--steps", "60", "--runs", "2")
+
+    assert result.exit_code == 1, result.output
+    assert data["verdict"] == "not equivalent"
+    assert data["comparison"]["deviation_to_floor"] > data["comparison"]["floor_multiple_limit"]
+    assert "NOT EQUIVALENT" in result.output
+
+
+def test_loss_scaled_but_never_unscaled_is_not_equivalent(cli, monkeypatch, tmp_path):
+    project = copy_of(PROJECTS / "two_file", tmp_path / "two_file")
+
+    result, data = run_verify(
+        cli, monkeypatch, project, "train.py", "--after", "broken_scaled_not_unscaled.py", "--steps", "40", "--runs", "2"
+    )
+
+    assert result.exit_code == 1, result.output
+    assert any("not finite" in reason for reason in data["comparison"]["reasons"])
+
+
+def test_steps_on_scaled_gradients_are_not_equivalent_even_where_adam_hides_them(cli, monkeypatch, tmp_path):
+    project = copy_of(EXAMPLE, tmp_path / "legacy_transformer", PROJECTS / "transformer_afters" / "scaled_not_unscaled.py")
+
+    result, data = run_verify(cli, monkeypatch, project, "train.py", "--after", "scaled_not_unscaled.py", "--steps", "40", "--runs", "2")
+
+    assert result.exit_code == 1, result.output
+    assert any("never unscales the gradients" in reason for reason in data["comparison"]["reasons"])
+
+
+def test_a_script_that_raises_exits_2_with_its_traceback(cli, monkeypatch, tmp_path):
+    project = copy_of(PROJECTS / "failing", tmp_path / "failing")
+
+    result, data = run_verify(cli, monkeypatch, project, "raises.py", "--steps", "50")
+
+    assert result.exit_code == 2, result.output
+    assert data["verdict"] == "could not run"
+    assert "Traceback (most recent call last)" in result.output
+    assert "in regression_loss" in result.output
+    assert "ValueError: prediction (32, 1) and target (32,) differ" in result.output
+    assert "harness.py" not in result.output  # the harness's own frames are left out
+    assert "not equivalent" not in result.output.lower()
+
+
+def test_a_script_that_never_calls_backward_gets_a_clear_error(cli, monkeypatch, tmp_path):
+    project = copy_of(PROJECTS / "failing", tmp_path / "failing")
+
+    result, _ = run_verify(cli, monkeypatch, project, "no_backward.py", "--steps", "50")
+
+    assert result.exit_code == 2
+    assert "never called backward()" in result.output
+
+
+def test_apex_before_falls_back_to_the_fp32_baseline(cli, monkeypatch, tmp_path):
+    project = copy_of(PROJECTS / "apex_project", tmp_path / "apex_project")
+
+    result, data = run_verify(
+        cli, monkeypatch, project, "train.py", "--after", "train_torch_amp.py", "--steps", "100", "--runs", "2"
+    )
+
+    assert result.exit_code == 0, result.output
+    assert data["baseline"] == "fp32 after"
+    assert data["runs"]["before"]["error"]["module"] == "apex"
+    assert data["runs"]["baseline"]["precision"] == "fp32 (AMP off)"
+    after = data["runs"]["after"]
+    assert after["precision"] == "fp16 + GradScaler"
+    # fp16 overflows at the initial loss scale: skipped steps are noted, and 100 updates still ran
+    assert after["skipped_steps"] and after["steps"] == 100
+    assert "baseline (fp32)" in result.output
+
+
+def test_migrating_an_apex_project_either_verifies_or_says_apex_remains(cli, monkeypatch, tmp_path):
+    project = copy_of(PROJECTS / "apex_project", tmp_path / "apex_project")
+    (project / "train_torch_amp.py").unlink()
+
+    result, data = run_verify(cli, monkeypatch, project, "train.py", "--steps", "30", "--runs", "2")
+
+    if result.exit_code == 2:  # no apex family to migrate it (yet)
+        assert "still imports apex" in result.output
+    else:
+        assert data["baseline"] == "fp32 after"
+        assert result.exit_code == 0, result.output
+
+
+def test_device_cuda_without_a_gpu_is_exit_2(cli, monkeypatch, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is available")
+    project = copy_of(PROJECTS / "failing", tmp_path / "failing")
+    monkeypatch.chdir(project)
+    result = cli("verify", "raises.py", "--device", "cuda", "--steps", "20")
+    assert result.exit_code == 2
+    assert "CUDA is not available" in result.output
+
+
+# ------------------------------------------------------------------------------ the harness alone
+CUDA_IDIOMS = '''
+    import json, sys
+    import torch
+    from torch import nn
+
+    assert torch.cuda.is_available() and torch.cuda.device_count() == 1
+    assert torch.cuda.get_device_properties(0).total_memory > 0
+    device = torch.device("cuda")
+    model = nn.Sequential(nn.Linear(8, 16, device="cuda"), nn.ReLU(), nn.Linear(16, 1)).cuda()
+    model.to(device).to("cuda:0").to(0)
+    bias = torch.zeros(1, device="cuda") + torch.ones(1, device=device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler("cuda")
+    assert scaler.is_enabled() and scaler.get_scale() == 65536.0
+
+    class Square(torch.autograd.Function):
+        @staticmethod
+        @torch.cuda.amp.custom_fwd(cast_inputs=torch.float32)
+        def forward(ctx, x):
+            assert x.dtype == torch.float32
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        @torch.cuda.amp.custom_bwd
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return 2 * x * grad
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    seen = []
+    for step in range(1000):
+        x = torch.randn(32, 8).to("cuda", non_blocking=True)
+        y = x.sum(dim=1, keepdim=True).cuda()
+        optimizer.zero_grad()
+        with torch.autocast("cuda"):
+            hidden = model[0](x)
+            assert hidden.dtype == torch.float16, hidden.dtype
+            assert torch.is_autocast_enabled() and torch.get_autocast_dtype("cuda") == torch.float16
+            loss = Square.apply(model[2](model[1](hidden)) - y + bias).mean()
+        with torch.cuda.amp.autocast(dtype=torch.bfloat16):
+            assert model[0](x).dtype == torch.bfloat16
+        seen.append(loss.item())
+        with open(sys.argv[1], "w") as handle:
+            json.dump(seen, handle)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        torch.cuda.synchronize()
+    end.record()
+    print(start.elapsed_time(end), torch.cuda.max_memory_allocated(), torch.cuda.get_device_name())
+'''
+
+
+def test_harness_maps_cuda_idioms_to_the_cpu_and_records_the_true_loss(tmp_path):
+    from ampmigrate.verify.runner import RunSpec, execute
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "idioms.py").write_text(textwrap.dedent(CUDA_IDIOMS))
+    losses_file = tmp_path / "script_losses.json"  # outside the protected folder: written as is
+    spec = RunSpec(
+        label="before", script=str(project / "idioms.py"), args=[str(losses_file)], cwd=str(project),
+        steps=25, seed=0, device="cpu", protect=[str(project)],
+    )
+
+    result = execute(spec, str(tmp_path / "work"), "before")
+
+    assert result.status == "completed", (result.error.get("traceback") or result.log_tail())
+    assert result.data["autocast"] == ["cpu:float16", "cpu:bfloat16"]
+    assert result.data["grad_scaler"] is True
+    # The recorded curve is the loss itself, not the loss times the GradScaler's 65536.
+    script_losses = json.loads(losses_file.read_text())
+    applied = [loss for index, loss in enumerate(script_losses) if index not in _skipped_iterations(result)]
+    assert result.losses == pytest.approx(applied[: result.steps], rel=1e-6)
+
+
+def _skipped_iterations(result):
+    """Iteration numbers of the skipped steps (the harness stores the applied-step count at each skip)."""
+    iterations, applied = [], 0
+    skipped = list(result.data["skipped_steps"])
+    iteration = 0
+    while skipped:
+        if skipped[0] == applied:
+            iterations.append(iteration)
+            skipped.pop(0)
+        else:
+            applied += 1
+        iteration += 1
+    return set(iterations)
+
+
+def test_instruments_observe_the_loss_and_come_off_again():
+    from ampmigrate.verify import harness
+
+    originals = (torch.autograd.backward, torch.amp.GradScaler.scale, torch.amp.GradScaler.step)
+    recorder = harness.Recorder(torch, steps=10**9, synchronize=False)
+    uninstall = harness.install_instruments(torch, recorder)
+    try:
+        weight = torch.nn.Parameter(torch.ones(3))
+        optimizer = torch.optim.SGD([weight], lr=0.1)
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+        loss = (weight * 2.0).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    finally:
+        uninstall()
+    assert (torch.autograd.backward, torch.amp.GradScaler.scale, torch.amp.GradScaler.step) == originals
+    assert recorder.losses() == [6.0]  # the loss, not the loss times 1024
+    assert recorder.scaler_calls == {"scale": 1, "unscale_": 1, "step": 1}  # step() unscales
+    optimizer.step()  # the step hook is gone too
+    assert len(recorder.losses()) == 1
