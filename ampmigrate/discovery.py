@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from ampmigrate import gitignore
 from ampmigrate.config import Settings
@@ -48,15 +48,33 @@ class _Walker:
         self.excludes = gitignore.parse("\n".join(settings.exclude + settings.extend_exclude), "")
         self.result = Discovery()
         self.seen: Set[str] = set()
+        self._root_prefix = str(self.root).rstrip(os.sep) + os.sep
+        self._name_excluded: Dict[Tuple[str, bool], bool] = {}
 
-    def _excluded(self, path: Path, is_dir: bool) -> bool:
-        try:
-            relative = path.resolve().relative_to(self.root).as_posix()
-        except ValueError:
+    def _relative_to_root(self, real: str) -> Optional[str]:
+        """`real` (a resolved path) relative to the root in posix form, or None if outside."""
+        if real == str(self.root):
+            return "."
+        if real.startswith(self._root_prefix):
+            return real[len(self._root_prefix) :].replace(os.sep, "/")
+        return None
+
+    def _excluded(self, path: Path, is_dir: bool, real_parent: Optional[str] = None) -> bool:
+        """`real_parent`: the resolved directory `path` is in, when `path` is not a symlink
+        (saves resolving every entry of a large tree again)."""
+        if real_parent is not None:
+            relative = self._relative_to_root(os.path.join(real_parent, path.name))
+        else:
+            relative = self._relative_to_root(str(path.resolve()))
+        if relative is None:
             relative = path.name
-        return gitignore.is_ignored(self.excludes, relative, is_dir) or gitignore.is_ignored(
-            self.excludes, path.name, is_dir
-        )
+        if gitignore.is_ignored(self.excludes, relative, is_dir):
+            return True
+        key = (path.name, is_dir)
+        excluded = self._name_excluded.get(key)
+        if excluded is None:
+            excluded = self._name_excluded[key] = gitignore.is_ignored(self.excludes, path.name, is_dir)
+        return excluded
 
     def add_file(self, path: str) -> None:
         if path not in self.seen:
@@ -105,7 +123,11 @@ class _Walker:
                 is_dir = entry.is_dir()  # follows symlinks
             except OSError:
                 is_dir = False
-            if self._excluded(child_abs, is_dir):
+            try:
+                is_link = entry.is_symlink()
+            except OSError:
+                is_link = True
+            if self._excluded(child_abs, is_dir, None if is_link else real):
                 continue
             if patterns:
                 try:

@@ -45,12 +45,13 @@ class _Analysis:
 
 
 class Engine:
-    def __init__(self, settings: Settings, rules: Optional[Sequence[Rule]] = None) -> None:
+    def __init__(self, settings: Settings, rules: Optional[Sequence[Rule]] = None, *, prefilter: bool = True) -> None:
         self.settings = settings
         candidates = list(rules) if rules is not None else all_rules()
         self.enabled: Set[str] = set(settings.enabled_codes(r.code for r in candidates))
         self.rules = [r for r in candidates if r.code in self.enabled]
-        self.prefilter = Prefilter(self.rules)
+        # prefilter=False parses every file for every rule (tests compare it with the filter).
+        self.prefilter: Optional[Prefilter] = Prefilter(self.rules) if prefilter else None
 
     # ------------------------------------------------------------------ entry points
     def check_text(self, text: str, path: str, *, want_edits: bool = False) -> FileResult:
@@ -107,12 +108,13 @@ class Engine:
         return result
 
     # ------------------------------------------------------------------ internals
-    def rules_for(self, text: str) -> List[Rule]:
-        """The enabled rules that could report on `text` (pre-filter and file-level noqa)."""
-        return self._rules_for(text)
+    def rules_for(self, text: str, *, screen: bool = True) -> List[Rule]:
+        """The enabled rules that could report on `text` (pre-filter and file-level noqa;
+        `screen=False` skips the pre-filter's `ast` stage)."""
+        return self._rules_for(text, screen=screen)
 
-    def _rules_for(self, text: str) -> List[Rule]:
-        rules = self.prefilter.rules_for(text)
+    def _rules_for(self, text: str, *, screen: bool = True) -> List[Rule]:
+        rules = self.prefilter.rules_for(text, screen=screen) if self.prefilter is not None else list(self.rules)
         if rules:
             off = file_suppressions(text)
             if "*" in off:

@@ -1,12 +1,13 @@
 """AMP201: `torch.cuda.amp.autocast` / `torch.cpu.amp.autocast` -> `torch.amp.autocast(device, ...)`."""
 
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.legacy_api._migration import Site, legacy_spelling, modern_spelling, report_sites
+from ampmigrate.rules.legacy_api._migration import LEGACY_PREFIXES, Site, legacy_spelling, modern_spelling, report_sites
 
 
 class LegacyAutocast(Rule):
     code = "AMP201"
     triggers = (r"\bamp\b",)
+    qualified_prefixes = LEGACY_PREFIXES
 
     def check(self, ctx) -> None:
         report_sites(ctx, self.message)

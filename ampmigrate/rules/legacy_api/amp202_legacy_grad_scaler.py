@@ -1,12 +1,13 @@
 """AMP202: `torch.cuda.amp.GradScaler` / `torch.cpu.amp.GradScaler` -> `torch.amp.GradScaler(device, ...)`."""
 
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.legacy_api._migration import Site, legacy_spelling, modern_spelling, report_sites
+from ampmigrate.rules.legacy_api._migration import LEGACY_PREFIXES, Site, legacy_spelling, modern_spelling, report_sites
 
 
 class LegacyGradScaler(Rule):
     code = "AMP202"
     triggers = (r"\bamp\b",)
+    qualified_prefixes = LEGACY_PREFIXES
 
     def check(self, ctx) -> None:
         report_sites(ctx, self.message)

@@ -1,12 +1,13 @@
 """AMP203: `torch.cuda.amp.custom_fwd/custom_bwd` -> `torch.amp.custom_fwd/custom_bwd(device_type="cuda")`."""
 
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.legacy_api._migration import Site, legacy_spelling, modern_spelling, report_sites
+from ampmigrate.rules.legacy_api._migration import LEGACY_PREFIXES, Site, legacy_spelling, modern_spelling, report_sites
 
 
 class LegacyCustomFwdBwd(Rule):
     code = "AMP203"
     triggers = (r"\bamp\b",)
+    qualified_prefixes = LEGACY_PREFIXES
 
     def check(self, ctx) -> None:
         report_sites(ctx, self.message)

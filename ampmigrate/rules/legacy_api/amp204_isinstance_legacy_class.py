@@ -1,12 +1,13 @@
 """AMP204: `isinstance(x, torch.cuda.amp.GradScaler)` is False for a `torch.amp.GradScaler`."""
 
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.legacy_api._migration import Site, legacy_spelling, report_sites
+from ampmigrate.rules.legacy_api._migration import LEGACY_PREFIXES, Site, legacy_spelling, report_sites
 
 
 class IsinstanceLegacyClass(Rule):
     code = "AMP204"
     triggers = (r"\bamp\b",)
+    qualified_prefixes = LEGACY_PREFIXES
 
     def check(self, ctx) -> None:
         report_sites(ctx, self.message)
