@@ -58,6 +58,56 @@ def test_screen_follows_imports_and_aliases(text):
         assert found, text
 
 
+HIDING_PLACES = [
+    "import torch\n@torch.cuda.amp.custom_fwd\ndef f(ctx, x):\n    pass\n",
+    "import torch\n\n@decorate(\n    torch.cuda.amp.autocast,\n)\n\nclass A:\n    pass\n",
+    "import torch\nclass A(torch.cuda.amp.GradScaler):\n    pass\n",
+    "import torch\nwith (\n    torch.cuda\n    .amp\n    .autocast()\n):\n    pass\n",
+    "import torch\nx = torch.cuda.\\\n    amp\n",
+    "import torch\na = 1; b = torch.cuda.amp\n",
+    "import torch\ntry:\n    pass\nexcept torch.cuda.amp.Error:\n    pass\n",
+    "import torch\nmatch x:\n    case 1 if torch.cuda.amp.autocast:\n        pass\n",
+    "import torch\nf = lambda a=torch.cuda.amp.autocast: a\n",
+    "import torch\nys = [torch.cuda.amp.autocast for _ in range(3)]\n",
+    "import torch\ns = f'{torch.cuda.amp.autocast()}'\n",
+    "import torch\ndef f(x=torch.cuda.amp.GradScaler()) -> torch.cpu.amp.autocast:\n    pass\n",
+    "import torch\r\n\r\n\rif x:\r    print(torch.cuda.amp.autocast)\r\n",
+    "import torch\nif a:\n    pass\nelif torch.cuda.amp:\n    pass\nelse:\n    for i in torch.cpu.amp.x:\n        pass\n",
+    "def f():\n    s = '''\n\n'''\n    import torch\n    return torch.cuda.amp\n",
+    "import torch\nx = (torch.cuda  # a comment between\n     .amp)\n",
+]
+
+
+@pytest.mark.parametrize("text", HIDING_PLACES, ids=[f"place{i}" for i in range(len(HIDING_PLACES))])
+def test_screen_finds_chains_anywhere(text):
+    assert reach(text), text
+
+
+class _FullWalk(QualifiedNameScreen):
+    """The screen without its shortcut (only statements whose lines spell a useful name)."""
+
+    def reachable(self, text):
+        import ast
+
+        from ampmigrate.engine.prescreen import _Search
+
+        class Search(_Search):
+            def _attribute_chains(self):
+                return [n for n in ast.walk(self.tree) if type(n) is ast.Attribute and n.attr in self.screen.useful_attrs]
+
+        return Search(self, ast.parse(text), text).run()
+
+
+def test_line_shortcut_finds_what_a_full_walk_finds():
+    prefixes = sorted({p for rule in all_rules() for p in (rule.qualified_prefixes or ())})
+    fast, full = QualifiedNameScreen(prefixes), _FullWalk(prefixes)
+    texts = HIDING_PLACES + [p.read_text(encoding="utf-8") for p in sorted(FIXTURES.rglob("*.py"))]
+    texts += [SourceFile.read(param.values[0]).text for param in TORCH_SAMPLE]
+    assert len(texts) > 40
+    for text in texts:
+        assert fast.reachable(text) == full.reachable(text)
+
+
 @pytest.mark.parametrize(
     "text",
     [

@@ -54,9 +54,12 @@ class Engine:
         self.prefilter: Optional[Prefilter] = Prefilter(self.rules) if prefilter else None
 
     # ------------------------------------------------------------------ entry points
-    def check_text(self, text: str, path: str, *, want_edits: bool = False) -> FileResult:
+    def check_text(
+        self, text: str, path: str, *, want_edits: bool = False, rules: Optional[Sequence[Rule]] = None
+    ) -> FileResult:
+        """`rules`: what `rules_for(text)` returned, when the caller has it already."""
         result = FileResult(path)
-        rules = self._rules_for(text)
+        rules = self._rules_for(text) if rules is None else list(rules)
         if not rules:
             return result
         # unsafe=True: an unsafe fix is still shown (and its edits listed), just not applied.
@@ -69,10 +72,12 @@ class Engine:
         result.findings = analysis.findings
         return result
 
-    def fix_text(self, text: str, path: str, *, unsafe: Optional[bool] = None) -> FileResult:
+    def fix_text(
+        self, text: str, path: str, *, unsafe: Optional[bool] = None, rules: Optional[Sequence[Rule]] = None
+    ) -> FileResult:
         unsafe = self.settings.unsafe_fixes if unsafe is None else unsafe
         result = FileResult(path)
-        rules = self._rules_for(text)
+        rules = self._rules_for(text) if rules is None else list(rules)
         if not rules:
             return result
         current = text

@@ -25,11 +25,19 @@ this Python) is not screened: LibCST decides.
 from __future__ import annotations
 
 import ast
+import bisect
+import re
 import warnings
-from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
+
+from ampmigrate.engine.fast_regex import compile_trigger
 
 _Names = FrozenSet[str]
 _EMPTY: _Names = frozenset()
+# How Python's tokenizer counts lines (ast line numbers).
+_NEWLINE = re.compile(r"\r\n?|\n")
+# Fields of statements and their parts that hold statements rather than expressions.
+_BLOCK_FIELDS = frozenset({"body", "orelse", "finalbody", "handlers", "cases"})
 
 
 class QualifiedNameScreen:
@@ -42,9 +50,13 @@ class QualifiedNameScreen:
         for prefix in self.prefixes:
             parts = prefix.split(".")
             self._partial.update(".".join(parts[:k]) for k in range(1, len(parts)))
-        # The last segment of each partial name's possible extensions, to skip attributes
-        # that cannot lead anywhere without building strings.
-        self._useful_attrs: Set[str] = {p.split(".")[-1] for p in self.prefixes | self._partial}
+        # An attribute `x.attr` can only denote a followed name if `attr` ends one (of two or
+        # more segments: a one-segment name comes from an import, never from an attribute).
+        self.useful_attrs: FrozenSet[str] = frozenset(
+            name.rsplit(".", 1)[1] for name in self.prefixes | self._partial if "." in name
+        )
+        words = "|".join(sorted(re.escape(attr) for attr in self.useful_attrs))
+        self._useful_word = compile_trigger(rf"\b(?:{words})\b") if words else None
 
     def reachable(self, text: str) -> Optional[FrozenSet[str]]:
         """The prefixes `text` can reach, or None when it cannot be parsed with `ast`."""
@@ -54,7 +66,20 @@ class QualifiedNameScreen:
                 tree = ast.parse(text)
         except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
             return None
-        return _Search(self, tree).run()
+        return _Search(self, tree, text).run()
+
+    def useful_lines(self, text: str) -> List[int]:
+        """Line numbers (as `ast` counts them) where a useful attribute name is spelled."""
+        lines: List[int] = []
+        if self._useful_word is None:
+            return lines
+        line, last = 1, 0
+        for match in self._useful_word.finditer(text):
+            line += len(_NEWLINE.findall(text, last, match.start()))
+            last = match.start()
+            if not lines or lines[-1] != line:
+                lines.append(line)
+        return lines
 
     # ------------------------------------------------------------------ name bookkeeping
     def hits(self, qname: str) -> Set[str]:
@@ -70,37 +95,39 @@ class QualifiedNameScreen:
 
 
 class _Search:
-    def __init__(self, screen: QualifiedNameScreen, tree: ast.AST) -> None:
+    def __init__(self, screen: QualifiedNameScreen, tree: ast.Module, text: str) -> None:
         self.screen = screen
         self.tree = tree
+        self.text = text
         self.found: Set[str] = set()
         # name -> partial qualified names it may be bound to (imports and aliases)
         self.names: Dict[str, Set[str]] = {}
         # attribute name -> partial qualified names assigned to `<name>.attr` (self.x = ...)
         self.attrs: Dict[str, Set[str]] = {}
-        self.chains: List[ast.AST] = []  # every Attribute node (and Names used as aliases)
+        self.statements: List[ast.stmt] = []
         self.aliases: List[Tuple[str, str, ast.AST]] = []  # ("name"|"attr", target, value)
 
     def run(self) -> FrozenSet[str]:
-        self._collect()
-        if len(self.found) == len(self.screen.prefixes):
+        self._collect_statements()
+        if len(self.found) == len(self.screen.prefixes) or not self.names:
+            # Nothing imported on the way to a prefix: no expression can get there either.
             return frozenset(self.found)
         self._propagate_aliases()
         memo: Dict[int, _Names] = {}
-        for node in self.chains:
+        for node in self._attribute_chains():
             self._qualified(node, memo)
         return frozenset(self.found)
 
-    # ------------------------------------------------------------------ one pass over the tree
-    def _collect(self) -> None:
-        screen = self.screen
-        useful = screen._useful_attrs
-        for node in ast.walk(self.tree):
+    # ------------------------------------------------------------------ statements
+    def _collect_statements(self) -> None:
+        """Every statement (bodies of blocks included), its imports and alias assignments.
+        Expressions are not walked here: that is most of a tree, and rarely needed."""
+        stack: List[ast.AST] = list(reversed(self.tree.body))
+        while stack:
+            node = stack.pop()
+            self.statements.append(node)
             kind = type(node)
-            if kind is ast.Attribute:
-                if node.attr in useful:
-                    self.chains.append(node)
-            elif kind is ast.Import:
+            if kind is ast.Import:
                 for alias in node.names:
                     if alias.asname:
                         self._bind(alias.asname, alias.name)
@@ -119,6 +146,27 @@ class _Search:
             elif kind is ast.AnnAssign:
                 if node.value is not None:
                     self._alias(node.target, node.value)
+            else:
+                for block in _blocks(node):
+                    stack.extend(reversed(block))
+
+    def _attribute_chains(self) -> List[ast.Attribute]:
+        """Attributes named like the end of a followed name, in the statements that spell one."""
+        lines = self.screen.useful_lines(self.text)
+        useful = self.screen.useful_attrs
+        found: List[ast.Attribute] = []
+        for statement in self.statements:
+            # A decorated definition's line is its `def`/`class`; its decorators come before.
+            start = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", ()))])
+            first = bisect.bisect_left(lines, start)
+            end = getattr(statement, "end_lineno", None) or statement.lineno
+            if first == len(lines) or lines[first] > end:
+                continue  # no useful name on any of its lines
+            for expression in _expressions(statement):
+                for node in ast.walk(expression):
+                    if type(node) is ast.Attribute and node.attr in useful:
+                        found.append(node)
+        return found
 
     def _bind(self, name: str, qname: str) -> None:
         hits = self.screen.hits(qname)
@@ -185,3 +233,40 @@ class _Search:
             result = _EMPTY
         memo[key] = result
         return result
+
+
+# ---------------------------------------------------------------------------------- tree shapes
+def _blocks(node: ast.AST) -> Iterator[List[ast.stmt]]:
+    """The statement lists inside a compound statement (handlers' and cases' bodies too)."""
+    for field in _BLOCK_FIELDS:
+        value = getattr(node, field, None)
+        if not value:
+            continue
+        if field in ("handlers", "cases"):
+            for part in value:
+                yield part.body
+        else:
+            yield value
+
+
+def _expressions(node: ast.AST) -> Iterator[ast.AST]:
+    """The parts of a statement that are not statements: its expressions, a handler's type, a
+    case's pattern and guard, a definition's decorators and arguments, ..."""
+    for field, value in ast.iter_fields(node):
+        if field in _BLOCK_FIELDS:
+            if field in ("handlers", "cases"):
+                for part in value:
+                    for sub_field, sub_value in ast.iter_fields(part):
+                        if sub_field != "body":
+                            yield from _nodes(sub_value)
+            continue
+        yield from _nodes(value)
+
+
+def _nodes(value: object) -> Iterator[ast.AST]:
+    if isinstance(value, ast.AST):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, ast.AST):
+                yield item

@@ -81,9 +81,12 @@ class RunResult:
 # ---------------------------------------------------------------------------------- one file
 @dataclass(frozen=True)
 class _Deferred:
-    """Round one's answer for a large file that needs LibCST: do it in round two."""
+    """Round one's answer for a large file that needs LibCST: do it in round two. The rules
+    the pre-filter chose are reused there if the file still has the same bytes."""
 
     size: int
+    digest: str
+    codes: Tuple[str, ...]
 
 
 def process_file(engine: Engine, path: str, job: Job, cache: Optional[Cache] = None) -> FileResult:
@@ -92,12 +95,19 @@ def process_file(engine: Engine, path: str, job: Job, cache: Optional[Cache] = N
     return outcome
 
 
-def _process(engine: Engine, path: str, job: Job, cache: Optional[Cache], defer_large: bool) -> Union[FileResult, _Deferred]:
+def _process(
+    engine: Engine,
+    path: str,
+    job: Job,
+    cache: Optional[Cache],
+    defer_large: bool,
+    screened: Optional[_Deferred] = None,
+) -> Union[FileResult, _Deferred]:
     try:
         source = _read(path)
     except SourceError as exc:
         return FileResult(path, errors=[FileError(path, str(exc))])
-    digest = content_hash(source.raw) if cache is not None else ""
+    digest = content_hash(source.raw) if cache is not None or defer_large or screened else ""
     if cache is not None:
         cached = cache.load(path, job.cache_kind, digest)
         if cached is not None:
@@ -109,25 +119,28 @@ def _process(engine: Engine, path: str, job: Job, cache: Optional[Cache], defer_
     except SourceError as exc:
         return FileResult(path, errors=[FileError(path, str(exc))])
     too_large = len(source.raw) > engine.settings.max_file_size
-    # An oversized file is only reported when a trigger matches; it is not even parsed by `ast`.
-    rules = engine.rules_for(text, screen=not too_large)
+    if screened is not None and screened.digest == digest:
+        rules = [rule for rule in engine.rules if rule.code in screened.codes]
+    else:
+        # An oversized file is only reported when a trigger matches; it is not even parsed by `ast`.
+        rules = engine.rules_for(text, screen=not too_large)
     if rules and too_large:
         size = len(source.raw) / (1024 * 1024)
         limit = engine.settings.max_file_size / (1024 * 1024)
         result = FileResult(path, errors=[FileError(path, f"skipped: {size:.1f} MiB exceeds max-file-size ({limit:.1f} MiB)")])
     elif rules and defer_large and len(source.raw) >= LARGE_FILE:
-        return _Deferred(len(source.raw))
+        return _Deferred(len(source.raw), digest, tuple(rule.code for rule in rules))
     elif job.mode == "check":
-        result = engine.check_text(text, path, want_edits=job.want_edits)
+        result = engine.check_text(text, path, want_edits=job.want_edits, rules=rules)
     else:
-        result = _fix(engine, source.decoded, path, job)
+        result = _fix(engine, source.decoded, path, job, rules)
     if cache is not None and _cacheable(result, job):
         cache.store(path, job.cache_kind, digest, result.findings, result.errors, result.parsed)
     return result
 
 
-def _fix(engine: Engine, source: SourceFile, path: str, job: Job) -> FileResult:
-    result = engine.fix_text(source.text, path, unsafe=job.unsafe)
+def _fix(engine: Engine, source: SourceFile, path: str, job: Job, rules) -> FileResult:
+    result = engine.fix_text(source.text, path, unsafe=job.unsafe, rules=rules)
     if result.new_text is not None:
         try:
             source.encode(result.new_text)
@@ -188,10 +201,12 @@ def _worker_round_one(chunk: List[Tuple[int, str]], job: Job) -> List[Tuple[int,
     return [(index, _process(engine, path, job, cache, defer_large=True)) for index, path in chunk]
 
 
-def _worker_round_two(index: int, path: str, job: Job) -> Tuple[int, FileResult]:
+def _worker_round_two(index: int, path: str, job: Job, screened: _Deferred) -> Tuple[int, FileResult]:
     assert _WORKER is not None
     engine, cache = _WORKER
-    return index, process_file(engine, path, job, cache)
+    outcome = _process(engine, path, job, cache, defer_large=False, screened=screened)
+    assert isinstance(outcome, FileResult)
+    return index, outcome
 
 
 # ---------------------------------------------------------------------------------- many files
@@ -220,7 +235,7 @@ def run_files(
     chunksize = max(1, min(64, len(files) // (workers * 8)))
     numbered = list(enumerate(files))
     chunks = [numbered[start : start + chunksize] for start in range(0, len(numbered), chunksize)]
-    deferred: List[Tuple[int, int]] = []  # (size, index)
+    deferred: List[Tuple[int, int, _Deferred]] = []  # (size, index, round one's answer)
 
     def done(index: int, outcome: FileResult) -> None:
         slots[index] = outcome
@@ -231,11 +246,11 @@ def run_files(
         for answers in pool.map(_worker_round_one, chunks, [job] * len(chunks)):
             for index, outcome in answers:
                 if isinstance(outcome, _Deferred):
-                    deferred.append((outcome.size, index))
+                    deferred.append((outcome.size, index, outcome))
                 else:
                     done(index, outcome)
-        deferred.sort(reverse=True)
-        futures = [pool.submit(_worker_round_two, index, files[index], job) for _, index in deferred]
+        deferred.sort(key=lambda item: (-item[0], item[1]))  # largest first
+        futures = [pool.submit(_worker_round_two, index, files[index], job, screened) for _, index, screened in deferred]
         for future in futures:
             done(*future.result())
     result.results = [outcome for outcome in slots if outcome is not None]
