@@ -5,6 +5,7 @@
     python bench/bench.py --tree PATH          # another tree
     python bench/bench.py --synthetic 0        # skip the synthetic monorepo
     python bench/bench.py --torchfix PATH      # time TorchFix too (a `torchfix` executable)
+    python bench/bench.py --resume             # after an interruption: keep the stages done
 
 What it measures, in this order, all in the same run:
 
@@ -44,7 +45,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -52,6 +53,7 @@ sys.path.insert(0, str(REPO))
 from ampmigrate import __version__  # noqa: E402
 from ampmigrate.config import load_settings  # noqa: E402
 from ampmigrate.discovery import discover  # noqa: E402
+from ampmigrate.engine.cache import code_fingerprint  # noqa: E402
 from ampmigrate.engine.pipeline import Engine  # noqa: E402
 from ampmigrate.source import SourceError, SourceFile  # noqa: E402
 
@@ -182,6 +184,7 @@ def run_command(cmd: Sequence[str], *, stdout_path: str, sample_rss: bool = Fals
         proc.returncode = os.waitstatus_to_exitcode(status)
     result: Dict[str, object] = {
         "seconds": seconds,
+        "cpu_seconds": usage.ru_utime + usage.ru_stime,  # the command and all its workers
         "exit": proc.returncode,
         # ru_maxrss is KiB on Linux, bytes on macOS; the largest process of the tree that ran.
         "max_process_rss_mib": usage.ru_maxrss / (1024 if sys.platform != "darwin" else 1024 * 1024),
@@ -199,7 +202,8 @@ def findings_of(path: str) -> List[str]:
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.work = tempfile.mkdtemp(prefix="ampmigrate-bench-")
+        os.makedirs(args.work_dir, exist_ok=True)
+        self.work = tempfile.mkdtemp(prefix="run-", dir=args.work_dir)
         self.config = os.path.join(self.work, "pyproject.toml")
         Path(self.config).write_text("[tool.ampmigrate]\nrespect-gitignore = false\n", encoding="utf-8")
         self.settings = load_settings(self.config)
@@ -268,6 +272,7 @@ class Bench:
             results[label] = {
                 "cold_seconds": min(r["seconds"] for r in colds),
                 "warm_seconds": min(r["seconds"] for r in warms),
+                "cold_cpu_seconds": min(r["cpu_seconds"] for r in colds),
                 "cold_runs": [round(r["seconds"], 3) for r in colds],
                 "warm_runs": [round(r["seconds"], 3) for r in warms],
                 "max_process_rss_mib": max(r["max_process_rss_mib"] for r in colds),
@@ -348,17 +353,21 @@ def render(results: Dict[str, object]) -> str:
         f"| parse floor: `libcst.parse_module` over every file, one process | {fmt(t['floor']['seconds'], ' s')} |",
     ]
     for label in ("j1", "j2", "default"):
-        if label in c:
-            name = {"j1": "`-j 1`", "j2": "`-j 2`", "default": f"default jobs ({m['cpus']})"}[label]
-            lines.append(f"| `check` cold, {name} | {fmt(c[label]['cold_seconds'], ' s')} |")
+        if label in c and not (label == "default" and c[label] is c.get("j2")) and not (
+            label == "default" and m["cpus"] == 2
+        ):
+            name = {"j1": "`-j 1`", "j2": "`-j 2`" + (" = default jobs" if m["cpus"] == 2 else ""),
+                    "default": f"default jobs ({m['cpus']})"}[label]
+            cpu = c[label].get("cold_cpu_seconds")
+            lines.append(f"| `check` cold, {name} | {fmt(c[label]['cold_seconds'], ' s')} (CPU {fmt(cpu, ' s')}) |")
             lines.append(f"| `check` warm, {name} | {fmt(c[label]['warm_seconds'], ' s')} |")
     lines.append(f"| findings | {c['findings']} |")
     lines.append(f"| peak RSS, cold default: largest process / all processes | {fmt(default['max_process_rss_mib'], ' MiB', 0)} / {fmt(t.get('tree_rss_mib'), ' MiB', 0)} |")
-    r = results["ratios"]
+    r = results.get("ratios") or {}
     lines += [
-        f"| cold default / parse floor (goal <= {GOALS['cold_vs_floor']}) | {fmt(r['cold_vs_floor'], '', 3)} {verdict(r['cold_vs_floor'], GOALS['cold_vs_floor'])} |",
-        f"| warm default / parse floor (goal <= {GOALS['warm_vs_floor']}) | {fmt(r['warm_vs_floor'], '', 3)} {verdict(r['warm_vs_floor'], GOALS['warm_vs_floor'])} |",
-        f"| cold `-j 1` / cold `-j 2` (goal >= {GOALS['j2_speedup']}) | {fmt(r['j2_speedup'])} {verdict(r['j2_speedup'], GOALS['j2_speedup'], at_most=False)} |",
+        f"| cold default / parse floor (goal <= {GOALS['cold_vs_floor']}) | {fmt(r.get('cold_vs_floor'), '', 3)} {verdict(r.get('cold_vs_floor'), GOALS['cold_vs_floor'])} |",
+        f"| warm default / parse floor (goal <= {GOALS['warm_vs_floor']}) | {fmt(r.get('warm_vs_floor'), '', 3)} {verdict(r.get('warm_vs_floor'), GOALS['warm_vs_floor'])} |",
+        f"| cold `-j 1` / cold `-j 2` (goal >= {GOALS['j2_speedup']}) | {fmt(r.get('j2_speedup'))} {verdict(r.get('j2_speedup'), GOALS['j2_speedup'], at_most=False)} |",
     ]
     tf = results.get("torchfix")
     if tf:
@@ -374,6 +383,32 @@ def render(results: Dict[str, object]) -> str:
     return "\n".join(lines)
 
 
+def torchfix_command(args: argparse.Namespace) -> Optional[List[str]]:
+    if args.torchfix:
+        return [args.torchfix]
+    if args.no_torchfix:
+        return None
+    if shutil.which("torchfix"):
+        return [shutil.which("torchfix")]
+    if importlib.util.find_spec("torchfix") is not None:
+        return [sys.executable, "-m", "torchfix"]
+    return None
+
+
+def compute_ratios(results: Dict[str, Any]) -> Dict[str, Optional[float]]:
+    tree = results["tree"]
+    check, floor = tree["check"], tree["floor"]["seconds"]
+    ratios = {
+        "cold_vs_floor": ratio(check["default"]["cold_seconds"], floor),
+        "warm_vs_floor": ratio(check["default"]["warm_seconds"], floor),
+        "j2_speedup": ratio(check["j1"]["cold_seconds"], check["j2"]["cold_seconds"]),
+    }
+    synthetic = results.get("synthetic")
+    if synthetic:
+        ratios["rss_10x_files"] = ratio(synthetic["large"]["tree_rss_mib"], synthetic["small"]["tree_rss_mib"])
+    return ratios
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", help="tree to check (default: the installed torch package)")
@@ -382,40 +417,61 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--torchfix", help="a torchfix executable (default: on PATH or importable, if any)")
     parser.add_argument("--no-torchfix", action="store_true", help="do not time TorchFix")
     parser.add_argument("--json", default=str(REPO / "bench" / "results.json"), help="where to write the results")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the stages already in --json (same tree, same ampmigrate source) and run the rest")
+    parser.add_argument("--work-dir", default=str(REPO / "bench" / ".work"),
+                        help="scratch space for caches, outputs and the synthetic monorepo (emptied afterwards)")
     args = parser.parse_args(argv)
 
     tree = args.tree or torch_tree()
     if tree is None:
         parser.error("torch is not installed; pass --tree")
     tree = os.path.abspath(tree)
+    identity = {"tree": tree, "code": code_fingerprint(), "synthetic_files": args.synthetic}
+    results: Dict[str, Any] = {}
+    if args.resume and Path(args.json).exists():
+        previous = json.loads(Path(args.json).read_text(encoding="utf-8"))
+        if previous.get("identity") == identity:
+            results = previous
+            log(f"resuming: {', '.join(k for k in ('tree', 'synthetic', 'torchfix') if k in results)} kept")
+        else:
+            log("not resuming: the tree, the ampmigrate source or the options changed")
+    if not results:
+        results = {"identity": identity, "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                   "machine": machine(), "goals": GOALS, "complete": False}
+
+    def save() -> None:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+
     bench = Bench(args)
-    results: Dict[str, object] = {
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": machine(),
-        "goals": GOALS,
-    }
     try:
+        t = results.setdefault("tree", {"path": tree})
         files = bench.files(tree)
-        lines = sum(Path(p).read_bytes().count(b"\n") for p in files)
-        log(f"{len(files)} files, {lines} lines in {tree}")
-        counts = bench.prefilter_counts(files)
-        log(f"pre-filter: {counts}")
-        log("parse floor (libcst.parse_module over every file, one process)")
-        floor = bench.parse_floor(files)
-        log(f"parse floor: {floor['seconds']:.1f} s")
-        job_counts: List[Optional[int]] = [1, 2] + ([None] if (os.cpu_count() or 1) != 2 else [])
-        check = bench.check_configs(tree, job_counts, args.repeat)
-        if "default" not in check:
-            check["default"] = check["j2"]
-        tree_rss = bench.peak_tree_rss(tree)
-        results["tree"] = {"path": tree, "files": len(files), "lines": lines, "prefilter": counts, "floor": floor,
-                           "check": check, "tree_rss_mib": tree_rss}
-        ratios: Dict[str, Optional[float]] = {
-            "cold_vs_floor": ratio(check["default"]["cold_seconds"], floor["seconds"]),
-            "warm_vs_floor": ratio(check["default"]["warm_seconds"], floor["seconds"]),
-            "j2_speedup": ratio(check["j1"]["cold_seconds"], check["j2"]["cold_seconds"]),
-        }
-        if args.synthetic:
+        if "files" not in t:
+            t["files"] = len(files)
+            t["lines"] = sum(Path(p).read_bytes().count(b"\n") for p in files)
+        log(f"{t['files']} files, {t['lines']} lines in {tree}")
+        if "prefilter" not in t:
+            t["prefilter"] = bench.prefilter_counts(files)
+            save()
+        log(f"pre-filter: {t['prefilter']}")
+        if "floor" not in t:
+            log("parse floor (libcst.parse_module over every file, one process)")
+            t["floor"] = bench.parse_floor(files)
+            save()
+        log(f"parse floor: {t['floor']['seconds']:.1f} s")
+        if "check" not in t:
+            job_counts: List[Optional[int]] = [1, 2] + ([None] if (os.cpu_count() or 1) != 2 else [])
+            check = bench.check_configs(tree, job_counts, args.repeat)
+            if "default" not in check:
+                check["default"] = check["j2"]
+            t["check"] = check
+            save()
+        if "tree_rss_mib" not in t:
+            t["tree_rss_mib"] = bench.peak_tree_rss(tree)
+            save()
+        results["ratios"] = compute_ratios(results)
+        if args.synthetic and "synthetic" not in results:
             synthetic = {}
             for label, count in (("small", max(1, args.synthetic // 10)), ("large", args.synthetic)):
                 root = Path(bench.work) / f"monorepo-{count}"
@@ -424,34 +480,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 cache_dir = tempfile.mkdtemp(prefix="cache-", dir=bench.work)
                 cold = bench.check(str(root), jobs=None, cache_dir=cache_dir, sample_rss=True)
                 warm = bench.check(str(root), jobs=None, cache_dir=cache_dir)
-                synthetic[label] = {"files": count, "cold_seconds": cold["seconds"], "warm_seconds": warm["seconds"],
+                synthetic[label] = {"files": count, "cold_seconds": cold["seconds"], "cold_cpu_seconds": cold["cpu_seconds"],
+                                    "warm_seconds": warm["seconds"],
                                     "tree_rss_mib": cold.get("tree_rss_mib", cold["max_process_rss_mib"]),
                                     "max_process_rss_mib": cold["max_process_rss_mib"], "findings": len(cold["findings"])}
                 shutil.rmtree(root, ignore_errors=True)
                 shutil.rmtree(cache_dir, ignore_errors=True)
             results["synthetic"] = synthetic
-            ratios["rss_10x_files"] = ratio(synthetic["large"]["tree_rss_mib"], synthetic["small"]["tree_rss_mib"])
-        results["ratios"] = ratios
-        command = None
-        if args.torchfix:
-            command = [args.torchfix]
-        elif not args.no_torchfix:
-            if shutil.which("torchfix"):
-                command = [shutil.which("torchfix")]
-            elif importlib.util.find_spec("torchfix") is not None:
-                command = [sys.executable, "-m", "torchfix"]
-        if command:
+            results["ratios"] = compute_ratios(results)
+            save()
+        command = torchfix_command(args)
+        if command and "torchfix" not in results:
             tf = bench.torchfix(tree, command)
             try:
                 tf["version"] = subprocess.run([*command, "--version"], capture_output=True, text=True).stdout.strip()
             except OSError:
                 pass
             results["torchfix"] = tf
+            save()
+        results["complete"] = True
+        save()
     finally:
         bench.close()
-    table = render(results)
-    print(table)
-    Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    print(render(results))
     log(f"results written to {args.json}")
     return 0
 
