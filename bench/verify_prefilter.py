@@ -24,14 +24,16 @@ from ampmigrate.discovery import discover  # noqa: E402
 from ampmigrate.engine.pipeline import Engine  # noqa: E402
 from ampmigrate.source import SourceError, SourceFile  # noqa: E402
 
-SETTINGS = Settings(respect_gitignore=False)
 _ENGINES = {}
 
 
+def _init(settings: Settings) -> None:
+    _ENGINES[True] = Engine(settings, prefilter=True)
+    _ENGINES[False] = Engine(settings, prefilter=False)
+
+
 def _findings(path: str, prefilter: bool):
-    engine = _ENGINES.get(prefilter)
-    if engine is None:
-        engine = _ENGINES[prefilter] = Engine(SETTINGS, prefilter=prefilter)
+    engine = _ENGINES[prefilter]
     text = SourceFile.read(path).text
     return [(f.location.row, f.location.column, f.code, f.message) for f in engine.check_text(text, path).findings]
 
@@ -53,10 +55,14 @@ def main() -> int:
         if spec is None or spec.origin is None:
             raise SystemExit("torch is not installed; pass a tree")
         tree = os.path.dirname(spec.origin)
-    files = discover([tree], SETTINGS).files
+    # Excludes relative to the tree itself: an installed package sits in site-packages / .venv.
+    settings = Settings(respect_gitignore=False, root=os.path.abspath(tree))
+    files = discover([tree], settings).files
+    if not files:
+        raise SystemExit(f"no Python files found in {tree}")
     start = time.perf_counter()
     differing, findings = [], 0
-    with ProcessPoolExecutor() as pool:
+    with ProcessPoolExecutor(initializer=_init, initargs=(settings,)) as pool:
         for path, same, count in pool.map(compare, files, chunksize=4):
             findings += count
             if same is False:
