@@ -137,6 +137,7 @@ def test_screen_terminates_on_alias_cycles():
 
 def test_unparsable_text_is_not_screened():
     assert reach("def f(:\n    torch.cuda.amp\n") is None
+    assert reach("import torch\nx = torch" + ".cuda" * 5000 + ".amp\n") is None  # too deep to follow
     engine = Engine(make_settings())
     # A syntax error in a file that triggers still reaches LibCST, which reports it.
     result = engine.check_text("import torch\ntorch.cuda.amp.autocast(\n", "broken.py")

@@ -64,9 +64,9 @@ class QualifiedNameScreen:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # SyntaxWarning for odd escapes is not ours to show
                 tree = ast.parse(text)
+            return _Search(self, tree, text).run()
         except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
-            return None
-        return _Search(self, tree, text).run()
+            return None  # e.g. an attribute chain thousands deep: let LibCST decide
 
     def useful_lines(self, text: str) -> List[int]:
         """Line numbers (as `ast` counts them) where a useful attribute name is spelled."""
