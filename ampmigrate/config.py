@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, Optional, Sequence, Tuple
 
-from ampmigrate.api import Version, format_version, parse_version
+from ampmigrate.api import Version, parse_version
 
 if sys.version_info >= (3, 11):
     import tomllib
