@@ -21,6 +21,7 @@ from ampmigrate.config import ConfigError, Settings, check_target_dtype, load_se
 from ampmigrate.diagnostics import FileError
 from ampmigrate.discovery import discover
 from ampmigrate.engine.project import ProjectImports
+from ampmigrate.engine.cache import Cache, default_directory
 from ampmigrate.engine.runner import Job, RunResult, run_files, write_changes
 from ampmigrate.output import FORMATS, Report, renderer, summary
 from ampmigrate.source import split_lines
@@ -87,6 +88,13 @@ def _selection_options(func: Callable) -> Callable:
         click.option("--min-torch", help="Oldest torch the code must keep running on (default 2.4); fixes never emit newer API."),
         click.option("--config", "config_path", type=click.Path(dir_okay=False), help="pyproject.toml to read [tool.ampmigrate] from (default: the nearest one)."),
         click.option("-j", "--jobs", type=click.IntRange(min=1), help="Worker processes (default: all cores)."),
+        click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache."),
+        click.option(
+            "--cache-dir",
+            type=click.Path(file_okay=False),
+            envvar="AMPMIGRATE_CACHE_DIR",
+            help="Result cache directory [env: AMPMIGRATE_CACHE_DIR] (default: .ampmigrate_cache beside the configuration).",
+        ),
         click.argument("paths", nargs=-1, type=click.Path()),
     ]
     for option in reversed(options):
@@ -159,7 +167,13 @@ class _Progress:
             self.bar.stop()
 
 
-def _run(paths: Sequence[str], settings: Settings, job: Job, jobs: Optional[int]) -> RunResult:
+def _cache(settings: Settings, no_cache: bool, cache_dir: Optional[str]) -> Optional[Cache]:
+    if no_cache:
+        return None
+    return Cache.open(cache_dir or default_directory(settings), settings)
+
+
+def _run(paths: Sequence[str], settings: Settings, job: Job, jobs: Optional[int], cache: Optional[Cache]) -> RunResult:
     found = discover(list(paths) or ["."], settings)
     project = None
     if job.mode == "fix":
@@ -170,7 +184,7 @@ def _run(paths: Sequence[str], settings: Settings, job: Job, jobs: Optional[int]
         project = ProjectImports.scan(root or settings.root, [*project_files, *found.files])
     progress = _Progress(len(found.files))
     try:
-        result = run_files(found.files, settings, job, jobs=jobs, on_result=progress, project=project)
+        result = run_files(found.files, settings, job, jobs=jobs, on_result=progress, cache=cache, project=project)
     finally:
         progress.close()
     result.errors.extend(found.errors)
@@ -202,7 +216,7 @@ def _print_errors(errors: List[FileError]) -> None:
 @click.option("--output-format", type=click.Choice(FORMATS), default=None, help="full (default), concise, json, github or sarif.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
 @click.option("--unsafe-fixes", is_flag=True, help="Count unsafe fixes as available in the output.")
-def check(paths, select, extend_select, ignore, target_dtype, min_torch, config_path, jobs, output_format, exit_zero, unsafe_fixes):
+def check(paths, select, extend_select, ignore, target_dtype, min_torch, config_path, jobs, no_cache, cache_dir, output_format, exit_zero, unsafe_fixes):
     """Report legacy mixed-precision code in PATHS (default: the current directory)."""
     try:
         settings = _settings(select, extend_select, ignore, target_dtype, min_torch, config_path, unsafe_fixes)
@@ -212,7 +226,7 @@ def check(paths, select, extend_select, ignore, target_dtype, min_torch, config_
     if output_format not in FORMATS:
         _fail(f"unknown output format {output_format!r}")
     want_edits = output_format in ("json", "sarif")
-    result = _run(paths, settings, Job("check", want_edits=want_edits), jobs)
+    result = _run(paths, settings, Job("check", want_edits=want_edits), jobs, _cache(settings, no_cache, cache_dir))
     errors = result.all_errors
     report = Report(result.findings, errors, result.files, settings.unsafe_fixes)
     render = renderer(output_format)
@@ -236,13 +250,13 @@ def check(paths, select, extend_select, ignore, target_dtype, min_torch, config_
 @click.option("--diff", is_flag=True, help="Print a unified diff of the changes and write nothing; exit 1 if there are changes.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
 @click.option("--exit-non-zero-on-fix", is_flag=True, help="Exit 1 when any file was changed.")
-def fix(paths, select, extend_select, ignore, target_dtype, min_torch, config_path, jobs, unsafe_fixes, diff, exit_zero, exit_non_zero_on_fix):
+def fix(paths, select, extend_select, ignore, target_dtype, min_torch, config_path, jobs, no_cache, cache_dir, unsafe_fixes, diff, exit_zero, exit_non_zero_on_fix):
     """Rewrite legacy mixed-precision code in PATHS to the torch.amp recipe (safe fixes by default)."""
     try:
         settings = _settings(select, extend_select, ignore, target_dtype, min_torch, config_path, unsafe_fixes)
     except ConfigError as exc:
         _fail(str(exc))
-    result = _run(paths, settings, Job("fix", unsafe=settings.unsafe_fixes), jobs)
+    result = _run(paths, settings, Job("fix", unsafe=settings.unsafe_fixes), jobs, _cache(settings, no_cache, cache_dir))
     changed = result.changed
     if diff:
         for outcome in changed:

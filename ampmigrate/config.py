@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, Optional, Sequence, Tuple
 
-from ampmigrate.api import Version, format_version, parse_version
+from ampmigrate.api import Version, parse_version
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -64,17 +64,16 @@ class Settings:
         )
 
     def fingerprint(self) -> str:
-        """What a cached result depends on (see the cache)."""
-        return "|".join(
-            [
-                ",".join(self.select),
-                ",".join(self.extend_select),
-                ",".join(self.ignore),
-                self.target_dtype,
-                format_version(self.min_torch),
-                str(self.max_file_size),
-            ]
-        )
+        """Everything in the settings that a file's result can depend on (part of the cache key).
+
+        Every field except those that only choose which files are looked at or where the cache
+        lives, so that a setting added later is covered without anyone remembering to add it.
+        """
+        return repr([(f.name, getattr(self, f.name)) for f in fields(self) if f.name not in _NOT_IN_FINGERPRINT])
+
+
+# Settings that decide which files a run looks at, or where the cache is, not what a file yields.
+_NOT_IN_FINGERPRINT = frozenset({"exclude", "extend_exclude", "respect_gitignore", "cache_dir", "root", "config_path"})
 
 
 def _longest_prefix(code: str, prefixes: Sequence[str]) -> int:

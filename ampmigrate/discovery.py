@@ -50,20 +50,31 @@ class _Walker:
         self.excludes = gitignore.parse("\n".join(settings.exclude + settings.extend_exclude), "")
         self.result = Discovery()
         self.seen: Set[str] = set()
+        self._root_prefix = str(self.root).rstrip(os.sep) + os.sep
+        self._name_excluded: Dict[Tuple[str, bool], bool] = {}
 
-    def _excluded(self, path: Path, is_dir: bool) -> bool:
-        # The path as walked (a symlink's own path, like the .gitignore check); its real path
-        # when the walk started from a path through a symlink. Never raises on symlink loops.
-        relative = path.name
-        for candidate in (os.path.abspath(path), os.path.realpath(path)):
-            try:
-                relative = Path(candidate).relative_to(self.root).as_posix()
-                break
-            except ValueError:
-                continue
-        return gitignore.is_ignored(self.excludes, relative, is_dir) or gitignore.is_ignored(
-            self.excludes, path.name, is_dir
-        )
+    def _relative_to_root(self, path: str) -> Optional[str]:
+        """`path` (absolute) relative to the root in posix form, or None if outside."""
+        if path == str(self.root):
+            return "."
+        if path.startswith(self._root_prefix):
+            return path[len(self._root_prefix) :].replace(os.sep, "/")
+        return None
+
+    def _excluded(self, path: Path, is_dir: bool, real_parent: Optional[str] = None) -> bool:
+        """Matched against the path as walked (a symlink's own path, like the .gitignore check),
+        else its real path (when the walk started through a symlink), else its name.
+        `real_parent`: the resolved directory `path` is in when `path` is not a symlink, which
+        saves resolving every entry of a large tree again. Never raises on symlink loops."""
+        real = os.path.join(real_parent, path.name) if real_parent is not None else os.path.realpath(path)
+        relative = self._relative_to_root(os.path.abspath(path)) or self._relative_to_root(real)
+        if gitignore.is_ignored(self.excludes, relative or path.name, is_dir):
+            return True
+        key = (path.name, is_dir)
+        excluded = self._name_excluded.get(key)
+        if excluded is None:
+            excluded = self._name_excluded[key] = gitignore.is_ignored(self.excludes, path.name, is_dir)
+        return excluded
 
     def add_file(self, path: str) -> None:
         # One file reached through several paths (a symlink to it, a symlinked directory) is
@@ -115,7 +126,11 @@ class _Walker:
                 is_dir = entry.is_dir()  # follows symlinks
             except OSError:
                 is_dir = False
-            if self._excluded(child_abs, is_dir):
+            try:
+                is_link = entry.is_symlink()
+            except OSError:
+                is_link = True
+            if self._excluded(child_abs, is_dir, None if is_link else real):
                 continue
             if patterns:
                 try:

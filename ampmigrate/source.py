@@ -46,6 +46,30 @@ class SourceError(Exception):
     """A file that cannot be read or decoded; the message is one line and names no path."""
 
 
+def read_bytes(path: str) -> bytes:
+    """A regular file's bytes, or SourceError with a one-line reason."""
+    try:
+        # Non-blocking, so that a named pipe called `x.py` cannot hang the run.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except IsADirectoryError:
+        raise SourceError("is a directory, not a file") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SourceError("symlink loop") from None
+        raise SourceError(f"cannot read file: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode  # before fdopen, which refuses directories itself
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise SourceError("is a directory, not a file")
+        raise SourceError("not a regular file (a pipe, socket or device)")
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            return handle.read()
+        except OSError as exc:
+            raise SourceError(f"cannot read file: {exc.strerror or exc}") from None
+
+
 @dataclass(frozen=True)
 class SourceFile:
     path: str
@@ -56,27 +80,7 @@ class SourceFile:
 
     @classmethod
     def read(cls, path: str) -> "SourceFile":
-        try:
-            # Non-blocking, so that a named pipe called `x.py` cannot hang the run.
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        except IsADirectoryError:
-            raise SourceError("is a directory, not a file") from None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise SourceError("symlink loop") from None
-            raise SourceError(f"cannot read file: {exc.strerror or exc}") from None
-        mode = os.fstat(fd).st_mode  # before fdopen, which refuses directories itself
-        if not stat.S_ISREG(mode):
-            os.close(fd)
-            if stat.S_ISDIR(mode):
-                raise SourceError("is a directory, not a file")
-            raise SourceError("not a regular file (a pipe, socket or device)")
-        with os.fdopen(fd, "rb") as handle:
-            try:
-                raw = handle.read()
-            except OSError as exc:
-                raise SourceError(f"cannot read file: {exc.strerror or exc}") from None
-        return cls.from_bytes(path, raw)
+        return cls.from_bytes(path, read_bytes(path))
 
     @classmethod
     def from_bytes(cls, path: str, raw: bytes) -> "SourceFile":

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange
 
 from ampmigrate.config import Settings
 from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.names import NameIndex
+from ampmigrate.engine.positions import Positions
 from ampmigrate.rules.base import Rule
 
 _MISSING = object()
@@ -40,7 +41,7 @@ class FileContext:
         self.settings = settings
         self.names = NameIndex(module)
         self.reports: List[Report] = []
-        self._positions: Optional[Any] = None
+        self._positions: Optional[Positions] = None
         self._shared: Dict[Any, Any] = {}
         self._quote: Optional[str] = None
         # Module-level names other files of the project import from this one (fix mode only).
@@ -60,9 +61,8 @@ class FileContext:
 
     # ------------------------------------------------------------------ source positions
     def position(self, node: cst.CSTNode) -> CodeRange:
-        if self._positions is None:
-            wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-            self._positions = wrapper.resolve(PositionProvider)
+        if self._positions is None:  # computed once, only for files with something to report
+            self._positions = Positions(self.module)
         return self._positions[node]
 
     def code(self, node: cst.CSTNode) -> str:

@@ -11,6 +11,10 @@ was created from, and every reference to a binding.
 Resolution is flow-insensitive, like LibCST's: a name bound twice in one scope (an import in
 `try` and `amp = None` in `except`) denotes the union of both. Rules decide what a partial match
 means; the resolver never guesses from text.
+
+engine/prescreen.py decides from `ast`, before this pass runs, which qualified names a file can
+reach, and must over-approximate this resolver: teach it any new way of reaching a name taught
+here (tests/test_prescreen.py compares findings with and without it).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
+
+from ampmigrate.engine.cst_walk import walk
 
 EMPTY: FrozenSet[str] = frozenset()
 
@@ -94,7 +100,7 @@ class NameIndex:
         self._references: Optional[Dict[Binding, List[cst.Name]]] = None
         self._qualified: Optional[List[Tuple[cst.BaseExpression, FrozenSet[str]]]] = None
         self._by_type: Dict[object, List[cst.CSTNode]] = {}
-        module.visit(_Indexer(self))
+        walk(module, _Indexer(self))  # module.visit(...), without rebuilding the tree
 
     # ----------------------------------------------------------------------------- structure
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:

@@ -66,6 +66,8 @@ class Engine:
         settings: Settings,
         rules: Optional[Sequence[Rule]] = None,
         project: Optional[ProjectImports] = None,
+        *,
+        prefilter: bool = True,
     ) -> None:
         self.settings = settings
         # What other files import from each module; fixes of such names are withheld (see project.py).
@@ -73,12 +75,16 @@ class Engine:
         candidates = list(rules) if rules is not None else all_rules()
         self.enabled: Set[str] = set(settings.enabled_codes(r.code for r in candidates))
         self.rules = [r for r in candidates if r.code in self.enabled]
-        self.prefilter = Prefilter(self.rules)
+        # prefilter=False parses every file for every rule (tests compare it with the filter).
+        self.prefilter: Optional[Prefilter] = Prefilter(self.rules) if prefilter else None
 
     # ------------------------------------------------------------------ entry points
-    def check_text(self, text: str, path: str, *, want_edits: bool = False) -> FileResult:
+    def check_text(
+        self, text: str, path: str, *, want_edits: bool = False, rules: Optional[Sequence[Rule]] = None
+    ) -> FileResult:
+        """`rules`: what `rules_for(text)` returned, when the caller has it already."""
         result = FileResult(path)
-        rules = self._rules_for(text)
+        rules = self._rules_for(text) if rules is None else list(rules)
         if not rules:
             return result
         # unsafe=True: an unsafe fix is still shown (and its edits listed), just not applied.
@@ -92,10 +98,12 @@ class Engine:
         result.findings = analysis.findings
         return result
 
-    def fix_text(self, text: str, path: str, *, unsafe: Optional[bool] = None) -> FileResult:
+    def fix_text(
+        self, text: str, path: str, *, unsafe: Optional[bool] = None, rules: Optional[Sequence[Rule]] = None
+    ) -> FileResult:
         unsafe = self.settings.unsafe_fixes if unsafe is None else unsafe
         result = FileResult(path)
-        rules = self._rules_for(text)
+        rules = self._rules_for(text) if rules is None else list(rules)
         if not rules:
             return result
         current = text
@@ -134,12 +142,13 @@ class Engine:
         return result
 
     # ------------------------------------------------------------------ internals
-    def rules_for(self, text: str) -> List[Rule]:
-        """The enabled rules that could report on `text` (pre-filter and file-level noqa)."""
-        return self._rules_for(text)
+    def rules_for(self, text: str, *, screen: bool = True) -> List[Rule]:
+        """The enabled rules that could report on `text` (pre-filter and file-level noqa;
+        `screen=False` skips the pre-filter's `ast` stage)."""
+        return self._rules_for(text, screen=screen)
 
-    def _rules_for(self, text: str) -> List[Rule]:
-        rules = self.prefilter.rules_for(text)
+    def _rules_for(self, text: str, *, screen: bool = True) -> List[Rule]:
+        rules = self.prefilter.rules_for(text, screen=screen) if self.prefilter is not None else list(self.rules)
         if rules:
             off = file_suppressions(text)
             if "*" in off:

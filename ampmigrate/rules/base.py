@@ -2,14 +2,15 @@
 
 A rule is a class with a `code` (its catalogue entry, `rules/<code>.toml`, holds its name, docs
 and fix safety), `triggers` (regular expressions; a file that matches none of them cannot hold a
-finding of this rule and is never parsed for it), and `check(ctx)`, which reports findings
-through `ctx.report(...)`. Rules look at the module through `ctx.names` (the shared name/scope
-pass) rather than walking the tree themselves where they can.
+finding of this rule and is never parsed for it), optionally `qualified_prefixes` (see below),
+and `check(ctx)`, which reports findings through `ctx.report(...)`. Rules look at the module
+through `ctx.names` (the shared name/scope pass) rather than walking the tree themselves where
+they can.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, Tuple
+from typing import TYPE_CHECKING, ClassVar, Optional, Tuple
 
 from ampmigrate.catalogue import RuleDoc, load_catalogue
 
@@ -20,6 +21,13 @@ if TYPE_CHECKING:
 class Rule:
     code: ClassVar[str]
     triggers: ClassVar[Tuple[str, ...]]
+    # Qualified-name prefixes (`"torch.cuda.amp"`) such that the rule reports only in files where
+    # the name resolver gives some import or expression one of these names or a name under one
+    # (`torch.cuda.amp.autocast`). Files that reach none are screened out with `ast` before
+    # LibCST parses them (engine/prescreen.py). None: the rule cannot say (it also reports on
+    # code that resolves to nothing, such as `x.half()`); the file is parsed whenever a trigger
+    # matches.
+    qualified_prefixes: ClassVar[Optional[Tuple[str, ...]]] = None
 
     @property
     def doc(self) -> RuleDoc:

@@ -19,6 +19,7 @@ _REPLACEMENT = {
 class ApexAmp(Rule):
     code = "AMP101"
     triggers = (r"\bapex\b",)  # every use resolves through an import that names apex
+    qualified_prefixes = ("apex",)  # every finding is on a name imported from apex
 
     def check(self, ctx) -> None:
         report_amp_sites(ctx, self.message)

@@ -8,6 +8,7 @@ from ampmigrate.rules.base import Rule
 class ApexAmpHandle(Rule):
     code = "AMP104"
     triggers = (r"\bapex\b",)  # every use resolves through an import that names apex
+    qualified_prefixes = ("apex",)  # every finding is on a name imported from apex
 
     def check(self, ctx) -> None:
         report_amp_sites(ctx, self.message)

@@ -19,6 +19,7 @@ _AUTOGRAD_FUNCTION = frozenset({"torch.autograd.Function", "torch.autograd.funct
 class ApexAmpCastAnnotations(Rule):
     code = "AMP105"
     triggers = (r"\bapex\b",)  # every use resolves through an import that names apex
+    qualified_prefixes = ("apex",)  # every finding is on a name imported from apex
 
     def check(self, ctx) -> None:
         usage = amp_usage(ctx.file)

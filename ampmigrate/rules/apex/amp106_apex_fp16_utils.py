@@ -32,6 +32,7 @@ MAPPINGS = {
 class ApexFp16Utils(Rule):
     code = "AMP106"
     triggers = (r"\bapex\b",)  # every use resolves through an import that names apex
+    qualified_prefixes = ("apex",)  # every finding is on a name imported from apex
 
     def check(self, ctx) -> None:
         report_class_sites(ctx, MAPPINGS, "fp16_utils", self.message)

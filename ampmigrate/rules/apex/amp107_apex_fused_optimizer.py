@@ -48,6 +48,7 @@ for qname, short in APEX_OPTIMIZERS.items():
 class ApexFusedOptimizer(Rule):
     code = "AMP107"
     triggers = (r"FusedAdam|FusedSGD",)  # the class name appears wherever it is imported or used
+    qualified_prefixes = ("apex",)  # every finding is on a name imported from apex
 
     def check(self, ctx) -> None:
         report_class_sites(ctx, MAPPINGS, "optimizers", self.message)

@@ -39,6 +39,7 @@ for qname, short in APEX_NORMS.items():
 class ApexFusedNorm(Rule):
     code = "AMP108"
     triggers = (r"Fused(?:LayerNorm|RMSNorm)",)  # the class name appears wherever it is imported
+    qualified_prefixes = ("apex",)  # every finding is on a name imported from apex
 
     def check(self, ctx) -> None:
         report_class_sites(ctx, MAPPINGS, "norms", self.message)

@@ -62,6 +62,7 @@ for qname, short in APEX_PARALLEL.items():
 class ApexParallel(Rule):
     code = "AMP109"
     triggers = (r"\bapex\b",)  # every use resolves through an import that names apex
+    qualified_prefixes = ("apex",)  # every finding is on a name imported from apex
 
     def check(self, ctx) -> None:
         report_class_sites(ctx, MAPPINGS, "parallel", self.message)

@@ -20,8 +20,10 @@ from ampmigrate.analysis.scaler_protocol import (
     OptimizerKey,
 )
 from ampmigrate.engine.names import NameIndex
+from ampmigrate.api import ANY_GRAD_SCALER
 
 TRIGGERS = (r"GradScaler",)  # every scaler of a file is made from (or annotated as) a GradScaler class
+SCALER_PREFIXES = tuple(sorted(ANY_GRAD_SCALER))  # ... and so the file reaches one of them
 
 
 def callee(call: cst.Call) -> cst.CSTNode:

@@ -25,11 +25,13 @@ from ampmigrate.rules.grad_scaler._shared import (
     simple_expression,
     step_classifier,
 )
+from ampmigrate.rules.grad_scaler._shared import SCALER_PREFIXES
 
 
 class ClipWithoutUnscale(Rule):
     code = "AMP301"
     triggers = TRIGGERS
+    qualified_prefixes = SCALER_PREFIXES
 
     def check(self, ctx) -> None:
         for unit in analyses(ctx.file):

@@ -13,11 +13,13 @@ import libcst as cst
 from ampmigrate.analysis.scaler_protocol import SCALED_BACKWARD, STEP, UPDATE, UnitAnalysis, analyses
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.grad_scaler._shared import TRIGGERS, call_statement, callee, line_of, simple_expression
+from ampmigrate.rules.grad_scaler._shared import SCALER_PREFIXES
 
 
 class OptimizerStepBypassesScaler(Rule):
     code = "AMP303"
     triggers = TRIGGERS
+    qualified_prefixes = SCALER_PREFIXES
 
     def check(self, ctx) -> None:
         for unit in analyses(ctx.file):

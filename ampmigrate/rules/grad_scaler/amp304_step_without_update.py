@@ -16,11 +16,13 @@ from ampmigrate.analysis.scaler_protocol import STEP, UPDATE, Event, UnitAnalysi
 from ampmigrate.analysis.scalers import escapes, family
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.grad_scaler._shared import TRIGGERS, call_statement, callee, line_of, simple_expression
+from ampmigrate.rules.grad_scaler._shared import SCALER_PREFIXES
 
 
 class StepWithoutUpdate(Rule):
     code = "AMP304"
     triggers = TRIGGERS
+    qualified_prefixes = SCALER_PREFIXES
 
     def check(self, ctx) -> None:
         for unit in analyses(ctx.file):

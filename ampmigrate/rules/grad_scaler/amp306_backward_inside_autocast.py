@@ -29,6 +29,7 @@ from ampmigrate.analysis.scaler_protocol import (
 )
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.grad_scaler._shared import TRIGGERS, call_statement, callee, in_block
+from ampmigrate.rules.grad_scaler._shared import SCALER_PREFIXES
 
 _PROTOCOL = (SCALED_BACKWARD, BACKWARD, UNSCALE, STEP, UPDATE, ZERO_GRAD, PLAIN_STEP, CLIP)
 
@@ -36,6 +37,7 @@ _PROTOCOL = (SCALED_BACKWARD, BACKWARD, UNSCALE, STEP, UPDATE, ZERO_GRAD, PLAIN_
 class BackwardInsideAutocast(Rule):
     code = "AMP306"
     triggers = TRIGGERS
+    qualified_prefixes = SCALER_PREFIXES
 
     def check(self, ctx) -> None:
         fixes: Dict[cst.With, object] = {}

@@ -20,6 +20,7 @@ from ampmigrate.api import FP32_AUTOCAST_LOSS_CLASSES, FP32_AUTOCAST_LOSSES
 from ampmigrate.engine.names import Binding
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.grad_scaler._shared import TRIGGERS, in_block, moved, remove_statement
+from ampmigrate.rules.grad_scaler._shared import SCALER_PREFIXES
 
 # Methods that change a tensor's shape but keep its dtype (a cast would make the input float32).
 _SHAPE_METHODS = frozenset(
@@ -30,6 +31,7 @@ _SHAPE_METHODS = frozenset(
 class LossOutsideAutocast(Rule):
     code = "AMP307"
     triggers = TRIGGERS
+    qualified_prefixes = SCALER_PREFIXES
 
     def check(self, ctx) -> None:
         reported = set()

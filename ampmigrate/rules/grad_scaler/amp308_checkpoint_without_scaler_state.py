@@ -16,11 +16,13 @@ from ampmigrate.analysis.scaler_protocol import optimizer_argument, optimizer_ke
 from ampmigrate.analysis.scalers import escapes, family, find_scalers
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.grad_scaler._shared import TRIGGERS
+from ampmigrate.rules.grad_scaler._shared import SCALER_PREFIXES
 
 
 class CheckpointWithoutScalerState(Rule):
     code = "AMP308"
     triggers = TRIGGERS
+    qualified_prefixes = SCALER_PREFIXES
 
     def check(self, ctx) -> None:
         names = ctx.names

@@ -32,6 +32,8 @@ from ampmigrate.rules.base import Rule
 CODE_FOR_KIND = {"autocast": "AMP201", "grad_scaler": "AMP202", "custom_fwd": "AMP203", "custom_bwd": "AMP203"}
 ISINSTANCE_CODE = "AMP204"
 GATED_CODE = "AMP206"
+# Every finding of the family is on a name under one of these (the rules' `qualified_prefixes`).
+LEGACY_PREFIXES = tuple(sorted(LEGACY_AMP_MODULES))
 
 _NO_SPACE = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 _LEGACY_SUBMODULES = frozenset(
@@ -524,6 +526,7 @@ class SiteRule(Rule):
     """An AMP2 rule that reports its own kind of site from the shared plan (see report_sites)."""
 
     triggers = (r"\bamp\b",)
+    qualified_prefixes = LEGACY_PREFIXES
 
     def check(self, ctx) -> None:
         report_sites(ctx, self.message)

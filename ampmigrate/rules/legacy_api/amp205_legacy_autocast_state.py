@@ -10,6 +10,7 @@ from ampmigrate.rules.base import Rule
 class LegacyAutocastState(Rule):
     code = "AMP205"
     triggers = (r"autocast_(?:gpu|cpu)_dtype|autocast_cpu_enabled",)
+    qualified_prefixes = tuple(sorted(LEGACY_AUTOCAST_STATE))
 
     def check(self, ctx) -> None:
         for ref, qnames in ctx.names.find(LEGACY_AUTOCAST_STATE):

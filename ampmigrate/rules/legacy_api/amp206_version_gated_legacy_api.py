@@ -1,12 +1,13 @@
 """AMP206: legacy API kept behind a torch version check (informational, never fixed)."""
 
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.legacy_api._migration import gated_message, legacy_groups
+from ampmigrate.rules.legacy_api._migration import LEGACY_PREFIXES, gated_message, legacy_groups
 
 
 class VersionGatedLegacyApi(Rule):
     code = "AMP206"
     triggers = (r"\bamp\b",)
+    qualified_prefixes = LEGACY_PREFIXES
 
     def check(self, ctx) -> None:
         min_torch = ctx.settings.min_torch

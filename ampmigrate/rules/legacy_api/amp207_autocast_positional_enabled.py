@@ -11,6 +11,7 @@ _NO_SPACE = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespa
 class AutocastPositionalEnabled(Rule):
     code = "AMP207"
     triggers = (r"autocast",)
+    qualified_prefixes = tuple(sorted(AUTOCAST))
 
     def check(self, ctx) -> None:
         for ref, _ in ctx.names.find(AUTOCAST):

@@ -14,6 +14,7 @@ from ampmigrate.diagnostics import Fix
 from ampmigrate.engine.context import rebuild_args
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.precision._common import AMPERE, in_bf16_choice, is_training_file, line_of, recommends_bf16
+from ampmigrate.api import ANY_AUTOCAST
 
 BF16_AUTOCAST = (1, 10)  # `dtype=` of torch.autocast / torch.cuda.amp.autocast
 _NO_SPACE = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
@@ -22,6 +23,7 @@ _NO_SPACE = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespa
 class Float16Autocast(Rule):
     code = "AMP401"
     triggers = (r"autocast",)
+    qualified_prefixes = tuple(sorted(ANY_AUTOCAST))
 
     def check(self, ctx) -> None:
         if not recommends_bf16(ctx) or not is_training_file(ctx.file):

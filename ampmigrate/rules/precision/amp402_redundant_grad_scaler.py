@@ -13,11 +13,13 @@ from ampmigrate.analysis.values import literal_value
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.precision._common import recommends_bf16
 from ampmigrate.rules.precision._scaler_removal import plan_removal
+from ampmigrate.api import ANY_GRAD_SCALER
 
 
 class RedundantGradScaler(Rule):
     code = "AMP402"
     triggers = (r"GradScaler",)
+    qualified_prefixes = tuple(sorted(ANY_GRAD_SCALER))
 
     def check(self, ctx) -> None:
         if not recommends_bf16(ctx):

@@ -49,6 +49,7 @@ def _deepspeed_blocker(ctx, setting) -> Optional[str]:
 class HfFp16TrainingArgs(Rule):
     code = "AMP403"
     triggers = (r"\bfp16",)
+    qualified_prefixes = tuple(sorted(HF_TRAINING_ARGUMENTS))
 
     def check(self, ctx) -> None:
         if not recommends_bf16(ctx):

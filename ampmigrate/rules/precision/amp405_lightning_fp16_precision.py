@@ -7,6 +7,7 @@ from ampmigrate.rules.base import Rule
 from ampmigrate.rules.precision._common import AMPERE, recommends_bf16
 from ampmigrate.rules.precision._frameworks import chosen_by_hardware, describe_sources, follow_setting, respell_sources
 from ampmigrate.rules.precision._lightning import BF16_VALUES, FP16_MIXED, bf16_mixed, precision_settings, setting_named
+from ampmigrate.api import LIGHTNING_FABRIC, LIGHTNING_TRAINER
 
 
 def _is_fp16(value) -> bool:
@@ -16,6 +17,7 @@ def _is_fp16(value) -> bool:
 class LightningFp16Precision(Rule):
     code = "AMP405"
     triggers = (r"precision\s*=", r"[\"']precision[\"']")
+    qualified_prefixes = tuple(sorted(LIGHTNING_TRAINER | LIGHTNING_FABRIC))
 
     def check(self, ctx) -> None:
         if not recommends_bf16(ctx):

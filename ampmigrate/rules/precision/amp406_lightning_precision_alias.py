@@ -7,11 +7,13 @@ from ampmigrate.rules.base import Rule
 from ampmigrate.rules.precision._common import recommends_bf16
 from ampmigrate.rules.precision._frameworks import follow_setting, respell_sources
 from ampmigrate.rules.precision._lightning import FP16_ALIASES, precision_settings
+from ampmigrate.api import LIGHTNING_FABRIC, LIGHTNING_TRAINER
 
 
 class LightningPrecisionAlias(Rule):
     code = "AMP406"
     triggers = (r"precision\s*=", r"[\"']precision[\"']")
+    qualified_prefixes = tuple(sorted(LIGHTNING_TRAINER | LIGHTNING_FABRIC))
 
     def check(self, ctx) -> None:
         aliases = {"bf16": "bf16-mixed"}

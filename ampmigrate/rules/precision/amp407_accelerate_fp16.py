@@ -22,6 +22,7 @@ def _is_fp16(value) -> bool:
 class AccelerateFp16(Rule):
     code = "AMP407"
     triggers = (r"mixed_precision",)
+    qualified_prefixes = tuple(sorted(ACCELERATOR))
 
     def check(self, ctx) -> None:
         if not recommends_bf16(ctx):

@@ -41,7 +41,9 @@ class _Conversion:
 
 class PureFp16Training(Rule):
     code = "AMP409"
-    triggers = (r"\.half\(|float16|\bhalf\b",)
+    # A float16 conversion and, somewhere, a training use: `.train(` or an optimizer (every
+    # optimizer package it knows has "optim" in its name).
+    triggers = (r"\A(?=[\s\S]*?(?:\.half\(|float16|\bhalf\b))(?=[\s\S]*?(?:\.train\(|optim))",)
 
     def check(self, ctx) -> None:
         if is_test_file(ctx.path) or ctx.names.find(MASTER_WEIGHT_WRAPPERS):

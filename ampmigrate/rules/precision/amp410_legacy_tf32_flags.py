@@ -42,6 +42,7 @@ class _FlagAssignment:
 class LegacyTf32Flags(Rule):
     code = "AMP410"
     triggers = (r"allow_tf32",)
+    qualified_prefixes = ("torch.backends",)  # the flags it rewrites live there
 
     def check(self, ctx) -> None:
         if not targets_bf16(ctx):

@@ -1,0 +1,230 @@
+"""A per-file result cache, like ruff's: a warm re-run reads and hashes files, nothing more.
+
+One entry per (file path, output kind) under `<cache dir>/v1/`, named by a hash of the run key
+and the path, holding a hash of the file's bytes and the file's result. The run key covers
+everything else a result depends on: the ampmigrate version, the source of the ampmigrate
+package itself (so editing a rule invalidates, even in an editable install), the rule catalogue,
+the Python and LibCST versions, and the settings' fingerprint. An entry is used only when the
+file's bytes hash to the stored value, so an edited file is re-checked; an entry that cannot be
+read or decoded is treated as missing and rewritten.
+
+Entries are JSON (a cache directory can come from anywhere; nothing in it is ever executed) and
+are written to a temporary file and renamed into place, so two runs sharing the directory see
+either the old or the new entry, never half of one. Failing to write (a read-only directory) is
+silent: the run just goes without the cache.
+
+What `fix` may take from the cache: a `check` entry whose findings have no fix that this run
+would apply. For such a file, fixing would change nothing and find exactly what `check` found,
+so the entry is the answer; `fix` likewise stores what it found in files it left unchanged.
+Anything with an applicable fix is fixed afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from ampmigrate import __version__
+from ampmigrate.config import Settings
+from ampmigrate.diagnostics import SAFE, Edit, FileError, Finding, Fix, Location
+
+FORMAT = "v1"
+DEFAULT_DIR_NAME = ".ampmigrate_cache"
+
+
+def default_directory(settings: Settings) -> str:
+    """The `cache-dir` setting (relative to the configuration's directory), else
+    `.ampmigrate_cache` there. (`--cache-dir` and $AMPMIGRATE_CACHE_DIR come first: cli.py.)"""
+    if settings.cache_dir:
+        return os.path.join(settings.root, settings.cache_dir)
+    return os.path.join(settings.root, DEFAULT_DIR_NAME)
+
+
+def content_hash(raw: bytes) -> str:
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+def code_fingerprint(package: Optional[Path] = None, catalogue: Optional[Path] = None) -> str:
+    """A hash of what produces results: the package's own source and the rule catalogue."""
+    from ampmigrate.catalogue import catalogue_dir
+
+    package = package or Path(__file__).resolve().parent.parent
+    catalogue = catalogue or catalogue_dir()
+    digest = hashlib.blake2b(digest_size=16)
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in sorted(catalogue.glob("*.toml")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _libcst_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("libcst")
+    except Exception:  # pragma: no cover - metadata missing in odd installs
+        return "unknown"
+
+
+def run_key(settings: Settings) -> str:
+    parts = [
+        f"ampmigrate {__version__}",
+        f"python {sys.implementation.name} {sys.version}",
+        f"libcst {_libcst_version()}",
+        f"code {code_fingerprint()}",
+        f"settings {settings.fingerprint()}",
+    ]
+    return hashlib.blake2b("\n".join(parts).encode(), digest_size=16).hexdigest()
+
+
+class Cache:
+    """The cache directory of one run (picklable: workers get a copy)."""
+
+    def __init__(self, directory: str, key: str) -> None:
+        self.directory = directory
+        self.key = key
+        self.entries = os.path.join(directory, FORMAT)
+        self.writable = True
+
+    @classmethod
+    def open(cls, directory: str, settings: Settings) -> "Cache":
+        return cls(directory, run_key(settings))
+
+    # ------------------------------------------------------------------ entries
+    def _entry_path(self, path: str, kind: str) -> str:
+        name = hashlib.blake2b(f"{self.key}\0{kind}\0{path}".encode(), digest_size=16).hexdigest()
+        return os.path.join(self.entries, name[:2], name)
+
+    def load(self, path: str, kind: str, digest: str):
+        """(findings, errors, parsed) stored for `path` and output `kind`, if stored for these bytes."""
+        try:
+            with open(self._entry_path(path, kind), "rb") as handle:
+                entry = json.loads(handle.read())
+            if entry["content"] != digest or entry["path"] != path:
+                return None
+            return decode_result(path, entry["result"])
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            return None  # missing, or corrupt: recomputed and rewritten
+
+    def store(self, path: str, kind: str, digest: str, findings: List[Finding], errors: List[FileError], parsed: bool) -> None:
+        if not self.writable:
+            return
+        entry = {"path": path, "content": digest, "result": encode_result(findings, errors, parsed)}
+        try:
+            self._write(self._entry_path(path, kind), json.dumps(entry, separators=(",", ":")).encode())
+        except OSError:
+            self.writable = False  # e.g. a read-only checkout: run on without the cache
+
+    def _write(self, target: str, data: bytes) -> None:
+        directory = os.path.dirname(target)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+        except FileNotFoundError:
+            self._create_directory()
+            os.makedirs(directory, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, target)  # atomic: readers see the old entry or the new one
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    def _create_directory(self) -> None:
+        os.makedirs(self.directory, exist_ok=True)
+        ignore = os.path.join(self.directory, ".gitignore")
+        if not os.path.exists(ignore):
+            with open(ignore, "w", encoding="utf-8") as handle:
+                handle.write("# Created by ampmigrate automatically.\n*\n")
+        tag = os.path.join(self.directory, "CACHEDIR.TAG")
+        if not os.path.exists(tag):
+            with open(tag, "w", encoding="utf-8") as handle:
+                handle.write("Signature: 8a477f597d28d172789f06886806bc55\n# ampmigrate cache directory.\n")
+
+
+# ---------------------------------------------------------------------------------- results <-> JSON
+def encode_result(findings: List[Finding], errors: List[FileError], parsed: bool) -> Dict[str, Any]:
+    fixes: List[Fix] = []
+    index: Dict[int, int] = {}
+    encoded = []
+    for finding in findings:
+        fix_id = None
+        if finding.fix is not None:
+            fix_id = index.get(id(finding.fix))
+            if fix_id is None:  # a fix shared by several findings is stored once
+                fix_id = index[id(finding.fix)] = len(fixes)
+                fixes.append(finding.fix)
+        encoded.append(
+            [
+                finding.code,
+                finding.message,
+                [finding.location.row, finding.location.column],
+                [finding.end_location.row, finding.end_location.column],
+                finding.severity,
+                fix_id,
+                finding.no_fix_reason,
+                finding.noqa_row,
+                finding.source_line,
+            ]
+        )
+    return {
+        "parsed": parsed,
+        "errors": [error.message for error in errors],
+        "fixes": [
+            {
+                "message": fix.message,
+                "applicability": fix.applicability,
+                "imports": list(fix.imports),
+                "requires": sorted(fix.requires),
+                "edits": [[e.location.row, e.location.column, e.end_location.row, e.end_location.column, e.content] for e in fix.edits],
+            }
+            for fix in fixes
+        ],
+        "findings": encoded,
+    }
+
+
+def decode_result(path: str, data: Dict[str, Any]):
+    """(findings, errors, parsed) from `encode_result`'s output; raises on malformed data."""
+    fixes = [
+        Fix(
+            message=raw["message"],
+            applicability=raw["applicability"],
+            imports=tuple(raw["imports"]),
+            requires=frozenset(raw["requires"]),
+            edits=tuple(Edit(Location(a, b), Location(c, d), content) for a, b, c, d, content in raw["edits"]),
+        )
+        for raw in data["fixes"]
+    ]
+    findings = []
+    for code, message, start, end, severity, fix_id, reason, noqa_row, line in data["findings"]:
+        findings.append(
+            Finding(
+                code=code,
+                message=message,
+                path=path,
+                location=Location(*start),
+                end_location=Location(*end),
+                severity=severity,
+                fix=fixes[fix_id] if fix_id is not None else None,
+                no_fix_reason=reason,
+                noqa_row=noqa_row,
+                source_line=line,
+            )
+        )
+    errors = [FileError(path, message) for message in data["errors"]]
+    return findings, errors, bool(data["parsed"])
+
+
+def has_fix_to_apply(findings: List[Finding], unsafe: bool) -> bool:
+    return any(f.fix is not None and (f.fix.applicability == SAFE or unsafe) for f in findings)

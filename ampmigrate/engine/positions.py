@@ -1,0 +1,89 @@
+"""Source positions of CST nodes, the same as LibCST's PositionProvider, about five times faster.
+
+PositionProvider regenerates the module's code and, for every token, splits it on newlines to
+keep a line/column counter, and for every node builds position objects. On a large file that
+costs more than parsing it. Here the same code generation only notes, for every node, the index
+of the token where it starts and ends (with the same hoisting rules: `record_syntactic_position`
+and the `start_node`/`end_node` overrides); a token index becomes a line and column only when a
+position is asked for, from the cumulative token lengths and the newline offsets of the code.
+
+A test compares every node's position with PositionProvider's over the fixtures and real files.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import libcst as cst
+from libcst.metadata import CodePosition, CodeRange
+from libcst._nodes.internal import CodegenState
+
+# The newline spellings PositionProvider counts (libcst.metadata.position_provider.NEWLINE_RE).
+_NEWLINE = re.compile(r"\r\n?|\n")
+
+
+@dataclass(frozen=False)
+class _TokenIndexState(CodegenState):
+    ranges: Dict[cst.CSTNode, Tuple[int, int]] = field(default_factory=dict)
+    starts: List[int] = field(default_factory=list)
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        self.starts.append(len(self.tokens))
+
+    def after_codegen(self, node: cst.CSTNode) -> None:
+        start = self.starts.pop()
+        if node not in self.ranges:  # a syntactic position recorded inside wins
+            self.ranges[node] = (start, len(self.tokens))
+
+    def pop_trailing_newline(self) -> None:
+        # PositionProvider's counters have already moved past this newline when the module
+        # drops it; keeping the token keeps token indices and counters in step.
+        pass
+
+    @contextmanager
+    def record_syntactic_position(
+        self,
+        node: cst.CSTNode,
+        *,
+        start_node: Optional[cst.CSTNode] = None,
+        end_node: Optional[cst.CSTNode] = None,
+    ) -> Iterator[None]:
+        start = len(self.tokens)
+        try:
+            yield
+        finally:
+            end = len(self.tokens)
+            if start_node is not None:
+                start = self.ranges[start_node][0]
+            if end_node is not None:
+                end = self.ranges[end_node][1]
+            self.ranges[node] = (start, end)
+
+
+class Positions:
+    """`positions[node]` -> CodeRange (1-based lines, 0-based columns), for every node of `module`."""
+
+    def __init__(self, module: cst.Module) -> None:
+        state = _TokenIndexState(default_indent=module.default_indent, default_newline=module.default_newline)
+        module._codegen(state)
+        self._ranges = state.ranges
+        self._offsets = [0, *itertools.accumulate(map(len, state.tokens))]
+        code = "".join(state.tokens)
+        self._line_starts = [0, *(match.end() for match in _NEWLINE.finditer(code))]
+
+    def _position(self, token_index: int) -> CodePosition:
+        offset = self._offsets[token_index]
+        line = bisect.bisect_right(self._line_starts, offset)
+        return CodePosition(line, offset - self._line_starts[line - 1])
+
+    def __getitem__(self, node: cst.CSTNode) -> CodeRange:
+        start, end = self._ranges[node]
+        return CodeRange(self._position(start), self._position(end))
+
+    def __contains__(self, node: cst.CSTNode) -> bool:
+        return node in self._ranges

@@ -1,0 +1,270 @@
+"""A sound, cheap check with Python's own `ast` of which qualified names a file can reach.
+
+A rule may declare `qualified_prefixes`: dotted names such that it reports only in files where
+the name resolver (engine/names.py) gives some expression or import one of those names or a
+name under one (`torch.cuda.amp` covers `torch.cuda.amp.autocast`). Before a file is parsed
+with LibCST (about 15 times slower than `ast.parse`), this module answers, from the `ast`,
+which of the prefixes the file can reach; rules none of whose prefixes are reachable are
+dropped for the file.
+
+The answer over-approximates the resolver, so it never drops a rule that would report:
+
+- every qualified name the resolver produces starts at an import binding (`import a.b [as c]`,
+  absolute `from a import b [as c]`) and is extended one attribute at a time along a chain of
+  `Name.attr.attr...` in the file, possibly through alias assignments (`x = torch.cuda`,
+  `self.ac = torch.cuda.amp.autocast`, `x = a if c else b`, `a, b = x, y`);
+- here every binding of a name counts wherever the name is used (no scopes, no flow), and an
+  assignment to `<name>.attr` feeds every `<anything>.attr`, which is a superset of that.
+
+Only names on the way to a prefix are tracked (`torch`, `torch.cuda` for `torch.cuda.amp`):
+a name that is neither a prefix of one nor under one can never be extended into one, so the
+search is finite and small. A file `ast` cannot parse (a syntax error, or syntax newer than
+this Python) is not screened: LibCST decides.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import re
+import warnings
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
+
+from ampmigrate.engine.fast_regex import compile_trigger
+
+_Names = FrozenSet[str]
+_EMPTY: _Names = frozenset()
+# How Python's tokenizer counts lines (ast line numbers).
+_NEWLINE = re.compile(r"\r\n?|\n")
+# Fields of statements and their parts that hold statements rather than expressions.
+_BLOCK_FIELDS = frozenset({"body", "orelse", "finalbody", "handlers", "cases"})
+
+
+class QualifiedNameScreen:
+    """Which of a fixed set of qualified-name prefixes a source file can reach."""
+
+    def __init__(self, prefixes: Iterable[str]) -> None:
+        self.prefixes: FrozenSet[str] = frozenset(prefixes)
+        # Proper prefixes of the prefixes: the only partial names worth following.
+        self._partial: Set[str] = set()
+        for prefix in self.prefixes:
+            parts = prefix.split(".")
+            self._partial.update(".".join(parts[:k]) for k in range(1, len(parts)))
+        # An attribute `x.attr` can only denote a followed name if `attr` ends one (of two or
+        # more segments: a one-segment name comes from an import, never from an attribute).
+        self.useful_attrs: FrozenSet[str] = frozenset(
+            name.rsplit(".", 1)[1] for name in self.prefixes | self._partial if "." in name
+        )
+        words = "|".join(sorted(re.escape(attr) for attr in self.useful_attrs))
+        self._useful_word = compile_trigger(rf"\b(?:{words})\b") if words else None
+
+    def reachable(self, text: str) -> Optional[FrozenSet[str]]:
+        """The prefixes `text` can reach, or None when it cannot be parsed with `ast`."""
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # SyntaxWarning for odd escapes is not ours to show
+                tree = ast.parse(text)
+            return _Search(self, tree, text).run()
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+            return None  # e.g. an attribute chain thousands deep: let LibCST decide
+
+    def useful_lines(self, text: str) -> List[int]:
+        """Line numbers (as `ast` counts them) where a useful attribute name is spelled."""
+        lines: List[int] = []
+        if self._useful_word is None:
+            return lines
+        line, last = 1, 0
+        for match in self._useful_word.finditer(text):
+            line += len(_NEWLINE.findall(text, last, match.start()))
+            last = match.start()
+            if not lines or lines[-1] != line:
+                lines.append(line)
+        return lines
+
+    # ------------------------------------------------------------------ name bookkeeping
+    def hits(self, qname: str) -> Set[str]:
+        """The prefixes `qname` is equal to or under."""
+        found = set()
+        for prefix in self.prefixes:
+            if qname == prefix or qname.startswith(prefix + "."):
+                found.add(prefix)
+        return found
+
+    def keep(self, qname: str) -> bool:
+        return qname in self._partial
+
+
+class _Search:
+    def __init__(self, screen: QualifiedNameScreen, tree: ast.Module, text: str) -> None:
+        self.screen = screen
+        self.tree = tree
+        self.text = text
+        self.found: Set[str] = set()
+        # name -> partial qualified names it may be bound to (imports and aliases)
+        self.names: Dict[str, Set[str]] = {}
+        # attribute name -> partial qualified names assigned to `<name>.attr` (self.x = ...)
+        self.attrs: Dict[str, Set[str]] = {}
+        self.statements: List[ast.stmt] = []
+        self.aliases: List[Tuple[str, str, ast.AST]] = []  # ("name"|"attr", target, value)
+
+    def run(self) -> FrozenSet[str]:
+        self._collect_statements()
+        if len(self.found) == len(self.screen.prefixes) or not self.names:
+            # Nothing imported on the way to a prefix: no expression can get there either.
+            return frozenset(self.found)
+        self._propagate_aliases()
+        memo: Dict[int, _Names] = {}
+        for node in self._attribute_chains():
+            self._qualified(node, memo)
+        return frozenset(self.found)
+
+    # ------------------------------------------------------------------ statements
+    def _collect_statements(self) -> None:
+        """Every statement (bodies of blocks included), its imports and alias assignments.
+        Expressions are not walked here: that is most of a tree, and rarely needed."""
+        stack: List[ast.AST] = list(reversed(self.tree.body))
+        while stack:
+            node = stack.pop()
+            self.statements.append(node)
+            kind = type(node)
+            if kind is ast.Import:
+                for alias in node.names:
+                    if alias.asname:
+                        self._bind(alias.asname, alias.name)
+                    else:
+                        top = alias.name.split(".")[0]
+                        self._bind(top, top)
+            elif kind is ast.ImportFrom:
+                if node.level or not node.module:
+                    continue  # relative imports have no qualified name in the resolver
+                for alias in node.names:
+                    if alias.name != "*":
+                        self._bind(alias.asname or alias.name, f"{node.module}.{alias.name}")
+            elif kind is ast.Assign:
+                for target in node.targets:
+                    self._alias(target, node.value)
+            elif kind is ast.AnnAssign:
+                if node.value is not None:
+                    self._alias(node.target, node.value)
+            else:
+                for block in _blocks(node):
+                    stack.extend(reversed(block))
+
+    def _attribute_chains(self) -> List[ast.Attribute]:
+        """Attributes named like the end of a followed name, in the statements that spell one."""
+        lines = self.screen.useful_lines(self.text)
+        useful = self.screen.useful_attrs
+        found: List[ast.Attribute] = []
+        for statement in self.statements:
+            # A decorated definition's line is its `def`/`class`; its decorators come before.
+            start = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", ()))])
+            first = bisect.bisect_left(lines, start)
+            end = getattr(statement, "end_lineno", None) or statement.lineno
+            if first == len(lines) or lines[first] > end:
+                continue  # no useful name on any of its lines
+            for expression in _expressions(statement):
+                for node in ast.walk(expression):
+                    if type(node) is ast.Attribute and node.attr in useful:
+                        found.append(node)
+        return found
+
+    def _bind(self, name: str, qname: str) -> None:
+        # A name can both be a prefix (`torch.cuda.amp`) and lead to a longer one
+        # (`torch.cuda.amp.autocast`): record the hit and keep following it.
+        self.found |= self.screen.hits(qname)
+        if self.screen.keep(qname):
+            self.names.setdefault(name, set()).add(qname)
+
+    def _alias(self, target: ast.AST, value: ast.AST) -> None:
+        if isinstance(target, ast.Name):
+            self.aliases.append(("name", target.id, value))
+        elif isinstance(target, ast.Attribute):
+            self.aliases.append(("attr", target.attr, value))
+        elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)):
+            if len(target.elts) == len(value.elts):
+                for element, element_value in zip(target.elts, value.elts):
+                    self._alias(element, element_value)
+
+    # ------------------------------------------------------------------ aliases, to a fixpoint
+    def _propagate_aliases(self) -> None:
+        # Every round either adds a partial name to some binding or stops; there are finitely
+        # many partial names, so this ends.
+        changed = True
+        while changed:
+            changed = False
+            memo: Dict[int, _Names] = {}
+            for kind, target, value in self.aliases:
+                names = self._value_names(value, memo)
+                if not names:
+                    continue
+                table = self.names if kind == "name" else self.attrs
+                bound = table.setdefault(target, set())
+                if not names <= bound:
+                    bound |= names
+                    changed = True
+
+    def _value_names(self, value: ast.AST, memo: Dict[int, _Names]) -> _Names:
+        if isinstance(value, ast.IfExp):
+            return self._value_names(value.body, memo) | self._value_names(value.orelse, memo)
+        if isinstance(value, (ast.Name, ast.Attribute)):
+            return self._qualified(value, memo)
+        return _EMPTY
+
+    # ------------------------------------------------------------------ expressions
+    def _qualified(self, node: ast.AST, memo: Dict[int, _Names]) -> _Names:
+        """Partial names `node` may denote; names under a prefix go to `found` on the way."""
+        key = id(node)
+        cached = memo.get(key)
+        if cached is not None:
+            return cached
+        if isinstance(node, ast.Name):
+            result = frozenset(self.names.get(node.id, _EMPTY))
+        elif isinstance(node, ast.Attribute):
+            extended = set(self.attrs.get(node.attr, _EMPTY))
+            for base in self._qualified(node.value, memo):
+                qname = f"{base}.{node.attr}"
+                self.found |= self.screen.hits(qname)
+                if self.screen.keep(qname):  # also when it is a hit: a longer prefix may follow
+                    extended.add(qname)
+            result = frozenset(extended)
+        else:
+            result = _EMPTY
+        memo[key] = result
+        return result
+
+
+# ---------------------------------------------------------------------------------- tree shapes
+def _blocks(node: ast.AST) -> Iterator[List[ast.stmt]]:
+    """The statement lists inside a compound statement (handlers' and cases' bodies too)."""
+    for field in _BLOCK_FIELDS:
+        value = getattr(node, field, None)
+        if not value:
+            continue
+        if field in ("handlers", "cases"):
+            for part in value:
+                yield part.body
+        else:
+            yield value
+
+
+def _expressions(node: ast.AST) -> Iterator[ast.AST]:
+    """The parts of a statement that are not statements: its expressions, a handler's type, a
+    case's pattern and guard, a definition's decorators and arguments, ..."""
+    for field, value in ast.iter_fields(node):
+        if field in _BLOCK_FIELDS:
+            if field in ("handlers", "cases"):
+                for part in value:
+                    for sub_field, sub_value in ast.iter_fields(part):
+                        if sub_field != "body":
+                            yield from _nodes(sub_value)
+            continue
+        yield from _nodes(value)
+
+
+def _nodes(value: object) -> Iterator[ast.AST]:
+    if isinstance(value, ast.AST):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, ast.AST):
+                yield item

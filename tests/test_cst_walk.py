@@ -1,0 +1,85 @@
+"""engine/cst_walk.walk must make exactly the calls LibCST's node.visit makes, in its order."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from ampmigrate.engine.cst_walk import walk
+
+from conftest import FIXTURES
+
+SNIPPETS = [
+    "x = f'{a!r:>{width}} {b=} {c:{d}.{e}f}' f\"{g}\"\n",
+    "from m import *\nfrom . import (a as b, c)\nimport x.y as z, w\n",
+    "async def f(a, /, b: int = 1, *c, d, **e) -> None:\n    async with x as (y, z):\n        await g([i async for i in h if i])\n",
+    "match p:\n    case {'k': [1, *rest], **kw} if rest:\n        pass\n    case Point(x=0) | None:\n        pass\n",
+    "try:\n    pass\nexcept* (A, B) as e:\n    raise C from e\nfinally:\n    del a[1:2:3], b.c\n",
+    "@d1\n@d2(x)\nclass A(B, metaclass=M):\n    x: int = 1\n    lambda q=1: (yield q)\n",
+    "global g\nwhile (n := n - 1) > 0:\n    print(*a, **k, sep='')\nelse:\n    ...\n",
+]
+
+
+class Recorder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.events = []
+
+    def on_visit(self, node):
+        self.events.append(("visit", id(node)))
+        # Prune like a real visitor may: children of a Lambda are skipped.
+        return not isinstance(node, cst.Lambda)
+
+    def on_leave(self, original_node):
+        self.events.append(("leave", id(original_node)))
+
+
+def assert_same_walk(module: cst.Module) -> None:
+    expected, got = Recorder(), Recorder()
+    module.visit(expected)
+    walk(module, got)
+    assert got.events == expected.events
+
+
+@pytest.mark.parametrize("text", SNIPPETS, ids=[f"snippet{i}" for i in range(len(SNIPPETS))])
+def test_snippets(text):
+    assert_same_walk(cst.parse_module(text))
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.rglob("*.py")), ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_fixtures(path: Path):
+    assert_same_walk(cst.parse_module(path.read_bytes()))
+
+
+def _torch_files():
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return []
+    root = Path(spec.origin).parent
+    names = ["amp/grad_scaler.py", "_dynamo/variables/ctx_manager.py", "testing/_internal/common_utils.py"]
+    return [root / name for name in names if (root / name).exists()]
+
+
+@pytest.mark.parametrize("path", _torch_files(), ids=lambda p: p.name)
+def test_real_files(path: Path):
+    assert_same_walk(cst.parse_module(path.read_bytes()))
+
+
+def test_visitors_with_attribute_hooks_are_refused():
+    class Hooked(cst.CSTVisitor):
+        def visit_Call_func(self, node):
+            pass
+
+    with pytest.raises(TypeError):
+        walk(cst.parse_module("f()\n"), Hooked())
+
+
+def test_a_field_visited_only_when_set_is_learned_when_met(monkeypatch):
+    import ampmigrate.engine.cst_walk as cst_walk
+
+    monkeypatch.setattr(cst_walk, "_ORDERS", {})
+    # The first f-string expression has no format spec, the second has one (itself an f-string).
+    assert_same_walk(cst.parse_module("x = f'{a!r}'\ny = f'{b:{c}>{d!s}}'\nz = f'{e}'\n"))

@@ -1,0 +1,70 @@
+"""compile_trigger must find exactly what re.compile finds, where it finds it."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from ampmigrate.engine.fast_regex import compile_trigger
+from ampmigrate.rules import all_rules
+
+from conftest import FIXTURES
+
+RULE_TRIGGERS = [t for rule in all_rules() for t in rule.triggers]
+PATTERNS = [
+    *RULE_TRIGGERS,
+    "|".join(f"(?:{t})" for t in RULE_TRIGGERS),
+    r"\bamp\b",
+    r"\bhalf\(|\bfp16\b",  # the parser factors the \b out of the alternation
+    r"\bamp|\bamp\b",
+    r"(?:\bapex\b)|(?:\bamp\b)|(?:GradScaler)|(?:precision\s*=)|(?:\.half\(\))",
+    r"\b_private\b",
+    r"\b9lives",
+    r"\b(?:amp|apex)\b",
+    r"\b\.half",  # \b before a non-word character: left alone
+    r"\bé\w+",
+    r"(?i)\bamp\b",
+    r"(?a)\bamp",
+    r"x|\bamp",
+    r"^\bamp",
+    r"\b[ab]mp",
+]
+TEXTS = [
+    "",
+    "amp",
+    " amp ",
+    "clamp sample amp_ examples",
+    "_amp x.amp amp.autocast(amp)",
+    "from torch.cuda import amp\n",
+    "a = 1\n9lives _private half( fp16 fp160 xhalf(\n",
+    "x.half() precision = 16 precision=16 GradScaler apex",
+    "émile élan\n",
+    "AMP Amp aMp",
+    "ampamp amp\namp",
+]
+
+
+def _random_texts(count=300, seed=7):
+    rng = random.Random(seed)
+    alphabet = ["amp", "apex", "half", "fp16", "(", ")", " ", "_", "x", "9", ".", "\n", "é", "precision", "=", "AMP", "lives", "_private", "b"]
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))) for _ in range(count)]
+
+
+CORPUS = TEXTS + _random_texts() + [p.read_text(encoding="utf-8") for p in sorted(FIXTURES.rglob("*.py"))]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_same_matches_as_re(pattern):
+    plain = re.compile(pattern)
+    fast = compile_trigger(pattern)
+    for text in CORPUS:
+        assert [m.span() for m in fast.finditer(text)] == [m.span() for m in plain.finditer(text)], (pattern, text)
+
+
+def test_the_common_trigger_shape_is_rewritten():
+    # A rewritten pattern is compiled from the parse tree, so it has no source string.
+    assert compile_trigger(r"\bamp\b").pattern is None
+    assert compile_trigger(r"\bhalf\(|\bfp16\b").pattern is None
+    assert compile_trigger(r"\b\.half").pattern == r"\b\.half"  # nothing to gain: left alone
