@@ -8,6 +8,7 @@ screen follows (imports, aliases, `self.x`) and that it does screen files out.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import re
@@ -145,12 +146,14 @@ def test_unparsable_text_is_not_screened():
 
 
 def test_rules_without_prefixes_fall_back_to_triggers():
-    class Loose:
+    from ampmigrate.rules.base import Rule
+
+    class Loose(Rule):
         code = "AMP201"
         triggers = (r"\bamp\b",)
         qualified_prefixes = None
 
-    class Strict:
+    class Strict(Rule):
         code = "AMP202"
         triggers = (r"\bamp\b",)
         qualified_prefixes = LEGACY
@@ -160,7 +163,34 @@ def test_rules_without_prefixes_fall_back_to_triggers():
     prefilter = Prefilter([Loose(), Strict()])
     assert [r.code for r in prefilter.rules_for("amp = 1\n")] == ["AMP201"]
     assert [r.code for r in prefilter.rules_for("import torch\ntorch.cuda.amp\n")] == ["AMP201", "AMP202"]
-    assert [r.code for r in prefilter.rules_for("amp = 1\n", screen=False)] == ["AMP201", "AMP202"]
+    assert [r.code for r in prefilter.rules_for("import torch\namp = 1\n", screen=False)] == ["AMP201", "AMP202"]
+    # A qualified name starts at an import, so a file that never spells `torch` is out by text alone.
+    assert [r.code for r in prefilter.rules_for("amp = 1\n", screen=False)] == ["AMP201"]
+
+
+def test_requires_and_the_ast_screen():
+    from ampmigrate.engine.prefilter import Prefilter
+    from ampmigrate.rules.base import Rule
+
+    screened = []
+
+    class Both(Rule):
+        code = "AMP409"
+        triggers = ("half",)
+        requires = ("optim",)
+
+        def screen(self, tree):
+            screened.append(tree)
+            return any(isinstance(node, ast.Call) for node in ast.walk(tree))
+
+    prefilter = Prefilter([Both()])
+    assert prefilter.rules_for("half = 1\n") == []  # `requires` not met: never parsed
+    assert screened == []
+    assert prefilter.rules_for("half = optim\n") == []  # parsed once, screened out
+    assert len(screened) == 1
+    assert [r.code for r in prefilter.rules_for("half(optim)\n")] == ["AMP409"]
+    assert [r.code for r in prefilter.rules_for("half = optim\n", screen=False)] == ["AMP409"]
+    assert [r.code for r in prefilter.rules_for("half(optim\n")] == ["AMP409"]  # `ast` fails: LibCST decides
 
 
 def test_every_rule_declares_prefixes_or_says_it_cannot():
@@ -267,3 +297,40 @@ def test_a_prefix_that_leads_to_a_longer_prefix_is_still_followed():
     assert screen.reachable(alias) == {"torch.cuda.amp", "torch.cuda.amp.autocast"}
     via_import = "from torch.cuda import amp\nwith amp.autocast():\n    pass\n"
     assert screen.reachable(via_import) == {"torch.cuda.amp", "torch.cuda.amp.autocast"}
+
+
+# ---------------------------------------------------------------------------------- AMP409's screen
+_FP16_TRAINING = [
+    # the optimizer is given a name that holds the parameters
+    "import torch\ndef main(model):\n    model.half()\n    params = [p for p in model.parameters() if p.requires_grad]\n"
+    "    opt = torch.optim.SGD(params, lr=0.1)\n",
+    # at module level, through an alias of the optimizer class
+    "import torch\nfrom torch.optim import AdamW as Opt\nmodel = Net().cuda().to(dtype=torch.float16)\n"
+    "opt = Opt([{'params': model.parameters()}])\n",
+    # train mode instead of an optimizer, in a method
+    "import torch\nclass T:\n    def fit(self):\n        self.model = self.model.half()\n        self.model.train()\n",
+    # the dtype in a variable, the optimizer's parameters starred
+    "import torch\nDT = torch.float16\ndef f(model):\n    model.to(DT)\n"
+    "    return torch.optim.Adam(*[model.parameters()])\n",
+]
+
+
+@pytest.mark.parametrize("text", _FP16_TRAINING)
+def test_amp409_screen_keeps_what_it_reports(text):
+    unfiltered = Engine(make_settings({"select": ["AMP409"]}), prefilter=False).check_text(text, "train.py")
+    assert [f.code for f in unfiltered.findings] == ["AMP409"], text
+    assert_filter_drops_nothing(text, "train.py", select=["AMP409"])
+
+
+def test_amp409_screen_drops_a_conversion_never_trained_in_its_scope():
+    from ampmigrate.rules.precision.amp409_pure_fp16_training import PureFp16Training
+
+    rule = PureFp16Training()
+    apart = (
+        "import torch\ndef export(model):\n    model.half()\n    torch.save(model, 'm.pt')\n"
+        "def fit(model):\n    opt = torch.optim.SGD(model.parameters())\n    model.train()\n"
+    )
+    together = apart.replace("    torch.save(model, 'm.pt')\n", "    model.train()\n")
+    assert rule.screen(ast.parse(apart)) is False
+    assert rule.screen(ast.parse(together)) is True
+    assert Engine(make_settings({"select": ["AMP409"]})).rules_for(apart) == []

@@ -3,51 +3,99 @@
 Two sound stages, cheapest first:
 
 1. Text: each rule declares `triggers`, regular expressions of which at least one matches the
-   source of any file where the rule can report. One combined regex rules out most files of a
-   large tree with a single scan; the survivors are matched rule by rule. (The regexes are
-   compiled by engine/fast_regex.py, so that a leading `\b` does not slow the scan down.)
-2. Names: a rule may also declare `qualified_prefixes` (see rules/base.py). For the rules left
-   after stage 1 that declare them, `ast` (engine/prescreen.py) works out which prefixes the
-   file can reach through its imports and attribute chains; rules that reach none are dropped.
-   A rule without `qualified_prefixes` is kept whenever a trigger matched.
+   source of any file where the rule can report (and optionally `requires`, regexes that must
+   all match as well). Rules share their triggers (the seven apex rules all trigger on
+   `\\bapex\\b`), so each distinct regex is searched at most once per file, and only while some
+   rule still needs it. (One regex of all the triggers joined by `|` is slower: the engine
+   loses the literal-prefix search each of them gets alone. The regexes are compiled by
+   engine/fast_regex.py, so that a leading `\\b` does not slow the scan down.)
+2. `ast`: for the rules left after stage 1 that declare `qualified_prefixes` (see
+   rules/base.py), engine/prescreen.py works out which prefixes the file can reach through its
+   imports and attribute chains; rules that reach none are dropped. A rule may also `screen`
+   the `ast` itself. The file is parsed with `ast` once, and only if some rule left needs it.
+   (Stage 1 already asks, of a rule with prefixes, that the file spell a package they are in.)
 
 Tests run every fixture and a sample of real files with and without this filter and compare
-the findings, so a trigger or prefix that is too narrow fails the suite.
+the findings, so a trigger, prefix or screen that is too narrow fails the suite.
 """
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+import ast
+import re
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ampmigrate.engine.fast_regex import compile_trigger
-from ampmigrate.engine.prescreen import QualifiedNameScreen
+from ampmigrate.engine.prescreen import QualifiedNameScreen, parse
 from ampmigrate.rules.base import Rule
+
+
+def _requirements(rule: Rule) -> List[str]:
+    """The regexes all of which a file matches wherever `rule` can report: its own `requires`,
+    and for a rule with `qualified_prefixes`, the name of a package they are in (a qualified
+    name starts at an import, which spells it: `transformers` for `transformers.TrainingArguments`)."""
+    required = list(rule.requires)
+    if rule.qualified_prefixes:
+        packages = sorted({prefix.split(".")[0] for prefix in rule.qualified_prefixes})
+        required.append(r"\b(?:%s)\b" % "|".join(re.escape(p) for p in packages))
+    return required
 
 
 class Prefilter:
     def __init__(self, rules: Sequence[Rule]) -> None:
         self.rules = list(rules)
-        self._patterns = [compile_trigger("|".join(f"(?:{t})" for t in rule.triggers)) for rule in self.rules]
-        union = "|".join(f"(?:{t})" for rule in self.rules for t in rule.triggers)
-        self._any = compile_trigger(union) if union else None
+        self._regexes: List["re.Pattern[str]"] = []
+        index: Dict[str, int] = {}
+
+        def regex(pattern: str) -> int:
+            if pattern not in index:
+                index[pattern] = len(self._regexes)
+                self._regexes.append(compile_trigger(pattern))
+            return index[pattern]
+
+        # Per rule: its triggers (any one), and the regexes it requires besides (all). Each is
+        # searched alone: a literal at the start of a regex lets the engine skip ahead fast,
+        # which `a|b` of two different literals no longer can.
+        self._needs: List[Tuple[Tuple[int, ...], Tuple[int, ...]]] = [
+            (tuple(regex(t) for t in rule.triggers), tuple(regex(r) for r in _requirements(rule))) for rule in self.rules
+        ]
         prefixes = {p for rule in self.rules for p in (rule.qualified_prefixes or ())}
         self._screen: Optional[QualifiedNameScreen] = QualifiedNameScreen(prefixes) if prefixes else None
 
     def rules_for(self, text: str, *, screen: bool = True) -> List[Rule]:
-        """The rules that could report on `text` (`screen=False`: by the triggers alone)."""
-        if self._any is None or not self._any.search(text):
-            return []
-        rules = [rule for rule, pattern in zip(self.rules, self._patterns) if pattern.search(text)]
-        return self._screen_names(text, rules) if screen else rules
+        """The rules that could report on `text` (`screen=False`: by the regexes alone)."""
+        found: Dict[int, bool] = {}
 
-    def _screen_names(self, text: str, rules: List[Rule]) -> List[Rule]:
-        if self._screen is None or all(rule.qualified_prefixes is None for rule in rules):
-            return rules
-        reachable = self._screen.reachable(text)
-        if reachable is None:  # `ast` cannot parse it: let LibCST decide (and report)
-            return rules
-        return [
+        def matches(i: int) -> bool:
+            if i not in found:
+                found[i] = self._regexes[i].search(text) is not None
+            return found[i]
+
+        rules = [
             rule
-            for rule in rules
-            if rule.qualified_prefixes is None or not reachable.isdisjoint(rule.qualified_prefixes)
+            for rule, (triggers, required) in zip(self.rules, self._needs)
+            if any(matches(t) for t in triggers) and all(matches(r) for r in required)
         ]
+        return self._screen_ast(text, rules) if screen and rules else rules
+
+    def _screen_ast(self, text: str, rules: List[Rule]) -> List[Rule]:
+        by_names = self._screen is not None and any(rule.qualified_prefixes is not None for rule in rules)
+        if not by_names and not any(rule.has_screen() for rule in rules):
+            return rules
+        tree = parse(text)
+        if tree is None:  # `ast` cannot parse it: let LibCST decide (and report)
+            return rules
+        reachable = self._screen.reachable_in(tree, text) if by_names and self._screen is not None else None
+        return [rule for rule in rules if self._may_report(rule, tree, reachable)]
+
+    @staticmethod
+    def _may_report(rule: Rule, tree: ast.Module, reachable) -> bool:
+        if rule.qualified_prefixes is not None and reachable is not None:
+            if reachable.isdisjoint(rule.qualified_prefixes):
+                return False
+        if not rule.has_screen():
+            return True
+        try:
+            return rule.screen(tree)
+        except RecursionError:  # a tree too deep to walk: let LibCST decide
+            return True

@@ -40,6 +40,16 @@ _NEWLINE = re.compile(r"\r\n?|\n")
 _BLOCK_FIELDS = frozenset({"body", "orelse", "finalbody", "handlers", "cases"})
 
 
+def parse(text: str) -> Optional[ast.Module]:
+    """`text` parsed with `ast`, or None where it cannot be (LibCST will decide and report)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarning for odd escapes is not ours to show
+            return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return None
+
+
 class QualifiedNameScreen:
     """Which of a fixed set of qualified-name prefixes a source file can reach."""
 
@@ -60,12 +70,14 @@ class QualifiedNameScreen:
 
     def reachable(self, text: str) -> Optional[FrozenSet[str]]:
         """The prefixes `text` can reach, or None when it cannot be parsed with `ast`."""
+        tree = parse(text)
+        return None if tree is None else self.reachable_in(tree, text)
+
+    def reachable_in(self, tree: ast.Module, text: str) -> Optional[FrozenSet[str]]:
+        """The prefixes the file `text`, parsed as `tree`, can reach (None: too deep to follow)."""
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # SyntaxWarning for odd escapes is not ours to show
-                tree = ast.parse(text)
             return _Search(self, tree, text).run()
-        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        except (RecursionError, MemoryError):
             return None  # e.g. an attribute chain thousands deep: let LibCST decide
 
     def useful_lines(self, text: str) -> List[int]:

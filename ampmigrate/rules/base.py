@@ -10,6 +10,7 @@ they can.
 
 from __future__ import annotations
 
+import ast
 from typing import TYPE_CHECKING, ClassVar, Optional, Tuple
 
 from ampmigrate.catalogue import RuleDoc, load_catalogue
@@ -28,6 +29,22 @@ class Rule:
     # code that resolves to nothing, such as `x.half()`); the file is parsed whenever a trigger
     # matches.
     qualified_prefixes: ClassVar[Optional[Tuple[str, ...]]] = None
+    # Regular expressions that must all match too, besides one of the triggers: for a rule that
+    # needs two things in one file (a float16 conversion *and* a training use).
+    requires: ClassVar[Tuple[str, ...]] = ()
+
+    def screen(self, tree: ast.Module) -> bool:
+        """False only where `check` cannot report on the file that `ast` parsed as `tree`.
+
+        Run before LibCST parses the file, for the files the triggers let through; it must
+        over-approximate `check` (tests/test_prescreen.py compares findings with and without
+        it). The default keeps every file; a rule overrides it where the shape it reports on
+        is cheap to rule out and its triggers are common words."""
+        return True
+
+    @classmethod
+    def has_screen(cls) -> bool:
+        return cls.screen is not Rule.screen
 
     @property
     def doc(self) -> RuleDoc:

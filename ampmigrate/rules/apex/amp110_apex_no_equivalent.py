@@ -21,7 +21,7 @@ for table in (APEX_OPTIMIZERS, APEX_MULTI_TENSOR):
 
 class ApexNoTorchEquivalent(Rule):
     code = "AMP110"
-    triggers = (r"FusedLAMB|FusedMixedPrecisionLamb|FusedNovoGrad|FusedAdagrad|multi_tensor_applier",)
+    triggers = (r"Fused(?:LAMB|MixedPrecisionLamb|NovoGrad|Adagrad)", "multi_tensor_applier")
     qualified_prefixes = ("apex",)  # every finding is on a name imported from apex
 
     def check(self, ctx) -> None:

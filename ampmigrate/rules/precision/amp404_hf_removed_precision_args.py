@@ -17,7 +17,7 @@ REMOVED = {
 
 class HfRemovedPrecisionArgs(Rule):
     code = "AMP404"
-    triggers = (r"fp16_opt_level|half_precision_backend|fp16_backend",)
+    triggers = ("fp16_opt_level", "half_precision_backend", "fp16_backend")
     qualified_prefixes = tuple(sorted(HF_TRAINING_ARGUMENTS))
 
     def check(self, ctx) -> None:

@@ -16,7 +16,8 @@ def _is_fp16(value) -> bool:
 
 class LightningFp16Precision(Rule):
     code = "AMP405"
-    triggers = (r"precision\s*=", r"[\"']precision[\"']")
+    # `precision=` or a quoted "precision" (a config key); the look-behind keeps the literal first.
+    triggers = (r"precision\s*=", r"precision(?<=[\"']precision)[\"']")
     qualified_prefixes = tuple(sorted(LIGHTNING_TRAINER | LIGHTNING_FABRIC))
 
     def check(self, ctx) -> None:

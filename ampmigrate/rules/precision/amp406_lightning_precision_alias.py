@@ -12,7 +12,8 @@ from ampmigrate.api import LIGHTNING_FABRIC, LIGHTNING_TRAINER
 
 class LightningPrecisionAlias(Rule):
     code = "AMP406"
-    triggers = (r"precision\s*=", r"[\"']precision[\"']")
+    # `precision=` or a quoted "precision" (a config key); the look-behind keeps the literal first.
+    triggers = (r"precision\s*=", r"precision(?<=[\"']precision)[\"']")
     qualified_prefixes = tuple(sorted(LIGHTNING_TRAINER | LIGHTNING_FABRIC))
 
     def check(self, ctx) -> None:

@@ -38,7 +38,8 @@ DEEPSPEED_ONLY_KEYS = frozenset(
 
 class DeepSpeedFp16Config(Rule):
     code = "AMP408"
-    triggers = (r"[\"']fp16[\"']",)
+    # A quoted "fp16"; the look-behind keeps the literal first (a fast scan).
+    triggers = (r"fp16(?<=[\"']fp16)[\"']",)
 
     def check(self, ctx) -> None:
         if not recommends_bf16(ctx):

@@ -8,8 +8,9 @@ reported, nor code that keeps float32 master weights itself (apex `FP16_Optimize
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -28,6 +29,7 @@ _OPTIMIZER_PACKAGES = (
     "transformers.optimization.",
 )
 _OPTIMIZER_EXCLUDED = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
+_PARAMETER_METHODS = ("parameters", "named_parameters")
 _HARMLESS_CALLS = frozenset({"print", "len", "isinstance", "id", "type", "repr", "str"})
 
 
@@ -41,9 +43,16 @@ class _Conversion:
 
 class PureFp16Training(Rule):
     code = "AMP409"
-    # A float16 conversion and, somewhere, a training use: `.train(` or an optimizer (every
-    # optimizer package it knows has "optim" in its name).
-    triggers = (r"\A(?=[\s\S]*?(?:\.half\(|float16|\bhalf\b))(?=[\s\S]*?(?:\.train\(|optim))",)
+    # A float16 conversion (`torch.float16`, `torch.half`, `.half()`) ...
+    triggers = ("float16", r"\bhalf\b")
+    requires = (
+        r"\.\s*(?:half\s*\(\s*\)|to\s*\()",  # ... as `.half()` or `.to(...)`,
+        r"train\b|optim",  # and a training use: `.train(` or an optimizer (all have "optim" in their package)
+        r"\.\s*train\s*\(|parameters",  # given `.parameters()`
+    )
+
+    def screen(self, tree: ast.Module) -> bool:
+        return _may_train_a_conversion(tree)
 
     def check(self, ctx) -> None:
         if is_test_file(ctx.path) or ctx.names.find(MASTER_WEIGHT_WRAPPERS):
@@ -230,7 +239,7 @@ def _uses_parameters_of(ctx, expression: cst.CSTNode, target: str, depth: int = 
         def visit_Call(self, node: cst.Call) -> None:
             nonlocal found
             func = node.func
-            if isinstance(func, cst.Attribute) and func.attr.value in ("parameters", "named_parameters"):
+            if isinstance(func, cst.Attribute) and func.attr.value in _PARAMETER_METHODS:
                 if _text(ctx, func.value) == target:
                     found = True
 
@@ -249,3 +258,89 @@ def _position(ctx, node: cst.CSTNode) -> Tuple[int, int]:
 
 def _line(ctx, node: cst.CSTNode) -> int:
     return ctx.position(node).start.line
+
+
+# ---------------------------------------------------------------------------------- the `ast` screen
+class _Group:
+    """What one function body (or the module) could hold, as far as the screen can tell."""
+
+    def __init__(self) -> None:
+        self.conversion = False  # a statement that could be a float16 conversion
+        self.training = False  # a call that could be a training use
+        self.names_passed: Set[str] = set()  # names given to a call (an optimizer given params?)
+
+
+def _may_train_a_conversion(tree: ast.Module) -> bool:
+    """Over-approximates `check` before LibCST parses the file: some function body (or the
+    module) holds both a statement that could be a float16 conversion and a call that could be
+    a training use (`x.train()`, or a call given `.parameters()` or a name assigned them).
+    Class bodies, lambdas and comprehensions count with the body around them, and a
+    definition's decorators, defaults and annotations with both bodies, so that each of the
+    resolver's scopes falls inside one group here, whatever it decides for those parts."""
+    groups = [_Group()]
+    parameter_names: Set[str] = set()  # names assigned something holding `.parameters()`
+    stack: List[Tuple[ast.AST, Tuple[_Group, ...]]] = [(tree, (groups[0],))]
+    while stack:
+        node, owners = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inner = _Group()
+            groups.append(inner)
+            stack.extend((statement, (inner,)) for statement in node.body)
+            stack.extend((part, owners + (inner,)) for part in (*node.decorator_list, node.args, node.returns) if part)
+            continue
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            if _could_convert(node):
+                for owner in owners:
+                    owner.conversion = True
+            if _holds_parameters(node.value):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                parameter_names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.Expr) and _could_convert(node):
+            for owner in owners:
+                owner.conversion = True
+        elif isinstance(node, ast.Call):
+            _note_call(node, owners)
+            if any(owner.conversion and owner.training for owner in owners):
+                return True
+        stack.extend((child, owners) for child in ast.iter_child_nodes(node))
+    return any(g.conversion and (g.training or g.names_passed & parameter_names) for g in groups)
+
+
+def _could_convert(statement) -> bool:
+    """`model.half()` / `model = Net().to(dtype)` as a whole statement (see `_conversions`)."""
+    if isinstance(statement, ast.Assign) and len(statement.targets) != 1:
+        return False
+    if isinstance(statement, ast.AnnAssign):
+        return False  # the resolver's conversions are `x.half()` and `x = ...` statements only
+    call = statement.value
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+        return False
+    if call.func.attr == "half":
+        return not call.args and not call.keywords
+    return call.func.attr == "to" and (bool(call.args) or any(k.arg in (None, "dtype") for k in call.keywords))
+
+
+def _note_call(call: ast.Call, owners: Tuple[_Group, ...]) -> None:
+    """`x.train(...)`, or a call (an optimizer?) given something's `.parameters()` or a name."""
+    func = call.func
+    training = isinstance(func, ast.Attribute) and func.attr == "train"
+    if not training and isinstance(func, (ast.Name, ast.Attribute)):
+        for value in (*call.args, *(k.value for k in call.keywords)):
+            if isinstance(value, ast.Starred):
+                value = value.value
+            if isinstance(value, ast.Name):
+                for owner in owners:
+                    owner.names_passed.add(value.id)
+            elif _holds_parameters(value):
+                training = True
+    if training:
+        for owner in owners:
+            owner.training = True
+
+
+def _holds_parameters(value: ast.AST) -> bool:
+    return any(
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _PARAMETER_METHODS
+        for node in ast.walk(value)
+    )
+
