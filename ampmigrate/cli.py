@@ -187,6 +187,8 @@ def _run(paths: Sequence[str], settings: Settings, job: Job, jobs: Optional[int]
         result = run_files(found.files, settings, job, jobs=jobs, on_result=progress, cache=cache, project=project)
     finally:
         progress.close()
+    if cache is not None:
+        cache.prune()  # other run keys' entries unused for a month (an upgrade, an old config)
     result.errors.extend(found.errors)
     return result
 

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -189,6 +190,35 @@ def test_upgrading_ampmigrate_invalidates(project, monkeypatch):
     monkeypatch.setattr(cache_module, "__version__", "999.0.0")
     run(project)
     assert len(spy.checked) == 3
+
+
+def test_run_keys_unused_for_a_month_are_pruned(project, monkeypatch):
+    run(project)
+    keys = project / ".ampmigrate_cache" / "v1"
+    (old_key,) = [d.name for d in keys.iterdir()]
+    monkeypatch.setattr(cache_module, "__version__", "999.0.0")  # an upgrade: a new run key
+    run(project)
+    assert len(list(keys.iterdir())) == 2  # the old key was used today: kept (a second config may use it)
+    month_ago = time.time() - (cache_module.STALE_AFTER_DAYS + 1) * 86400
+    os.utime(keys / old_key, (month_ago, month_ago))
+    spy = Spy(monkeypatch)
+    run(project)
+    assert spy.checked == []  # the current key's entries still serve this run
+    assert old_key not in [d.name for d in keys.iterdir()] and len(list(keys.iterdir())) == 1
+    assert len(entries(project / ".ampmigrate_cache")) == 3
+
+
+def test_a_run_marks_its_key_used_so_it_is_not_pruned(project, monkeypatch):
+    run(project)
+    keys = project / ".ampmigrate_cache" / "v1"
+    (key,) = list(keys.iterdir())
+    month_ago = time.time() - (cache_module.STALE_AFTER_DAYS + 1) * 86400
+    os.utime(key, (month_ago, month_ago))
+    run(project)  # served from the cache, nothing written: the mark is what keeps the key fresh
+    assert key.stat().st_mtime > month_ago + 86400
+    monkeypatch.setattr(cache_module, "__version__", "999.0.0")
+    run(project)
+    assert key.exists()
 
 
 def test_editing_a_rule_or_the_catalogue_invalidates(project, monkeypatch, tmp_path):

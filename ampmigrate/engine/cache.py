@@ -1,12 +1,17 @@
 """A per-file result cache, like ruff's: a warm re-run reads and hashes files, nothing more.
 
-One entry per (file path, output kind) under `<cache dir>/v1/`, named by a hash of the run key
-and the path, holding a hash of the file's bytes and the file's result. The run key covers
+One entry per (file path, output kind) under `<cache dir>/v1/<run key>/`, named by a hash of
+the path, holding a hash of the file's bytes and the file's result. The run key covers
 everything else a result depends on: the ampmigrate version, the source of the ampmigrate
 package itself (so editing a rule invalidates, even in an editable install), the rule catalogue,
 the Python and LibCST versions, and the settings' fingerprint. An entry is used only when the
 file's bytes hash to the stored value, so an edited file is re-checked; an entry that cannot be
 read or decoded is treated as missing and rewritten.
+
+Each run marks its run key's directory as used (its modification time) and removes the
+directories of other run keys unused for `STALE_AFTER_DAYS` (left by an upgrade or an old
+configuration), so the cache does not grow without bound; two configurations in use side by
+side (a `check` hook and a `fix` hook with different options) keep theirs.
 
 Entries are JSON (a cache directory can come from anywhere; nothing in it is ever executed) and
 are written to a temporary file and renamed into place, so two runs sharing the directory see
@@ -24,8 +29,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -35,6 +42,7 @@ from ampmigrate.diagnostics import SAFE, Edit, FileError, Finding, Fix, Location
 
 FORMAT = "v1"
 DEFAULT_DIR_NAME = ".ampmigrate_cache"
+STALE_AFTER_DAYS = 30
 
 
 def default_directory(settings: Settings) -> str:
@@ -89,16 +97,41 @@ class Cache:
     def __init__(self, directory: str, key: str) -> None:
         self.directory = directory
         self.key = key
-        self.entries = os.path.join(directory, FORMAT)
+        self.keys = os.path.join(directory, FORMAT)  # one directory per run key
+        self.entries = os.path.join(self.keys, key)
         self.writable = True
 
     @classmethod
     def open(cls, directory: str, settings: Settings) -> "Cache":
-        return cls(directory, run_key(settings))
+        cache = cls(directory, run_key(settings))
+        cache.mark_used()
+        return cache
+
+    # ------------------------------------------------------------------ housekeeping
+    def mark_used(self) -> None:
+        """Record that this run key is in use (before the run, so no pruning removes it meanwhile)."""
+        try:
+            os.utime(self.entries)
+        except OSError:
+            pass  # not created yet (the first entry creates it), or read-only
+
+    def prune(self, max_age_days: float = STALE_AFTER_DAYS) -> List[str]:
+        """Remove the directories of other run keys unused for `max_age_days`; the removed keys."""
+        cutoff = time.time() - max_age_days * 86400
+        removed = []
+        try:
+            with os.scandir(self.keys) as scan:
+                stale = [e for e in scan if e.name != self.key and e.is_dir(follow_symlinks=False) and e.stat().st_mtime < cutoff]
+        except OSError:
+            return removed
+        for entry in stale:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.name)
+        return removed
 
     # ------------------------------------------------------------------ entries
     def _entry_path(self, path: str, kind: str) -> str:
-        name = hashlib.blake2b(f"{self.key}\0{kind}\0{path}".encode(), digest_size=16).hexdigest()
+        name = hashlib.blake2b(f"{kind}\0{path}".encode(), digest_size=16).hexdigest()
         return os.path.join(self.entries, name[:2], name)
 
     def load(self, path: str, kind: str, digest: str):
