@@ -1,8 +1,7 @@
 """AMP101: apex.amp (O1/O2) -> `torch.autocast("cuda", dtype=torch.float16)` + `torch.amp.GradScaler`."""
 
 from ampmigrate.rules.apex._amp_migration import Site
-from ampmigrate.rules.apex._amp_report import report_amp_sites
-from ampmigrate.rules.base import Rule
+from ampmigrate.rules.apex._amp_report import AmpPlanRule
 
 _REPLACEMENT = {
     "initialize": '`torch.amp.GradScaler("cuda")` and `torch.autocast("cuda", dtype=torch.float16)` around the forward pass',
@@ -16,13 +15,8 @@ _REPLACEMENT = {
 }
 
 
-class ApexAmp(Rule):
+class ApexAmp(AmpPlanRule):
     code = "AMP101"
-    triggers = (r"\bapex\b",)  # every use resolves through an import that names apex
-    qualified_prefixes = ("apex",)  # every finding is on a name imported from apex
-
-    def check(self, ctx) -> None:
-        report_amp_sites(ctx, self.message)
 
     @staticmethod
     def message(site: Site) -> str:

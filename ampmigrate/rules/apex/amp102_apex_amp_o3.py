@@ -1,17 +1,11 @@
 """AMP102: `amp.initialize(opt_level="O3")`: pure fp16 training, which torch.amp has no mode for."""
 
 from ampmigrate.rules.apex._amp_migration import Site
-from ampmigrate.rules.apex._amp_report import report_amp_sites
-from ampmigrate.rules.base import Rule
+from ampmigrate.rules.apex._amp_report import AmpPlanRule
 
 
-class ApexAmpO3(Rule):
+class ApexAmpO3(AmpPlanRule):
     code = "AMP102"
-    triggers = (r"\bapex\b",)  # every use resolves through an import that names apex
-    qualified_prefixes = ("apex",)  # every finding is on a name imported from apex
-
-    def check(self, ctx) -> None:
-        report_amp_sites(ctx, self.message)
 
     @staticmethod
     def message(site: Site) -> str:

@@ -1,17 +1,11 @@
 """AMP104: the old apex handle API (`amp.init()`, `handle.scale_loss(...)`)."""
 
 from ampmigrate.rules.apex._amp_migration import Site
-from ampmigrate.rules.apex._amp_report import report_amp_sites
-from ampmigrate.rules.base import Rule
+from ampmigrate.rules.apex._amp_report import AmpPlanRule
 
 
-class ApexAmpHandle(Rule):
+class ApexAmpHandle(AmpPlanRule):
     code = "AMP104"
-    triggers = (r"\bapex\b",)  # every use resolves through an import that names apex
-    qualified_prefixes = ("apex",)  # every finding is on a name imported from apex
-
-    def check(self, ctx) -> None:
-        report_amp_sites(ctx, self.message)
 
     @staticmethod
     def message(site: Site) -> str:
