@@ -1,12 +1,11 @@
 """`ampmigrate verify` end to end on the CPU: real training runs in subprocesses, real fp16/bf16
 CPU autocast, CUDA code mapped to the CPU by the harness.
 
-The projects live in tests/verify_projects/ and examples/ (the hand-written afters of the example
-are edits of it: `AFTERS`); each test copies what it runs into a temporary folder, runs it from
+The projects live in tests/verify_projects/ and examples/ (hand-written afters are edits of a
+project's train.py: `AFTERS`); each test copies what it runs into a temporary folder, runs it from
 there (the working directory a user would have), and checks that the user's files are left byte
-for byte as they were. The assertions are about behaviour (exit
-status, verdict, what was recorded), not the migrated text, so they hold whatever rule families
-the migration has.
+for byte as they were. The assertions are about behaviour (exit status, verdict, what was
+recorded), not the migrated text, so they hold whatever rule families the migration has.
 """
 
 from __future__ import annotations
@@ -48,8 +47,9 @@ def copy_of(source: Path, destination: Path, *extra: Path) -> Path:
     return destination
 
 
-# Hand-written "afters" of the bundled example, each as the edits that make it from the example's
-# train.py (so they follow the example when it changes); every edit must apply exactly once.
+# Hand-written "afters", each as the project it belongs to and the edits that make it from that
+# project's train.py (so it follows the original when that changes). Every edit must apply
+# exactly as many times as it says (once unless a third element says otherwise).
 _MODERN_SPELLING = [
     ("torch.cuda.amp.GradScaler(enabled=args.amp)", 'torch.amp.GradScaler("cuda", enabled=args.amp)'),
     ("torch.cuda.amp.autocast(enabled=args.amp)", 'torch.amp.autocast("cuda", enabled=args.amp)'),
@@ -57,29 +57,47 @@ _MODERN_SPELLING = [
 _STEP_WITHOUT_SCALER = ("scaler.step(optimizer)\n            scaler.update()", "optimizer.step()")
 AFTERS = {
     # The migration `fix --unsafe-fixes` aims at: bf16 autocast, no GradScaler. Equivalent.
-    "bf16_no_scaler.py": [
-        ("    scaler = torch.cuda.amp.GradScaler(enabled=args.amp)\n", ""),
-        ("torch.cuda.amp.autocast(enabled=args.amp)", 'torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp)'),
-        ("scaler.scale(loss).backward()\n            scaler.unscale_(optimizer)", "loss.backward()"),
-        _STEP_WITHOUT_SCALER,
-        (" scale {scaler.get_scale():.0f}", ""),
-        ('                "scaler": scaler.state_dict(),\n', ""),
-    ],
+    "bf16_no_scaler.py": (
+        EXAMPLE,
+        [
+            ("    scaler = torch.cuda.amp.GradScaler(enabled=args.amp)\n", ""),
+            ("torch.cuda.amp.autocast(enabled=args.amp)", 'torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp)'),
+            ("scaler.scale(loss).backward()\n            scaler.unscale_(optimizer)", "loss.backward()"),
+            _STEP_WITHOUT_SCALER,
+            (" scale {scaler.get_scale():.0f}", ""),
+            ('                "scaler": scaler.state_dict(),\n', ""),
+        ],
+    ),
     # Broken: the loss is scaled but the step bypasses the scaler, so AdamW steps on gradients
     # multiplied by the loss scale. Adam normalises a constant scale away, so the curve barely
     # moves; verify must still say not equivalent.
-    "scaled_not_unscaled.py": [*_MODERN_SPELLING, ("            scaler.unscale_(optimizer)\n", ""), _STEP_WITHOUT_SCALER],
+    "scaled_not_unscaled.py": (
+        EXAMPLE,
+        [*_MODERN_SPELLING, ("            scaler.unscale_(optimizer)\n", ""), _STEP_WITHOUT_SCALER],
+    ),
     # Broken: the learning rate was lost (AdamW's default 1e-3 instead of 3e-3).
-    "wrong_lr.py": [*_MODERN_SPELLING, ("lr=args.lr, weight_decay", "weight_decay")],
+    "wrong_lr.py": (EXAMPLE, [*_MODERN_SPELLING, ("lr=args.lr, weight_decay", "weight_decay")]),
+    # Broken, in the two-file project: scaled, never unscaled (SGD steps 65536x too far: the loss
+    # stops being finite).
+    "broken_scaled_not_unscaled.py": (
+        PROJECTS / "two_file",
+        [
+            ("from torch.cuda.amp import GradScaler, autocast", "from torch.amp import GradScaler, autocast"),
+            ("with autocast():", 'with autocast("cuda"):', 2),
+            ("scaler = GradScaler()", 'scaler = GradScaler("cuda")'),
+            _STEP_WITHOUT_SCALER,
+        ],
+    ),
 }
 
 
-def example_with_after(destination: Path, name: str) -> Path:
-    """A copy of the bundled example with the hand-written after `name` beside its train.py."""
-    project = copy_of(EXAMPLE, destination)
+def project_with_after(destination: Path, name: str) -> Path:
+    """A copy of the project the hand-written after `name` belongs to, with it beside train.py."""
+    source, edits = AFTERS[name]
+    project = copy_of(source, destination)
     text = (project / "train.py").read_text(encoding="utf-8")
-    for old, new in AFTERS[name]:
-        assert text.count(old) == 1, (name, old)
+    for old, new, *count in edits:
+        assert text.count(old) == (count[0] if count else 1), (name, old)
         text = text.replace(old, new)
     (project / name).write_text(text, encoding="utf-8")
     return project
@@ -145,7 +163,7 @@ def test_bundled_transformer_example_verifies(cli, monkeypatch, tmp_path):
 
 
 def test_hand_migrated_bf16_without_scaler_is_equivalent(cli, monkeypatch, tmp_path):
-    project = example_with_after(tmp_path / "legacy_transformer", "bf16_no_scaler.py")
+    project = project_with_after(tmp_path / "legacy_transformer", "bf16_no_scaler.py")
 
     result, data = run_verify(cli, monkeypatch, project, "train.py", "--after", "bf16_no_scaler.py", "--steps", "100", "--runs", "2")
 
@@ -155,7 +173,7 @@ def test_hand_migrated_bf16_without_scaler_is_equivalent(cli, monkeypatch, tmp_p
 
 
 def test_wrong_learning_rate_is_not_equivalent(cli, monkeypatch, tmp_path):
-    project = example_with_after(tmp_path / "legacy_transformer", "wrong_lr.py")
+    project = project_with_after(tmp_path / "legacy_transformer", "wrong_lr.py")
 
     result, data = run_verify(cli, monkeypatch, project, "train.py", "--after", "wrong_lr.py", "--steps", "60", "--runs", "2")
 
@@ -166,7 +184,7 @@ def test_wrong_learning_rate_is_not_equivalent(cli, monkeypatch, tmp_path):
 
 
 def test_loss_scaled_but_never_unscaled_is_not_equivalent(cli, monkeypatch, tmp_path):
-    project = copy_of(PROJECTS / "two_file", tmp_path / "two_file")
+    project = project_with_after(tmp_path / "two_file", "broken_scaled_not_unscaled.py")
 
     result, data = run_verify(
         cli, monkeypatch, project, "train.py", "--after", "broken_scaled_not_unscaled.py", "--steps", "40", "--runs", "2"
@@ -177,7 +195,7 @@ def test_loss_scaled_but_never_unscaled_is_not_equivalent(cli, monkeypatch, tmp_
 
 
 def test_steps_on_scaled_gradients_are_not_equivalent_even_where_adam_hides_them(cli, monkeypatch, tmp_path):
-    project = example_with_after(tmp_path / "legacy_transformer", "scaled_not_unscaled.py")
+    project = project_with_after(tmp_path / "legacy_transformer", "scaled_not_unscaled.py")
 
     result, data = run_verify(cli, monkeypatch, project, "train.py", "--after", "scaled_not_unscaled.py", "--steps", "40", "--runs", "2")
 

@@ -75,30 +75,29 @@ def following(names: NameIndex, statement: cst.CSTNode, *, out_of_loops: bool = 
     """Statements that run after `statement` in the same iteration, in order; with
     `out_of_loops`, also those after an inner loop (gradient accumulation over an inner loop
     steps after it), up to the body of the function's outermost loop."""
-    current = statement
-    while True:
-        block = containing_block(names, current)
-        body = body_of(block) if block is not None else None
-        if body is None:
-            return
-        index = _index(body, current)
+    for body, index in _enclosing_bodies(names, statement, out_of_loops=out_of_loops):
         yield from body[index + 1 :]
-        current = climbable(names, block, out_of_loops=out_of_loops)
-        if current is None:
-            return
 
 
 def preceding(names: NameIndex, statement: cst.CSTNode) -> Iterator[cst.BaseStatement]:
     """Statements that ran before `statement` in the same iteration, nearest first."""
+    for body, index in _enclosing_bodies(names, statement, out_of_loops=False):
+        yield from reversed(body[:index])
+
+
+def _enclosing_bodies(
+    names: NameIndex, statement: cst.CSTNode, *, out_of_loops: bool
+) -> Iterator[Tuple[Sequence[cst.BaseStatement], int]]:
+    """Each block body around `statement` within the iteration, innermost first, with the index
+    of the statement (or of the block holding it) in that body."""
     current = statement
     while True:
         block = containing_block(names, current)
         body = body_of(block) if block is not None else None
         if body is None:
             return
-        index = _index(body, current)
-        yield from reversed(body[:index])
-        current = climbable(names, block)
+        yield body, _index(body, current)
+        current = climbable(names, block, out_of_loops=out_of_loops)
         if current is None:
             return
 
