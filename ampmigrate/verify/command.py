@@ -27,7 +27,7 @@ with different seeds) and the final smoothed losses agree within --tolerance.
     epilog=_EPILOG,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-@click.argument("script", type=click.Path(exists=True, dir_okay=False))
+@click.argument("script", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--after", "after", type=click.Path(exists=True, dir_okay=False), help="Compare SCRIPT with this file instead of with SCRIPT migrated.")
 @click.option("--root", type=click.Path(exists=True, file_okay=False), help="The project to migrate, in a temporary copy (default: the script's folder).")
@@ -40,6 +40,9 @@ with different seeds) and the final smoothed losses agree within --tolerance.
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write the loss curves as a PNG (needs matplotlib).")
 @click.option("--timeout", type=click.FloatRange(min=1), help="Seconds each run may take.")
 @click.option("--keep", is_flag=True, help="Keep the temporary folder (migrated copy, logs) also when equivalent.")
+@click.option("--clean", is_flag=True, help="Remove the temporary folders earlier verifications kept, and exit.")
+@click.option("--isolation", type=click.Choice(["auto", "namespace", "redirect"]), default="auto", show_default=True,
+              help="namespace: each run in its own user and mount namespaces (Linux), writes land in overlays; redirect: writes redirected inside Python (catches less).")
 @click.option("--unsafe-fixes/--no-unsafe-fixes", default=True, show_default=True, help="Migrate with the unsafe fixes too (verifying them is the point).")
 @click.option("--select", multiple=True, help="Rule codes or prefixes the migration applies.")
 @click.option("--extend-select", multiple=True, help="Codes or prefixes to enable in addition.")
@@ -48,7 +51,7 @@ with different seeds) and the final smoothed losses agree within --tolerance.
 @click.option("--min-torch", help="Oldest torch the migrated code must run on (default 2.4).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="pyproject.toml to read [tool.ampmigrate] from (default: the nearest to the project root).")
 def verify(script, script_args, after, root, steps, seed, device, runs, tolerance, json_path, plot_path, timeout, keep,
-           unsafe_fixes, select, extend_select, ignore, target_dtype, min_torch, config_path):
+           clean, isolation, unsafe_fixes, select, extend_select, ignore, target_dtype, min_torch, config_path):
     """Run SCRIPT's training loop before and after the migration and compare the loss curves.
 
     The after run is SCRIPT's project (--root) migrated in a temporary copy with the fixes `fix`
@@ -57,6 +60,11 @@ def verify(script, script_args, after, root, steps, seed, device, runs, toleranc
     """
     from ampmigrate.cli import _settings
 
+    if clean:
+        _clean()
+        return
+    if script is None:
+        raise click.UsageError("Missing argument 'SCRIPT'.")
     if importlib.util.find_spec("torch") is None:  # the runs use this interpreter
         click.echo("error: `verify` runs your training script, so it needs PyTorch: pip install 'ampmigrate[verify]'", err=True)
         sys.exit(COULD_NOT_RUN)
@@ -82,6 +90,7 @@ def verify(script, script_args, after, root, steps, seed, device, runs, toleranc
         tolerance=tolerance,
         timeout=timeout,
         keep=keep,
+        isolation=isolation,
     )
 
     def progress(message: str) -> None:
@@ -110,3 +119,17 @@ def verify(script, script_args, after, root, steps, seed, device, runs, toleranc
         write_png(outcome, plot_path)
         click.echo(f"wrote {plot_path}", err=True)
     sys.exit(outcome.exit_code)
+
+
+def _clean() -> None:
+    """`verify --clean`: remove the verify folders no running verify owns."""
+    from ampmigrate.verify.runner import remove_workdir, stale_workdirs
+
+    stale, in_use = stale_workdirs()
+    for path in stale:
+        remove_workdir(path)
+        click.echo(f"removed {path}")
+    summary = f"removed {len(stale)} verify folder(s)"
+    if in_use:
+        summary += f"; {len(in_use)} in use by a running verify left alone"
+    click.echo(summary)

@@ -221,6 +221,43 @@ def install_seed_offset(torch: Any, offset: int) -> None:
         numpy.random.seed = shifted(numpy.random.seed)
 
 
+def install_heartbeat(torch: Any, path: Optional[str]) -> None:
+    """Write the number of optimizer steps so far to `path`: the parent's time limit watches it."""
+    if not path:
+        return
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    count = [0]
+
+    def beat(optimizer, args, kwargs) -> None:
+        count[0] += 1
+        os.pwrite(handle, b"%d\n" % count[0], 0)  # the count only grows longer: no stale digits
+
+    register_optimizer_step_post_hook(beat)
+
+
+def watch_parent() -> None:
+    """When `verify` is gone, however it ended (its pipe reads EOF), kill this run's process group:
+    the script, its DataLoader workers and its children (no orphans)."""
+    import signal
+    import threading
+
+    fd = os.environ.pop("AMPMIGRATE_VERIFY_WATCH_FD", None)
+    if not fd:
+        return
+
+    def watch() -> None:
+        try:
+            while os.read(int(fd), 1):
+                pass
+        except OSError:
+            pass
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="ampmigrate-watchdog", daemon=True).start()
+
+
 def seed_everything(torch: Any, seed: int) -> None:
     random.seed(seed)
     numpy = _import_numpy()
@@ -327,11 +364,12 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _set_up(torch: Any, spec: Dict[str, Any], device: str):
-    from ampmigrate.verify import devicemap
+    from ampmigrate.verify import compat, devicemap
     from ampmigrate.verify.sandbox import Sandbox
 
     if device == "cpu":
         devicemap.map_cuda_to_cpu()
+    compat.install(torch, mapped=device == "cpu")
     if spec["precision"] == "fp32":
         devicemap.disable_amp()
     seed_everything(torch, spec["seed"])
@@ -342,15 +380,20 @@ def _set_up(torch: Any, spec: Dict[str, Any], device: str):
         install_instruments(torch, recorder)
     else:
         install_step_counter(torch, recorder)
-    sandbox = Sandbox(spec.get("protect", []), spec["scratch"], exempt=spec.get("exempt", []))
-    sandbox.install()
-    sandbox.install_torch(torch)
+    install_heartbeat(torch, spec.get("progress"))
+    # Under namespace isolation the kernel keeps the user's files: nothing to redirect here.
+    protected = [] if spec.get("isolation") == "namespace" else spec.get("protect", [])
+    sandbox = Sandbox(protected, spec["scratch"], exempt=spec.get("exempt", []))
+    if protected:
+        sandbox.install()
+        sandbox.install_torch(torch)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     script = spec["script"]
     sys.argv = [script, *spec.get("args", [])]
     sys.path[0] = os.path.dirname(script)  # as `python script.py` would
     map_sys_path(spec.get("path_map", {}))
+    sys.path[:0] = spec.get("python_path", [])
     sys.dont_write_bytecode = True
     return recorder, sandbox
 
@@ -398,6 +441,7 @@ def _collect(torch: Any, result: Dict[str, Any], recorder: Recorder, device: str
 
 
 def main(argv: List[str]) -> None:
+    watch_parent()
     with open(argv[1], encoding="utf-8") as handle:
         spec = json.load(handle)
     try:

@@ -24,6 +24,11 @@ from ampmigrate.source import SourceError, SourceFile
 _SKIPPED_DIRS = frozenset(DEFAULT_EXCLUDE) | {"__pycache__"}
 
 
+def skipped_dir(name: str) -> bool:
+    """Folders nobody wants in a copy nor looks into (`.git`, virtual environments, caches)."""
+    return name in _SKIPPED_DIRS
+
+
 @dataclass
 class MigratedProject:
     root: str  # the user's project root (resolved)

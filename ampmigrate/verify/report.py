@@ -56,6 +56,7 @@ def _title(outcome: Outcome) -> Text:
     details = f"device {device}{mapped}, {options.steps} steps, seed {options.seed}"
     if run and run.data.get("torch"):
         details += f", torch {run.data['torch']}"
+    details += f", isolation {outcome.isolation}"
     title.append(details, style="dim")
     project = outcome.project
     if project is not None:
@@ -184,6 +185,7 @@ def to_json(outcome: Outcome) -> Dict[str, Any]:
         "problem": outcome.problem,
         "baseline": "fp32 after" if outcome.baseline_kind == BASELINE_FP32 else "before",
         "notes": outcome.notes,
+        "isolation": outcome.isolation,
         "options": {
             "script": outcome.options.script,
             "script_args": list(outcome.options.script_args),

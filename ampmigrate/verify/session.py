@@ -7,14 +7,16 @@ that never calls backward, a baseline that is not finite, ...).
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field, replace
 from typing import Callable, List, Optional
 
 from ampmigrate.config import Settings
 from ampmigrate.verify.project import MigratedProject, migrate_copy
-from ampmigrate.verify.runner import AS_WRITTEN, FP32, RunResult, RunSpec, execute
+from ampmigrate.verify.isolation import choose_isolation, protected_folders
+from ampmigrate.verify.runner import (
+    AS_WRITTEN, FP32, REDIRECT, RunResult, RunSpec, execute, new_workdir, remove_workdir, termination_as_interrupt,
+    time_limit,
+)
 from ampmigrate.verify.stats import DEFAULT_TOLERANCE, Comparison, ComparisonError, compare
 
 EQUIVALENT, NOT_EQUIVALENT, COULD_NOT_RUN = 0, 1, 2
@@ -34,6 +36,7 @@ class Options:
     tolerance: float = DEFAULT_TOLERANCE
     timeout: Optional[float] = None  # seconds per run
     keep: bool = False  # keep the temporary folder (copy, logs) even when equivalent
+    isolation: str = "auto"  # auto | namespace | redirect (sandboxing.choose_isolation)
 
 
 @dataclass
@@ -52,6 +55,7 @@ class Outcome:
     project: Optional[MigratedProject] = None
     notes: List[str] = field(default_factory=list)
     kept: bool = False
+    isolation: str = REDIRECT  # what the runs used: NAMESPACE or REDIRECT
 
     @property
     def verdict(self) -> str:
@@ -70,19 +74,23 @@ def _is_apex(module: Optional[str]) -> bool:
 
 
 def run_verification(options: Options, settings: Settings, progress: Callable[[str], None] = lambda _: None) -> Outcome:
-    workdir = tempfile.mkdtemp(prefix="ampmigrate-verify-")
+    workdir = new_workdir()
     outcome = Outcome(options, workdir)
     try:
-        _verify(options, settings, outcome, progress)
+        with termination_as_interrupt():  # SIGTERM/SIGHUP: runs killed, folder removed, as for Ctrl-C
+            _verify(options, settings, outcome, progress)
     except KeyboardInterrupt:
-        shutil.rmtree(workdir, ignore_errors=True)
+        remove_workdir(workdir)
         raise
     except _Stop as stop:
         outcome.exit_code = COULD_NOT_RUN
         outcome.problem = stop.problem
         outcome.failed_run = stop.run
+    except BaseException:
+        remove_workdir(workdir)
+        raise
     if outcome.exit_code == EQUIVALENT and not options.keep:
-        shutil.rmtree(workdir, ignore_errors=True)
+        remove_workdir(workdir)
     else:
         outcome.kept = True
     return outcome
@@ -94,10 +102,14 @@ def _verify(options: Options, settings: Settings, outcome: Outcome, progress: Ca
     cwd = os.getcwd()
     if not (script + os.sep).startswith(root + os.sep):
         raise _Stop(f"{options.script} is not inside the project root {root}")
-    protect = [root, cwd]  # folders whose files the runs must not change
+    try:
+        outcome.isolation = choose_isolation(options.isolation, outcome.notes)
+    except ValueError as exc:
+        raise _Stop(str(exc)) from None
     after_script, path_map = _prepare_after(options, settings, outcome, script, root, progress)
-    if options.after:
-        protect.append(os.path.dirname(after_script))
+    # folders whose files the runs must not change
+    protect = protected_folders([root, cwd] + ([os.path.dirname(after_script)] if options.after else []))
+    limits = {}  # the time limit of each run: the first one's, then one derived from the baseline
 
     def spec(label: str, path: str, seed: int, precision: str = AS_WRITTEN, mapped: bool = False) -> RunSpec:
         return RunSpec(
@@ -112,11 +124,12 @@ def _verify(options: Options, settings: Settings, outcome: Outcome, progress: Ca
             precision=precision,
             protect=protect,
             path_map=path_map if mapped else {},
+            isolation=outcome.isolation,
         )
 
     def launch(run_spec: RunSpec, name: str) -> RunResult:
         progress(f"running {run_spec.label} (seed {run_spec.seed}) ...")
-        result = execute(run_spec, outcome.workdir, name, timeout=options.timeout)
+        result = execute(run_spec, outcome.workdir, name, limit=limits.get("derived") or time_limit(options.timeout))
         if not result.failed:
             seconds = result.data.get("run_seconds", 0.0)
             progress(f"  {result.steps} steps in {seconds:.1f} s")
@@ -141,6 +154,7 @@ def _verify(options: Options, settings: Settings, outcome: Outcome, progress: Ca
         _require_ran(before, "the before script")
         baseline = before
     outcome.baseline = baseline
+    limits["derived"] = time_limit(options.timeout, baseline)
 
     after = launch(spec("after", after_script, options.seed, mapped=mapped_after), "after")
     outcome.after = after
