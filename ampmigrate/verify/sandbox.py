@@ -7,11 +7,16 @@ process, writes under the protected folders (the project root, the working direc
 scratch folder of that run instead, and later reads of a file the run wrote come back from
 there, so save-then-load round trips work.
 
-Covered: `open`/`io.open` (and so `pathlib`, `numpy.save`, logging, `torch.load`), `os.open`,
-`os.stat` (and so `os.path.exists`), `os.mkdir`/`os.makedirs`, `os.remove`/`os.unlink`/`os.rmdir`,
-`os.rename`/`os.replace` (a user's own file is copied, never moved), `shutil.rmtree` and
-`torch.save`. Calls relative to a directory descriptor (`dir_fd=`) pass through. Not covered:
-native code that opens files itself, and directory listings.
+This is the fallback of `--isolation namespace` (isolation.py), for machines without user
+namespaces. Covered: `open`/`io.open` (and so `pathlib`, `numpy.save`, logging, `torch.load`),
+numpy's own opener (`savetxt`), `os.open`, `os.truncate`, `os.stat`/`os.lstat`/`os.readlink` (and
+so `os.path.exists`), `os.mkdir`/`os.makedirs`, `os.remove`/`os.unlink`/`os.rmdir`,
+`os.rename`/`os.replace` (a user's own file is copied, never moved), `os.symlink`,
+`os.chmod`/`os.utime`/`os.chown` (so `shutil.copy2`/`copytree` work), `shutil.rmtree`,
+`torch.save`, and the same in the processes `multiprocessing` spawns (DataLoader workers with the
+spawn start method; forked ones inherit it). Calls relative to a directory descriptor (`dir_fd=`)
+pass through. Not covered: other child processes, native code that opens files itself, and
+directory listings.
 """
 
 from __future__ import annotations
@@ -19,8 +24,11 @@ from __future__ import annotations
 import builtins
 import functools
 import io
+import json
 import os
 import shutil
+import sys
+import threading
 from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -28,6 +36,7 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 class Sandbox:
     def __init__(self, protected: Sequence[str], scratch: str, exempt: Sequence[str] = ()) -> None:
+        self.settings = {"protected": list(protected), "scratch": scratch, "exempt": list(exempt)}
         roots = sorted({os.path.realpath(p) for p in protected}, key=len, reverse=True)
         self.roots: List[Tuple[str, str]] = [
             (root, os.path.join(scratch, f"{index}-{os.path.basename(root) or 'root'}"))
@@ -37,10 +46,16 @@ class Sandbox:
         self.redirected: Set[str] = set()  # absolute paths (as the script spelled them) now in scratch
         self.written: List[str] = []  # what the run wrote, relative to its protected root, for the report
         self._originals: List[Tuple[Any, str, Any]] = []
+        self._resolving = threading.local()
 
     # ------------------------------------------------------------------ path mapping
     def _target(self, path: str) -> Optional[str]:
-        real = os.path.realpath(path)
+        # realpath calls os.lstat and os.readlink, which the sandbox wraps too: they pass through meanwhile.
+        self._resolving.active = True
+        try:
+            real = os.path.realpath(path)
+        finally:
+            self._resolving.active = False
         if any(_inside(real, exempt) for exempt in self.exempt):
             return None
         for root, scratch in self.roots:
@@ -99,7 +114,8 @@ class Sandbox:
             if kwargs.get("dir_fd") is not None:
                 return original_os_open(path, flags, *args, **kwargs)
             if flags & _WRITE_FLAGS:
-                path = self.for_write(path, keep_contents=not flags & os.O_TRUNC)
+                # Without O_CREAT the file must exist where the write goes: copy it even if truncated.
+                path = self.for_write(path, keep_contents=not (flags & os.O_TRUNC and flags & os.O_CREAT))
             else:
                 path = self.for_read(path)
             return original_os_open(path, flags, *args, **kwargs)
@@ -171,6 +187,75 @@ class Sandbox:
             return original_stat(self.for_read(path), *args, **kwargs)
 
         self._replace(os, "stat", guarded_stat)
+        for name in ("lstat", "readlink"):
+            self._replace(os, name, self._reader(getattr(os, name)))
+        for name in ("chmod", "utime", "chown", "truncate"):
+            if hasattr(os, name):
+                self._replace(os, name, self._updater(getattr(os, name)))
+
+        original_symlink = os.symlink
+
+        @functools.wraps(original_symlink)
+        def symlink(src, dst, *args, **kwargs):
+            if kwargs.get("dir_fd") is None:
+                dst = self.for_write(dst)
+            return original_symlink(src, dst, *args, **kwargs)
+
+        self._replace(os, "symlink", symlink)
+        self._install_numpy(guarded_open)
+        self._install_spawn()
+
+    def _reader(self, func: Callable) -> Callable:
+        @functools.wraps(func)
+        def read(path, *args, **kwargs):
+            if kwargs.get("dir_fd") is not None or getattr(self._resolving, "active", False):
+                return func(path, *args, **kwargs)
+            return func(self.for_read(path), *args, **kwargs)
+
+        return read
+
+    def _updater(self, func: Callable) -> Callable:
+        """chmod/utime/chown/truncate of a path change a copy of the file in scratch."""
+
+        @functools.wraps(func)
+        def update(path, *args, **kwargs):
+            if kwargs.get("dir_fd") is not None or isinstance(path, int):
+                return func(path, *args, **kwargs)
+            text = _as_text(path)
+            if text is not None and self._target(os.path.abspath(text)) is not None and os.path.isdir(text):
+                return None  # a protected folder's own mode and times stay
+            return func(self.for_write(path, keep_contents=True), *args, **kwargs)
+
+        return update
+
+    def _install_numpy(self, guarded_open: Callable) -> None:
+        """numpy keeps its own reference to `open` (np.savetxt, np.loadtxt go through it)."""
+        datasource = getattr(getattr(sys.modules.get("numpy"), "lib", None), "_datasource", None)
+        openers = getattr(getattr(datasource, "_file_openers", None), "_file_openers", None)
+        if isinstance(openers, dict) and None in openers:
+            self._originals.append((_DictEntry(openers, None), "entry", openers[None]))
+            openers[None] = guarded_open
+
+    def _install_spawn(self) -> None:
+        """Processes multiprocessing spawns (DataLoader workers, `spawn` start method) install the
+        same sandbox before they run anything of the script."""
+        import multiprocessing.spawn as spawn
+
+        original = spawn.get_command_line
+
+        @functools.wraps(original)
+        def get_command_line(**kwds):
+            command = list(original(**kwds))
+            if "-c" in command:
+                index = command.index("-c") + 1
+                state = dict(self.settings, redirected=sorted(self.redirected))
+                command[index] = (
+                    f"from ampmigrate.verify.sandbox import install_in_child; install_in_child({json.dumps(state)!r}); "
+                    + command[index]
+                )
+            return command
+
+        self._replace(spawn, "get_command_line", get_command_line)
 
     def install_torch(self, torch: Any) -> None:
         """`torch.save` to a path writes from native code; map the path first."""
@@ -210,6 +295,24 @@ class Sandbox:
 
 
 _ORIGINAL_MAKEDIRS = os.makedirs
+
+
+class _DictEntry:
+    """`_replace`'s undo for a dictionary entry (setattr(entry, key, value) sets entry[key])."""
+
+    def __init__(self, mapping: dict, key: Any) -> None:
+        self.__dict__.update(mapping=mapping, key=key)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.mapping[self.key] = value
+
+
+def install_in_child(state_json: str) -> None:
+    """In a spawned child: the parent run's sandbox, with what it had redirected so far."""
+    state = json.loads(state_json)
+    sandbox = Sandbox(state["protected"], state["scratch"], state["exempt"])
+    sandbox.redirected.update(state["redirected"])
+    sandbox.install()
 
 
 def _inside(path: str, root: str) -> bool:
