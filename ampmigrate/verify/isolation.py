@@ -112,11 +112,14 @@ def symlink_targets(roots: Sequence[str], limit: int = 200_000) -> List[str]:
                 seen += 1
                 path = os.path.join(directory, name)
                 if os.path.islink(path):
-                    real = os.path.realpath(path)
+                    try:
+                        real = os.path.realpath(path)
+                    except OSError:  # a loop, or a link the user may not follow
+                        continue
                     target = real if os.path.isdir(real) else os.path.dirname(real)
                     if not any(_inside(target, r) for r in roots):
                         found[target] = None
-                elif name in subdirectories and not skipped_dir(name):
+                elif name in subdirectories and not skipped_dir(name) and path not in _SYSTEM_MOUNTS:
                     kept.append(name)
             subdirectories[:] = kept
             if seen > limit:

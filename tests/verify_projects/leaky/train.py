@@ -42,6 +42,9 @@ def worker_writes(kind, worker_id):
 
 
 def leak(skip):
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "beside_the_script.txt"), "w") as handle:
+        handle.write("written next to the script\n")
+
     os.truncate("config.json", 5)
     assert os.path.getsize("config.json") == 5
 
