@@ -365,3 +365,32 @@ def test_script_shapes_verify_on_the_cpu(script, cli, monkeypatch, tmp_path):
     assert data["runs"]["before"]["status"] == data["runs"]["after"]["status"] == "completed"
     assert data["runs"]["before"]["precision"].startswith("fp16")
     assert tree_state(project) == before
+
+
+FRAMEWORKS = {"lightning_fit.py": "pytorch_lightning", "hf_trainer.py": "transformers"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(FRAMEWORKS))
+def test_framework_training_loops_verify_on_the_cpu(script, cli, monkeypatch, tmp_path):
+    """Lightning's Trainer.fit and Hugging Face's Trainer.train: their optimizers' steps and
+    losses (scaled by their own GradScaler) are observed like a hand-written loop's."""
+    import importlib.util
+
+    if importlib.util.find_spec(FRAMEWORKS[script]) is None:
+        pytest.skip(f"{FRAMEWORKS[script]} is not installed")
+    project = tmp_path / "frameworks"
+    shutil.copytree(PROJECTS / "frameworks", project)
+    before = tree_state(project)
+    monkeypatch.chdir(project)
+    report = tmp_path / "report.json"
+
+    result = cli("verify", script, "--device", "cpu", "--steps", "10", "--runs", "2", "--json", str(report))
+
+    assert result.exit_code == 0, result.output
+    data = json.loads(report.read_text())
+    for run in (data["runs"]["before"], data["runs"]["after"]):
+        assert run["status"] == "completed" and run["steps"] == 10
+        assert all(loss is not None and loss > 0 for loss in run["losses"])
+    assert data["runs"]["before"]["precision"] == "fp16 + GradScaler"  # the framework's own scaler, seen
+    assert tree_state(project) == before
