@@ -181,6 +181,8 @@ def test_leak_suite_as_an_unprivileged_user():
         assert data["runs"]["before"]["status"] == "completed"
         assert "created_by_child.txt" in data["runs"]["before"]["written_files"]
         assert tree_state(base / "world") == before
+        # removed by the unprivileged verify itself, overlay work folders (mode 000) included
+        assert not [name for name in os.listdir(base / "tmp") if name.startswith("ampmigrate-verify-")]
 
         # A file of another user cannot be copied into the run's layer: the write fails, and says why.
         completed = subprocess.run(

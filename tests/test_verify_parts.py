@@ -152,5 +152,5 @@ def test_verify_is_listed_and_has_help(cli):
     assert "verify" in listing.output
     shown = cli("verify", "--help")
     assert shown.exit_code == 0
-    for option in ("--after", "--root", "--steps", "--seed", "--device", "--runs", "--tolerance", "--json", "--plot"):
+    for option in ("--after", "--root", "--steps", "--seed", "--device", "--runs", "--tolerance", "--json", "--plot", "--isolation", "--clean"):
         assert option in shown.output
