@@ -125,6 +125,27 @@ def test_leak_suite(mode, cli, monkeypatch, tmp_path, quiet_runs):
     assert os.listdir(quiet_runs) == []  # equivalent: the verify folder is gone
 
 
+@pytest.mark.skipif(NAMESPACE_MISSING is not None, reason=f"no namespaces: {NAMESPACE_MISSING}")
+def test_a_write_outside_the_overlays_fails_and_says_why(tmp_path):
+    """Folders that hold none of the project, the working directory, the temporary folder or the
+    home directory are read-only in the run (here: this repository's own tests folder)."""
+    target = ROOT / "tests" / f"_written_by_a_run_{uuid.uuid4().hex}.txt"
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "write.py").write_text("import sys\nopen(sys.argv[1], 'w').write('leaked')\n")
+    spec = RunSpec(label="before", script=str(project / "write.py"), args=[str(target)], cwd=str(project), steps=10, seed=0,
+                   device="cpu", protect=[str(project)], isolation="namespace")
+    try:
+        result = execute(spec, str(tmp_path / "work"), "before")
+        assert not target.exists()
+        assert result.status == "crashed"
+        assert "Read-only file system" in result.error["message"]
+        assert "the rest of the file system is read-only" in result.error["message"]
+    finally:
+        if target.exists():
+            target.unlink()
+
+
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 PROBE = "import subprocess, sys, torch, ampmigrate; subprocess.run([sys.executable, '-c', 'import torch'], check=True)"
 

@@ -24,6 +24,7 @@ def main():
         real = Tensor(np.random.normal(2.0, 0.5, (32, 2)))
         assert isinstance(real, torch.cuda.FloatTensor if cuda else torch.FloatTensor)
         real = real.type(torch.cuda.HalfTensor).type(Tensor)  # a round trip through the legacy types
+        real = real.type("torch.cuda.FloatTensor")  # and their names
         valid = Tensor(32, 1).fill_(1.0)
         fake_label = Tensor(32, 1).fill_(0.0)
         z = Tensor(np.random.normal(0, 1, (32, 4)))
