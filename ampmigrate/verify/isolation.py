@@ -30,7 +30,7 @@ import stat
 import subprocess
 import sys
 import tempfile
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
