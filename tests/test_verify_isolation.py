@@ -217,6 +217,18 @@ def test_leak_suite_as_an_unprivileged_user():
         shutil.rmtree(base, ignore_errors=True)
 
 
+def test_without_namespaces_auto_falls_back_with_a_warning_and_namespace_refuses(monkeypatch):
+    monkeypatch.setattr(isolation, "_PROBED", {"reason": "unshare: Operation not permitted"})
+    notes = []
+    assert isolation.choose_isolation("auto", notes) == "redirect"
+    assert "not isolated by namespaces here (unshare: Operation not permitted)" in notes[0]
+    assert "cannot catch writes from child processes" in notes[0]
+    with pytest.raises(ValueError, match="--isolation namespace is not available here: unshare"):
+        isolation.choose_isolation("namespace", [])
+    monkeypatch.setattr(isolation, "_PROBED", {"reason": None})
+    assert isolation.choose_isolation("auto", []) == "namespace"
+
+
 def test_namespace_plan_overlays_outermost_folders_and_never_the_root(tmp_path):
     (tmp_path / "project" / "sub").mkdir(parents=True)
     (tmp_path / "elsewhere").mkdir()
