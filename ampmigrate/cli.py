@@ -6,7 +6,6 @@ errors, bad configuration, files that could not be checked, or internal errors.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import os
 import sys
@@ -16,8 +15,7 @@ from typing import Callable, List, Optional, Sequence
 import click
 
 from ampmigrate import __version__
-from ampmigrate.api import parse_version
-from ampmigrate.config import ConfigError, Settings, check_target_dtype, load_settings, split_codes, validate_codes
+from ampmigrate.config import ConfigError, Settings, resolve_settings
 from ampmigrate.diagnostics import FileError
 from ampmigrate.discovery import discover
 from ampmigrate.engine.project import ProjectImports
@@ -86,7 +84,8 @@ def _selection_options(func: Callable) -> Callable:
         click.option("--ignore", multiple=True, help="Codes or prefixes to disable."),
         click.option("--target-dtype", help="bfloat16 (Ampere and newer; the default) or float16 (V100/T4 fleets)."),
         click.option("--min-torch", help="Oldest torch the code must keep running on (default 2.4); fixes never emit newer API."),
-        click.option("--config", "config_path", type=click.Path(dir_okay=False), help="pyproject.toml to read [tool.ampmigrate] from (default: the nearest one)."),
+        click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Configuration file: pyproject.toml ([tool.ampmigrate]), ampmigrate.toml or .ampmigrate.toml (default: the nearest one)."),
+        click.option("--force-exclude", is_flag=True, help="Apply the excludes to paths named on the command line too."),
         click.option("-j", "--jobs", type=click.IntRange(min=1), help="Worker processes (default: all cores)."),
         click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache."),
         click.option(
@@ -100,36 +99,6 @@ def _selection_options(func: Callable) -> Callable:
     for option in reversed(options):
         func = option(func)
     return func
-
-
-def _settings(select, extend_select, ignore, target_dtype, min_torch, config_path, unsafe_fixes=None, start=None) -> Settings:
-    """Settings from the configuration (the nearest to `start`, default the working directory) and the options."""
-    from ampmigrate.rules import rule_classes
-
-    settings = load_settings(config_path, start=start)
-    known = [cls.code for cls in rule_classes()]
-    origin = settings.config_path or "configuration"
-    validate_codes(settings.select + settings.extend_select + settings.ignore, known, origin)
-    changes = {}
-    if select:
-        changes["select"] = split_codes(select)
-    if extend_select:
-        changes["extend_select"] = settings.extend_select + split_codes(extend_select)
-    if ignore:
-        changes["ignore"] = settings.ignore + split_codes(ignore)
-    for key in ("select", "extend_select", "ignore"):
-        if key in changes:
-            validate_codes(changes[key], known, f"--{key.replace('_', '-')}")
-    if target_dtype:
-        changes["target_dtype"] = check_target_dtype(target_dtype, "--target-dtype")
-    if min_torch:
-        try:
-            changes["min_torch"] = parse_version(min_torch)
-        except ValueError as exc:
-            raise ConfigError(f"--min-torch: {exc}") from None
-    if unsafe_fixes:
-        changes["unsafe_fixes"] = True
-    return dataclasses.replace(settings, **changes)
 
 
 def _fail(message: str) -> None:
@@ -173,8 +142,12 @@ def _cache(settings: Settings, no_cache: bool, cache_dir: Optional[str]) -> Opti
     return Cache.open(cache_dir or default_directory(settings), settings)
 
 
-def _run(paths: Sequence[str], settings: Settings, job: Job, jobs: Optional[int], cache: Optional[Cache]) -> RunResult:
-    found = discover(list(paths) or ["."], settings)
+def _run(
+    paths: Sequence[str], settings: Settings, job: Job, jobs: Optional[int], cache: Optional[Cache], force_exclude: bool = False
+) -> RunResult:
+    found = discover(list(paths) or ["."], settings, force_exclude=force_exclude)
+    if not found.files and not found.errors:
+        click.echo("warning: No Python files found under the given path(s)", err=True)
     project = None
     if job.mode == "fix":
         # Fixes must not break other modules that import a rewritten name (see engine/project.py).
@@ -218,17 +191,17 @@ def _print_errors(errors: List[FileError]) -> None:
 @click.option("--output-format", type=click.Choice(FORMATS), default=None, help="full (default), concise, json, github or sarif.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
 @click.option("--unsafe-fixes", is_flag=True, help="Count unsafe fixes as available in the output.")
-def check(paths, select, extend_select, ignore, target_dtype, min_torch, config_path, jobs, no_cache, cache_dir, output_format, exit_zero, unsafe_fixes):
+def check(paths, select, extend_select, ignore, target_dtype, min_torch, config_path, force_exclude, jobs, no_cache, cache_dir, output_format, exit_zero, unsafe_fixes):
     """Report legacy mixed-precision code in PATHS (default: the current directory)."""
     try:
-        settings = _settings(select, extend_select, ignore, target_dtype, min_torch, config_path, unsafe_fixes)
+        settings = resolve_settings(select, extend_select, ignore, target_dtype, min_torch, config_path, unsafe_fixes)
     except ConfigError as exc:
         _fail(str(exc))
     output_format = output_format or os.environ.get("AMPMIGRATE_OUTPUT_FORMAT") or "full"
     if output_format not in FORMATS:
         _fail(f"unknown output format {output_format!r}")
     want_edits = output_format in ("json", "sarif")
-    result = _run(paths, settings, Job("check", want_edits=want_edits), jobs, _cache(settings, no_cache, cache_dir))
+    result = _run(paths, settings, Job("check", want_edits=want_edits), jobs, _cache(settings, no_cache, cache_dir), force_exclude)
     errors = result.all_errors
     report = Report(result.findings, errors, result.files, settings.unsafe_fixes)
     render = renderer(output_format)
@@ -252,13 +225,13 @@ def check(paths, select, extend_select, ignore, target_dtype, min_torch, config_
 @click.option("--diff", is_flag=True, help="Print a unified diff of the changes and write nothing; exit 1 if there are changes.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
 @click.option("--exit-non-zero-on-fix", is_flag=True, help="Exit 1 when any file was changed.")
-def fix(paths, select, extend_select, ignore, target_dtype, min_torch, config_path, jobs, no_cache, cache_dir, unsafe_fixes, diff, exit_zero, exit_non_zero_on_fix):
+def fix(paths, select, extend_select, ignore, target_dtype, min_torch, config_path, force_exclude, jobs, no_cache, cache_dir, unsafe_fixes, diff, exit_zero, exit_non_zero_on_fix):
     """Rewrite legacy mixed-precision code in PATHS to the torch.amp recipe (safe fixes by default)."""
     try:
-        settings = _settings(select, extend_select, ignore, target_dtype, min_torch, config_path, unsafe_fixes)
+        settings = resolve_settings(select, extend_select, ignore, target_dtype, min_torch, config_path, unsafe_fixes)
     except ConfigError as exc:
         _fail(str(exc))
-    result = _run(paths, settings, Job("fix", unsafe=settings.unsafe_fixes), jobs, _cache(settings, no_cache, cache_dir))
+    result = _run(paths, settings, Job("fix", unsafe=settings.unsafe_fixes), jobs, _cache(settings, no_cache, cache_dir), force_exclude)
     changed = result.changed
     if diff:
         for outcome in changed:
