@@ -1,6 +1,6 @@
 """Which files a run looks at.
 
-Directories are walked recursively for `*.py` and `*.pyi`, in sorted order, skipping the default
+Directories are walked recursively for `*.py`, `*.pyi` and `*.ipynb`, in sorted order, skipping the default
 excludes, the configured `exclude`/`extend-exclude` patterns (gitignore syntax, relative to the
 configuration's directory, or matched against a file or directory name), and whatever `.gitignore`
 files ignore (from the repository root down). Paths named on the command line are always checked,
@@ -23,6 +23,8 @@ from ampmigrate.config import Settings
 from ampmigrate.diagnostics import FileError
 
 SOURCE_SUFFIXES = (".py", ".pyi")
+# What a directory walk picks up: Python sources and Jupyter notebooks.
+DISCOVERED_SUFFIXES = SOURCE_SUFFIXES + (".ipynb",)
 
 
 @dataclass
@@ -179,7 +181,7 @@ class _Walker:
                     continue
             if is_dir:
                 self._walk_dir(child_display, child_abs, repo, patterns, ancestors)
-            elif entry.name.endswith(SOURCE_SUFFIXES):
+            elif entry.name.endswith(DISCOVERED_SUFFIXES):
                 problem = _not_a_source_file(child_abs)
                 if problem:
                     self.result.errors.append(FileError(str(child_display), problem))

@@ -19,7 +19,8 @@ def render(report: Report, color: bool = False, width: int = 120) -> str:
             console.print(Text(f.path, style="bold underline"))
             current = f.path
         header = Text()
-        header.append(f"{f.location.row}:{f.location.column} ", style="dim")
+        cell = f"cell {f.cell}:" if f.cell is not None else ""
+        header.append(f"{cell}{f.location.row}:{f.location.column} ", style="dim")
         header.append(f.code, style="bold red" if f.severity == "error" else "bold yellow" if f.severity == "warning" else "bold blue")
         header.append(" ")
         marker = fix_marker(f, report.unsafe_fixes)

@@ -19,7 +19,7 @@ from ampmigrate.rules.base import Rule
 
 class UnusedNoqa(Rule):
     code = "AMP001"
-    triggers = (r"(?i)noqa\s*:\s*amp",)
+    triggers = (r"[Nn][Oo][Qq][Aa]\s*:\s*[Aa][Mm][Pp]",)
 
     def check(self, ctx) -> None:
         """Nothing here: see `report_suppressions`."""
