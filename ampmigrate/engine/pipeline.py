@@ -40,6 +40,7 @@ class FileResult:
     errors: List[FileError] = field(default_factory=list)
     parsed: bool = False  # False when the pre-filter ruled the file out
     fixed: int = 0  # findings resolved by applied fixes
+    fixed_codes: Dict[str, int] = field(default_factory=dict)  # the same, per rule code (--show-fixes)
     new_text: Optional[str] = None  # fix mode: the fixed text, when it differs
     old_text: Optional[str] = None  # fix mode: the original text, when it changed
 
@@ -132,6 +133,8 @@ class Engine:
                 if not accepted:
                     continue
             result.fixed += sum(len(analysis.members[f]) for f in accepted)
+            for finding in (finding for f in accepted for finding in analysis.members[f]):
+                result.fixed_codes[finding.code] = result.fixed_codes.get(finding.code, 0) + 1
             current = new_text
             # The next round may need rules the new text now triggers (e.g. a scaler it added).
             rules = self._rules_for(current) or rules
