@@ -50,9 +50,11 @@ class _Group(click.Group):
             sys.exit(EXIT_ERROR)
 
     def list_commands(self, ctx):
-        return sorted([*super().list_commands(ctx), "verify"])
+        return sorted([*super().list_commands(ctx), "verify", "server"])
 
     def get_command(self, ctx, name):
+        if name == "server":
+            return _server_command()
         if name == "verify":
             try:
                 from ampmigrate.verify.command import verify
@@ -78,6 +80,20 @@ class _Group(click.Group):
 @click.version_option(__version__, prog_name="ampmigrate")
 def main() -> None:
     """Find and fix legacy PyTorch mixed-precision code (apex.amp, torch.cuda.amp, GradScaler misuse, fp16)."""
+
+
+def _server_command() -> click.Command:
+    @click.command("server")
+    def server() -> None:
+        """Run the language server over stdio (for editors; needs `pip install 'ampmigrate[server]'`)."""
+        try:
+            from ampmigrate.server import serve
+        except ImportError as exc:
+            missing = getattr(exc, "name", None) or str(exc)
+            raise click.ClickException(f"`server` needs pygls ({missing} is missing): pip install 'ampmigrate[server]'")
+        serve()
+
+    return server
 
 
 # ---------------------------------------------------------------------------------- shared options

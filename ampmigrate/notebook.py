@@ -22,7 +22,7 @@ import difflib
 import json
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 NOTEBOOK_SUFFIX = ".ipynb"
 _PLACEHOLDER = "pass  # __ampmigrate_magic_{}__"

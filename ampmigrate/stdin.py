@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
-import click
 
 from ampmigrate.config import Settings
 from ampmigrate.diagnostics import FileError
