@@ -13,16 +13,11 @@ import pytest
 
 from ampmigrate.cli import _Progress
 from ampmigrate.engine.noqa_writer import with_noqa
+from test_cli import project  # noqa: F401 - a fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 LEGACY = "import torch\n\nwith torch.cuda.amp.autocast():\n    pass\ns = torch.cuda.amp.GradScaler()\n"
 FIXED = 'import torch\n\nwith torch.amp.autocast("cuda"):\n    pass\ns = torch.amp.GradScaler("cuda")\n'
-
-
-@pytest.fixture
-def project(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def test_check_reads_standard_input(cli, project):

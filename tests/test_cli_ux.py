@@ -5,25 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from ampmigrate.config import ConfigError, load_settings
-
-LEGACY = "import torch\n\nwith torch.cuda.amp.autocast():\n    pass\n"
-
-
-@pytest.fixture
-def project(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
+from test_cli import LEGACY, project, write  # noqa: F401 - `project` is a fixture
 
 
 def concise(cli, *args):
