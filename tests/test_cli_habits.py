@@ -57,6 +57,12 @@ def test_check_fix_is_fix(cli, project):
     assert path.read_text() == FIXED
     assert "Fixed 2 findings in 1 file." in result.output
     assert "Fixes applied:\nt.py:\n    1 × AMP201\n    1 × AMP202\n" in result.output
+    # --unsafe-fixes goes along: `check --fix --unsafe-fixes` is `fix --unsafe-fixes`.
+    path.write_text((ROOT / "tests" / "fixtures" / "AMP401" / "explicit_dtype.py").read_text())
+    cli("check", "--fix", "--no-cache", "--select", "AMP401")
+    assert "torch.bfloat16" not in path.read_text()  # AMP401's fix is unsafe
+    cli("check", "--fix", "--no-cache", "--select", "AMP401", "--unsafe-fixes")
+    assert "torch.bfloat16" in path.read_text()
 
 
 def test_statistics(cli, project):

@@ -95,6 +95,12 @@ async def test_diagnostics_quick_fix_and_fix_all(client: LanguageClient):
     await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
     assert [d.code for d in client.diagnostics[uri]] == ["AMP202"]
 
+    # Saving publishes again (after a configuration change, say).
+    (client.root / "ampmigrate.toml").write_text('ignore = ["AMP202"]\n')
+    client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+    await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    assert list(client.diagnostics[uri]) == []
+
 
 @pytest.mark.asyncio
 async def test_unsafe_fixes_are_marked_and_the_configuration_is_read(client: LanguageClient):
