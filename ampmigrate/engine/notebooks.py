@@ -34,6 +34,7 @@ def process_notebook(engine: Engine, text: str, path: str, mode: str, *, unsafe:
                 result.errors.append(FileError(path, str(exc)))
             else:
                 result.old_text, result.new_text = (text, new_text) if new_text != text else (None, None)
+                notebook = Notebook(new_text)  # what remains is located in the fixed cells
     _into_cells(notebook, result)
     return result
 
