@@ -239,12 +239,17 @@ def _resolve(options: dict) -> Settings:
 def _collect(options: dict, settings: Settings, job: Job) -> RunResult:
     """Run `job` over the PATHS, or over standard input when PATHS is `-`."""
     paths = options["paths"]
-    if "-" in paths:
+    if _reads_stdin(options):
         if len(paths) > 1:
             _fail("`-` (standard input) cannot be combined with other paths")
         return run_stdin(settings, job, options.get("stdin_filename"))
     cache = _cache(settings, options["no_cache"], options["cache_dir"])
     return _run(paths, settings, job, options["jobs"], cache, options["force_exclude"])
+
+
+def _reads_stdin(options: dict) -> bool:
+    """PATHS is `-`, or empty with --stdin-filename given (like ruff)."""
+    return "-" in options["paths"] or (bool(options.get("stdin_filename")) and not options["paths"])
 
 
 @main.command()
@@ -299,7 +304,7 @@ def _check_once(options: dict, settings: Settings, output_format: str) -> int:
 
 
 def _add_noqa(options: dict, settings: Settings) -> int:
-    if "-" in options["paths"]:
+    if _reads_stdin(options):
         _fail("--add-noqa writes files; it cannot read standard input")
     result = _collect(options, settings, Job("check"))
     added, problems = add_noqa_comments(result.findings)
@@ -323,7 +328,7 @@ def fix(**options):
     With `-` as PATHS, reads standard input and writes the fixed code to standard output."""
     settings = _resolve(options)
     result = _collect(options, settings, Job("fix", unsafe=settings.unsafe_fixes))
-    if "-" in options["paths"]:
+    if _reads_stdin(options):
         sys.exit(_fix_stdin(result, options))
     changed = result.changed
     if options["diff"]:

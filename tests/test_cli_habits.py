@@ -39,6 +39,7 @@ def test_fix_reads_standard_input_and_writes_the_result_to_stdout(cli, project):
     assert result.exit_code == 0
     assert result.stdout == FIXED
     assert "Fixed 2 findings" in result.stderr
+    assert cli("fix", "--stdin-filename", "t.py", input=LEGACY).stdout == FIXED  # no PATHS: stdin
     clean = cli("fix", "-", input=FIXED)
     assert clean.stdout == FIXED and clean.exit_code == 0
 
