@@ -225,12 +225,16 @@ def _print_errors(errors: List[FileError]) -> None:
 
 
 # ---------------------------------------------------------------------------------- check
+def _settings_of(options: dict) -> Settings:
+    return resolve_settings(
+        options["select"], options["extend_select"], options["ignore"], options["target_dtype"],
+        options["min_torch"], options["config_path"], options.get("unsafe_fixes"),
+    )
+
+
 def _resolve(options: dict) -> Settings:
     try:
-        return resolve_settings(
-            options["select"], options["extend_select"], options["ignore"], options["target_dtype"],
-            options["min_torch"], options["config_path"], options.get("unsafe_fixes"),
-        )
+        return _settings_of(options)
     except ConfigError as exc:
         _fail(str(exc))
         raise  # unreachable: _fail exits
@@ -275,7 +279,7 @@ def check(ctx, **options):
     if output_format not in FORMATS:
         _fail(f"unknown output format {output_format!r}")
     if options["watch"]:
-        watch(options["paths"], lambda: _check_once(options, settings, output_format))
+        watch(options["paths"], lambda: _check_again(options, output_format))
         return
     if options["add_noqa"]:
         sys.exit(_add_noqa(options, settings))
@@ -301,6 +305,17 @@ def _check_once(options: dict, settings: Settings, output_format: str) -> int:
     if any(f.fails_run for f in report.findings) and not options["exit_zero"]:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _check_again(options: dict, output_format: str) -> int:
+    """One run of `--watch`: the configuration is read again (it may have changed), and a bad
+    one is reported without ending the watch."""
+    try:
+        settings = _settings_of(options)
+    except ConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return EXIT_ERROR
+    return _check_once(options, settings, output_format)
 
 
 def _add_noqa(options: dict, settings: Settings) -> int:
