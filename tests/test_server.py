@@ -51,6 +51,20 @@ def apply(text: str, edits) -> str:
     return text
 
 
+async def published(client: LanguageClient, *uris: str, timeout: float = 60.0):
+    """Wait until diagnostics for every one of `uris` have arrived since they were last taken
+    (pops them, so the next call waits for fresh ones). Polling, not `wait_for_notification`:
+    two notifications can arrive before a second wait is registered."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not all(uri in client.diagnostics for uri in uris):
+        assert loop.time() < deadline, f"no diagnostics for {uris} within {timeout}s"
+        await asyncio.sleep(0.05)
+    return [list(client.diagnostics.pop(uri)) for uri in uris]
+
+
 def open_document(client, path: Path, text: str, version: int = 1) -> str:
     uri = path.as_uri()
     client.text_document_did_open(
@@ -62,8 +76,7 @@ def open_document(client, path: Path, text: str, version: int = 1) -> str:
 @pytest.mark.asyncio
 async def test_diagnostics_quick_fix_and_fix_all(client: LanguageClient):
     uri = open_document(client, client.root / "train.py", LEGACY)
-    await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
-    diagnostics = client.diagnostics[uri]
+    (diagnostics,) = await published(client, uri)
     assert [(d.code, d.range.start.line, d.range.start.character) for d in diagnostics] == [("AMP201", 2, 5), ("AMP202", 3, 8)]
     assert all(d.source == "ampmigrate" for d in diagnostics)
 
@@ -92,14 +105,13 @@ async def test_diagnostics_quick_fix_and_fix_all(client: LanguageClient):
             content_changes=[types.TextDocumentContentChangeWholeDocument(text=fixed_once)],
         )
     )
-    await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
-    assert [d.code for d in client.diagnostics[uri]] == ["AMP202"]
+    (after_change,) = await published(client, uri)
+    assert [d.code for d in after_change] == ["AMP202"]
 
     # Saving publishes again (after a configuration change, say).
     (client.root / "ampmigrate.toml").write_text('ignore = ["AMP202"]\n')
     client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
-    await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
-    assert list(client.diagnostics[uri]) == []
+    assert await published(client, uri) == [[]]
 
 
 @pytest.mark.asyncio
@@ -107,9 +119,9 @@ async def test_unsafe_fixes_are_marked_and_the_configuration_is_read(client: Lan
     (client.root / "ampmigrate.toml").write_text('select = ["AMP401"]\n')
     text = (ROOT / "tests" / "fixtures" / "AMP401" / "explicit_dtype.py").read_text()
     uri = open_document(client, client.root / "p.py", text)
-    await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
-    assert {d.code for d in client.diagnostics[uri]} == {"AMP401"}  # the configuration's selection
-    diagnostic = client.diagnostics[uri][0]
+    (diagnostics,) = await published(client, uri)
+    assert {d.code for d in diagnostics} == {"AMP401"}  # the configuration's selection
+    diagnostic = diagnostics[0]
     actions = await client.text_document_code_action_async(
         types.CodeActionParams(
             text_document=types.TextDocumentIdentifier(uri=uri),
@@ -140,10 +152,9 @@ async def test_notebook_cells_get_their_own_diagnostics(client: LanguageClient):
             ],
         )
     )
-    await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
-    await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
-    assert list(client.diagnostics[cell_uris[0]]) == []
-    (diagnostic,) = client.diagnostics[cell_uris[1]]
+    first, second = await published(client, *cell_uris)
+    assert first == []
+    (diagnostic,) = second
     assert diagnostic.code == "AMP201" and diagnostic.range.start.line == 1
     actions = await client.text_document_code_action_async(
         types.CodeActionParams(
