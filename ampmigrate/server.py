@@ -106,19 +106,10 @@ def publish(ls: LanguageServer, uri: str) -> None:
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
-def did_open(ls: LanguageServer, params: types.DidOpenTextDocumentParams) -> None:
-    if not _is_cell(params.text_document.uri):
-        publish(ls, params.text_document.uri)
-
-
 @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
-def did_change(ls: LanguageServer, params: types.DidChangeTextDocumentParams) -> None:
-    if not _is_cell(params.text_document.uri):
-        publish(ls, params.text_document.uri)
-
-
 @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
-def did_save(ls: LanguageServer, params: types.DidSaveTextDocumentParams) -> None:
+def document_updated(ls: LanguageServer, params) -> None:
+    """Opened, changed or saved: publish the document's diagnostics again."""
     if not _is_cell(params.text_document.uri):
         publish(ls, params.text_document.uri)
 
@@ -251,17 +242,9 @@ def _notebook_actions(ls: LanguageServer, cell_uri: str, params: types.CodeActio
 
 
 @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
-def notebook_did_open(ls: LanguageServer, params: types.DidOpenNotebookDocumentParams) -> None:
-    publish_notebook(ls, params.notebook_document.uri)
-
-
 @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
-def notebook_did_change(ls: LanguageServer, params: types.DidChangeNotebookDocumentParams) -> None:
-    publish_notebook(ls, params.notebook_document.uri)
-
-
 @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
-def notebook_did_save(ls: LanguageServer, params: types.DidSaveNotebookDocumentParams) -> None:
+def notebook_updated(ls: LanguageServer, params) -> None:
     publish_notebook(ls, params.notebook_document.uri)
 
 
