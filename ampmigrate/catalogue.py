@@ -18,6 +18,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 FAMILIES = {
+    "AMP0": "suppressions",
     "AMP1": "apex",
     "AMP2": "deprecated-api",
     "AMP3": "grad-scaler",

@@ -6,7 +6,6 @@ errors, bad configuration, files that could not be checked, or internal errors.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import os
 import sys
@@ -16,14 +15,17 @@ from typing import Callable, List, Optional, Sequence
 import click
 
 from ampmigrate import __version__
-from ampmigrate.api import parse_version
-from ampmigrate.config import ConfigError, Settings, check_target_dtype, load_settings, split_codes, validate_codes
+from ampmigrate.config import ConfigError, Settings, resolve_settings
 from ampmigrate.diagnostics import FileError
 from ampmigrate.discovery import discover
 from ampmigrate.engine.project import ProjectImports
 from ampmigrate.engine.cache import Cache, default_directory
 from ampmigrate.engine.runner import Job, RunResult, run_files, write_changes
-from ampmigrate.output import FORMATS, Report, renderer, summary
+from ampmigrate.engine.noqa_writer import add_noqa_comments
+from ampmigrate.output import FORMATS, Report, renderer
+from ampmigrate.output.statistics import show_fixes, statistics
+from ampmigrate.stdin import run_stdin, stdin_output
+from ampmigrate.watch import watch
 from ampmigrate.source import split_lines
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -48,9 +50,11 @@ class _Group(click.Group):
             sys.exit(EXIT_ERROR)
 
     def list_commands(self, ctx):
-        return sorted([*super().list_commands(ctx), "verify"])
+        return sorted([*super().list_commands(ctx), "verify", "server"])
 
     def get_command(self, ctx, name):
+        if name == "server":
+            return _server_command()
         if name == "verify":
             try:
                 from ampmigrate.verify.command import verify
@@ -78,6 +82,20 @@ def main() -> None:
     """Find and fix legacy PyTorch mixed-precision code (apex.amp, torch.cuda.amp, GradScaler misuse, fp16)."""
 
 
+def _server_command() -> click.Command:
+    @click.command("server")
+    def server() -> None:
+        """Run the language server over stdio (for editors; needs `pip install 'ampmigrate[server]'`)."""
+        try:
+            from ampmigrate.server import serve
+        except ImportError as exc:
+            missing = getattr(exc, "name", None) or str(exc)
+            raise click.ClickException(f"`server` needs pygls ({missing} is missing): pip install 'ampmigrate[server]'")
+        serve()
+
+    return server
+
+
 # ---------------------------------------------------------------------------------- shared options
 def _selection_options(func: Callable) -> Callable:
     options = [
@@ -86,7 +104,9 @@ def _selection_options(func: Callable) -> Callable:
         click.option("--ignore", multiple=True, help="Codes or prefixes to disable."),
         click.option("--target-dtype", help="bfloat16 (Ampere and newer; the default) or float16 (V100/T4 fleets)."),
         click.option("--min-torch", help="Oldest torch the code must keep running on (default 2.4); fixes never emit newer API."),
-        click.option("--config", "config_path", type=click.Path(dir_okay=False), help="pyproject.toml to read [tool.ampmigrate] from (default: the nearest one)."),
+        click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Configuration file: pyproject.toml ([tool.ampmigrate]), ampmigrate.toml or .ampmigrate.toml (default: the nearest one)."),
+        click.option("--force-exclude", is_flag=True, help="Apply the excludes to paths named on the command line too."),
+        click.option("--stdin-filename", help="With `-` as PATHS: the file name standard input stands for (settings, notebooks, messages)."),
         click.option("-j", "--jobs", type=click.IntRange(min=1), help="Worker processes (default: all cores)."),
         click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache."),
         click.option(
@@ -102,54 +122,30 @@ def _selection_options(func: Callable) -> Callable:
     return func
 
 
-def _settings(select, extend_select, ignore, target_dtype, min_torch, config_path, unsafe_fixes=None, start=None) -> Settings:
-    """Settings from the configuration (the nearest to `start`, default the working directory) and the options."""
-    from ampmigrate.rules import rule_classes
-
-    settings = load_settings(config_path, start=start)
-    known = [cls.code for cls in rule_classes()]
-    origin = settings.config_path or "configuration"
-    validate_codes(settings.select + settings.extend_select + settings.ignore, known, origin)
-    changes = {}
-    if select:
-        changes["select"] = split_codes(select)
-    if extend_select:
-        changes["extend_select"] = settings.extend_select + split_codes(extend_select)
-    if ignore:
-        changes["ignore"] = settings.ignore + split_codes(ignore)
-    for key in ("select", "extend_select", "ignore"):
-        if key in changes:
-            validate_codes(changes[key], known, f"--{key.replace('_', '-')}")
-    if target_dtype:
-        changes["target_dtype"] = check_target_dtype(target_dtype, "--target-dtype")
-    if min_torch:
-        try:
-            changes["min_torch"] = parse_version(min_torch)
-        except ValueError as exc:
-            raise ConfigError(f"--min-torch: {exc}") from None
-    if unsafe_fixes:
-        changes["unsafe_fixes"] = True
-    return dataclasses.replace(settings, **changes)
-
-
 def _fail(message: str) -> None:
     click.echo(f"error: {message}", err=True)
     sys.exit(EXIT_ERROR)
 
 
 class _Progress:
-    """A progress bar on stderr, shown only on a terminal and only once a run takes over a second."""
+    """A progress bar on stderr, shown only on a terminal and only once a run takes over a second.
 
-    def __init__(self, total: int) -> None:
-        self.total = total
+    It advances by bytes, not files: the few large files that need LibCST are done last and take
+    most of the time, so a count of files would sit at 100% while they are still being parsed."""
+
+    def __init__(self, files: Sequence[str]) -> None:
+        self.sizes = {path: _size(path) for path in files}
+        self.total = sum(self.sizes.values()) or 1
+        self.remaining = len(files)
         self.done = 0
         self.start = time.monotonic()
         self.bar = None
         self.task = None
-        self.enabled = sys.stderr.isatty() and total > 1
+        self.enabled = sys.stderr.isatty() and len(files) > 1
 
-    def __call__(self, _result) -> None:
-        self.done += 1
+    def __call__(self, result) -> None:
+        self.done += self.sizes.get(result.path, 0)
+        self.remaining -= 1
         if not self.enabled:
             return
         if self.bar is None and time.monotonic() - self.start > 1.0:
@@ -160,11 +156,23 @@ class _Progress:
             self.bar.start()
             self.task = self.bar.add_task("checking", total=self.total)
         if self.bar is not None:
-            self.bar.update(self.task, completed=self.done)
+            self.bar.update(self.task, completed=self.completed)
+
+    @property
+    def completed(self) -> int:
+        """Bytes done, kept below 99.5% (shown as 100%) while any file is left."""
+        return self.done if self.remaining <= 0 else min(self.done, int(self.total * 0.99))
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
+
+
+def _size(path: str) -> int:
+    try:
+        return max(1, os.path.getsize(path))
+    except OSError:
+        return 1
 
 
 def _cache(settings: Settings, no_cache: bool, cache_dir: Optional[str]) -> Optional[Cache]:
@@ -173,8 +181,12 @@ def _cache(settings: Settings, no_cache: bool, cache_dir: Optional[str]) -> Opti
     return Cache.open(cache_dir or default_directory(settings), settings)
 
 
-def _run(paths: Sequence[str], settings: Settings, job: Job, jobs: Optional[int], cache: Optional[Cache]) -> RunResult:
-    found = discover(list(paths) or ["."], settings)
+def _run(
+    paths: Sequence[str], settings: Settings, job: Job, jobs: Optional[int], cache: Optional[Cache], force_exclude: bool = False
+) -> RunResult:
+    found = discover(list(paths) or ["."], settings, force_exclude=force_exclude)
+    if not found.files and not found.errors:
+        click.echo("warning: No Python files found under the given path(s)", err=True)
     project = None
     if job.mode == "fix":
         # Fixes must not break other modules that import a rewritten name (see engine/project.py).
@@ -182,7 +194,7 @@ def _run(paths: Sequence[str], settings: Settings, job: Job, jobs: Optional[int]
         scope = [root] if root else list(paths) or ["."]
         project_files = discover(scope, settings).files
         project = ProjectImports.scan(root or settings.root, [*project_files, *found.files])
-    progress = _Progress(len(found.files))
+    progress = _Progress(found.files)
     try:
         result = run_files(found.files, settings, job, jobs=jobs, on_result=progress, cache=cache, project=project)
     finally:
@@ -213,36 +225,108 @@ def _print_errors(errors: List[FileError]) -> None:
 
 
 # ---------------------------------------------------------------------------------- check
+def _settings_of(options: dict) -> Settings:
+    return resolve_settings(
+        options["select"], options["extend_select"], options["ignore"], options["target_dtype"],
+        options["min_torch"], options["config_path"], options.get("unsafe_fixes"),
+    )
+
+
+def _resolve(options: dict) -> Settings:
+    try:
+        return _settings_of(options)
+    except ConfigError as exc:
+        _fail(str(exc))
+        raise  # unreachable: _fail exits
+
+
+def _collect(options: dict, settings: Settings, job: Job) -> RunResult:
+    """Run `job` over the PATHS, or over standard input when PATHS is `-`."""
+    paths = options["paths"]
+    if _reads_stdin(options):
+        if len(paths) > 1:
+            _fail("`-` (standard input) cannot be combined with other paths")
+        return run_stdin(settings, job, options.get("stdin_filename"))
+    cache = _cache(settings, options["no_cache"], options["cache_dir"])
+    return _run(paths, settings, job, options["jobs"], cache, options["force_exclude"])
+
+
+def _reads_stdin(options: dict) -> bool:
+    """PATHS is `-`, or empty with --stdin-filename given (like ruff)."""
+    return "-" in options["paths"] or (bool(options.get("stdin_filename")) and not options["paths"])
+
+
 @main.command()
 @_selection_options
 @click.option("--output-format", type=click.Choice(FORMATS), default=None, help="full (default), concise, json, github or sarif.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
-@click.option("--unsafe-fixes", is_flag=True, help="Count unsafe fixes as available in the output.")
-def check(paths, select, extend_select, ignore, target_dtype, min_torch, config_path, jobs, no_cache, cache_dir, output_format, exit_zero, unsafe_fixes):
-    """Report legacy mixed-precision code in PATHS (default: the current directory)."""
-    try:
-        settings = _settings(select, extend_select, ignore, target_dtype, min_torch, config_path, unsafe_fixes)
-    except ConfigError as exc:
-        _fail(str(exc))
-    output_format = output_format or os.environ.get("AMPMIGRATE_OUTPUT_FORMAT") or "full"
+@click.option("--unsafe-fixes", is_flag=True, help="Count unsafe fixes as available in the output (with --fix: apply them).")
+@click.option("--fix", "apply_fixes", is_flag=True, help="Apply the fixes: the same as `ampmigrate fix`.")
+@click.option("--show-fixes", is_flag=True, help="With --fix: list the fixes applied, per file and rule.")
+@click.option("--statistics", is_flag=True, help="Show the number of findings per rule instead of the findings.")
+@click.option("--add-noqa", is_flag=True, help="Add `# noqa: CODE` to every line with a finding (writes files).")
+@click.option("--watch", is_flag=True, help="Check again whenever a file changes (needs `pip install 'ampmigrate[watch]'`).")
+@click.pass_context
+def check(ctx, **options):
+    """Report legacy mixed-precision code in PATHS (default: the current directory; `-`: standard input)."""
+    if options.pop("apply_fixes"):
+        for unused in ("output_format", "statistics", "add_noqa", "watch"):
+            options.pop(unused)
+        ctx.invoke(fix, **options, diff=False, exit_non_zero_on_fix=False)
+        return
+    settings = _resolve(options)
+    output_format = options["output_format"] or os.environ.get("AMPMIGRATE_OUTPUT_FORMAT") or "full"
     if output_format not in FORMATS:
         _fail(f"unknown output format {output_format!r}")
+    if options["watch"]:
+        watch(options["paths"], lambda: _check_again(options, output_format))
+        return
+    if options["add_noqa"]:
+        sys.exit(_add_noqa(options, settings))
+    sys.exit(_check_once(options, settings, output_format))
+
+
+def _check_once(options: dict, settings: Settings, output_format: str) -> int:
+    """One check run, printed; returns the exit status."""
     want_edits = output_format in ("json", "sarif")
-    result = _run(paths, settings, Job("check", want_edits=want_edits), jobs, _cache(settings, no_cache, cache_dir))
+    result = _collect(options, settings, Job("check", want_edits=want_edits))
     errors = result.all_errors
     report = Report(result.findings, errors, result.files, settings.unsafe_fixes)
-    render = renderer(output_format)
-    if output_format == "full":
-        text = render(report, color=sys.stdout.isatty())
+    if options["statistics"]:
+        text = statistics(report)
+    elif output_format == "full":
+        text = renderer("full")(report, color=sys.stdout.isatty())
     else:
-        text = render(report)
+        text = renderer(output_format)(report)
     click.echo(text, nl=False)
     _print_errors(errors)
     if errors:
-        sys.exit(EXIT_ERROR)
-    if any(f.fails_run for f in report.findings) and not exit_zero:
-        sys.exit(EXIT_FINDINGS)
-    sys.exit(EXIT_CLEAN)
+        return EXIT_ERROR
+    if any(f.fails_run for f in report.findings) and not options["exit_zero"]:
+        return EXIT_FINDINGS
+    return EXIT_CLEAN
+
+
+def _check_again(options: dict, output_format: str) -> int:
+    """One run of `--watch`: the configuration is read again (it may have changed), and a bad
+    one is reported without ending the watch."""
+    try:
+        settings = _settings_of(options)
+    except ConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return EXIT_ERROR
+    return _check_once(options, settings, output_format)
+
+
+def _add_noqa(options: dict, settings: Settings) -> int:
+    if _reads_stdin(options):
+        _fail("--add-noqa writes files; it cannot read standard input")
+    result = _collect(options, settings, Job("check"))
+    added, problems = add_noqa_comments(result.findings)
+    errors = result.all_errors + problems
+    click.echo(f"Added {added} noqa directive{'s' if added != 1 else ''}.")
+    _print_errors(errors)
+    return EXIT_ERROR if errors else EXIT_CLEAN
 
 
 # ---------------------------------------------------------------------------------- fix
@@ -252,15 +336,17 @@ def check(paths, select, extend_select, ignore, target_dtype, min_torch, config_
 @click.option("--diff", is_flag=True, help="Print a unified diff of the changes and write nothing; exit 1 if there are changes.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
 @click.option("--exit-non-zero-on-fix", is_flag=True, help="Exit 1 when any file was changed.")
-def fix(paths, select, extend_select, ignore, target_dtype, min_torch, config_path, jobs, no_cache, cache_dir, unsafe_fixes, diff, exit_zero, exit_non_zero_on_fix):
-    """Rewrite legacy mixed-precision code in PATHS to the torch.amp recipe (safe fixes by default)."""
-    try:
-        settings = _settings(select, extend_select, ignore, target_dtype, min_torch, config_path, unsafe_fixes)
-    except ConfigError as exc:
-        _fail(str(exc))
-    result = _run(paths, settings, Job("fix", unsafe=settings.unsafe_fixes), jobs, _cache(settings, no_cache, cache_dir))
+@click.option("--show-fixes", is_flag=True, help="List the fixes applied, per file and rule.")
+def fix(**options):
+    """Rewrite legacy mixed-precision code in PATHS to the torch.amp recipe (safe fixes by default).
+
+    With `-` as PATHS, reads standard input and writes the fixed code to standard output."""
+    settings = _resolve(options)
+    result = _collect(options, settings, Job("fix", unsafe=settings.unsafe_fixes))
+    if _reads_stdin(options):
+        sys.exit(_fix_stdin(result, options))
     changed = result.changed
-    if diff:
+    if options["diff"]:
         for outcome in changed:
             click.echo(
                 "".join(
@@ -286,6 +372,20 @@ def fix(paths, select, extend_select, ignore, target_dtype, min_torch, config_pa
         click.echo(renderer("concise")(report), nl=False)
     fixed = result.fixed
     written = len(changed) - len(write_errors)
+    click.echo(_fix_summary(fixed, written, remaining))
+    if options["show_fixes"]:
+        click.echo(show_fixes(result), nl=False)
+    _print_errors(errors)
+    if errors:
+        sys.exit(EXIT_ERROR)
+    if options["exit_non_zero_on_fix"] and written:
+        sys.exit(EXIT_FINDINGS)
+    if any(f.fails_run for f in remaining) and not options["exit_zero"]:
+        sys.exit(EXIT_FINDINGS)
+    sys.exit(EXIT_CLEAN)
+
+
+def _fix_summary(fixed: int, written: int, remaining) -> str:
     line = f"Fixed {fixed} finding{'s' if fixed != 1 else ''} in {written} file{'s' if written != 1 else ''}"
     if remaining:
         unsafe = sum(1 for f in remaining if f.fix is not None and f.fix.applicability == "unsafe")
@@ -296,15 +396,28 @@ def fix(paths, select, extend_select, ignore, target_dtype, min_torch, config_pa
         if manual:
             details.append(f"{manual} need a manual change")
         line += f"; {len(remaining)} remaining" + (f" ({', '.join(details)})" if details else "")
-    click.echo(line + ".")
+    return line + "."
+
+
+def _fix_stdin(result: RunResult, options: dict) -> int:
+    """`fix -`: the fixed code (or the input unchanged) on stdout; everything else on stderr."""
+    (outcome,) = result.results or [None]
+    errors = result.all_errors
+    if outcome is not None:
+        sys.stdout.buffer.write(stdin_output(outcome))
+        sys.stdout.flush()
+    remaining = result.findings
+    if remaining:
+        click.echo(renderer("concise")(Report(remaining)), nl=False, err=True)
+    click.echo(_fix_summary(result.fixed, len(result.changed), remaining), err=True)
     _print_errors(errors)
     if errors:
-        sys.exit(EXIT_ERROR)
-    if exit_non_zero_on_fix and written:
-        sys.exit(EXIT_FINDINGS)
-    if any(f.fails_run for f in remaining) and not exit_zero:
-        sys.exit(EXIT_FINDINGS)
-    sys.exit(EXIT_CLEAN)
+        return EXIT_ERROR
+    if options["exit_non_zero_on_fix"] and result.changed:
+        return EXIT_FINDINGS
+    if any(f.fails_run for f in remaining) and not options["exit_zero"]:
+        return EXIT_FINDINGS
+    return EXIT_CLEAN
 
 
 # ---------------------------------------------------------------------------------- rule

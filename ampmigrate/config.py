@@ -1,4 +1,9 @@
-"""Settings: defaults, `[tool.ampmigrate]` in the nearest pyproject.toml, then the command line.
+"""Settings: defaults, the nearest configuration file, then the command line.
+
+The configuration is, in the nearest directory at or above the start that has one, in order:
+`.ampmigrate.toml`, `ampmigrate.toml` (the settings at the top level, like ruff.toml) or a
+pyproject.toml with a `[tool.ampmigrate]` table. A file that is not valid TOML is an error
+naming the file and line, never silently skipped.
 
 Rule selection follows ruff: `select` entries are code prefixes (`AMP`, `AMP2`, `AMP201`);
 a code is enabled when its longest matching `select`/`extend-select` prefix is longer than its
@@ -8,6 +13,7 @@ while `--ignore` and `--extend-select` add to it.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import sys
 from dataclasses import dataclass, field, fields, replace
@@ -51,9 +57,30 @@ class Settings:
     unsafe_fixes: bool = False
     max_file_size: int = DEFAULT_MAX_FILE_SIZE
     cache_dir: Optional[str] = None
+    # (glob, codes): codes switched off in the files a glob matches (relative to `root`, or a name).
+    per_file_ignores: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
     # The directory the configuration came from (exclude patterns are relative to it).
     root: str = field(default_factory=os.getcwd)
     config_path: Optional[str] = None
+
+    def ignored_in(self, path: str) -> FrozenSet[str]:
+        """Code prefixes `per-file-ignores` switches off in `path`."""
+        if not self.per_file_ignores:
+            return frozenset()
+        absolute = os.path.abspath(path)
+        relative = os.path.relpath(absolute, self.root).replace(os.sep, "/")
+        name = os.path.basename(absolute)
+        off = set()
+        for pattern, codes in self.per_file_ignores:
+            if fnmatch.fnmatchcase(relative, pattern) or fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(
+                absolute.replace(os.sep, "/"), pattern
+            ):
+                off.update(codes)
+        return frozenset(off)
+
+    def enabled_in(self, code: str, path: str) -> bool:
+        """Whether `per-file-ignores` leaves `code` on in `path` (a prefix or ALL switches it off)."""
+        return not any(prefix == "ALL" or code.startswith(prefix) for prefix in self.ignored_in(path))
 
     def enabled_codes(self, known: Iterable[str]) -> FrozenSet[str]:
         return frozenset(
@@ -116,51 +143,67 @@ _KEYS = {
     "unsafe-fixes": "bool",
     "max-file-size": "int",
     "cache-dir": "string",
+    "per-file-ignores": "per-file",
 }
+STANDALONE_CONFIGS = (".ampmigrate.toml", "ampmigrate.toml")
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        # tomllib's message ends "(at line L, column C)": the file and line in one line.
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+
+
+def _is_standalone(path: Path) -> bool:
+    return path.name in STANDALONE_CONFIGS
 
 
 def find_config(start: str) -> Optional[Path]:
-    """The nearest pyproject.toml at or above `start` with a [tool.ampmigrate] table."""
+    """The nearest configuration at or above `start` (see the module docstring)."""
     current = Path(start).resolve()
     for directory in (current, *current.parents):
+        for name in STANDALONE_CONFIGS:
+            if (directory / name).is_file():
+                return directory / name
         candidate = directory / "pyproject.toml"
-        if candidate.is_file():
-            try:
-                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-                continue
-            if "ampmigrate" in data.get("tool", {}):
-                return candidate
+        if candidate.is_file() and "ampmigrate" in _read_toml(candidate).get("tool", {}):
+            return candidate
     return None
 
 
 def load_settings(config: Optional[str] = None, start: Optional[str] = None) -> Settings:
-    """Defaults updated from `config` (or the nearest pyproject.toml found from `start`)."""
+    """Defaults updated from `config` (or the nearest configuration found from `start`)."""
     path = Path(config) if config else find_config(start or os.getcwd())
     if path is None:
         return Settings()
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    table = data.get("tool", {}).get("ampmigrate", {})
+    data = _read_toml(path)
+    where = "" if _is_standalone(path) else " in [tool.ampmigrate]"
+    table = data if _is_standalone(path) else data.get("tool", {}).get("ampmigrate", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [tool.ampmigrate] must be a table")
     values: Dict[str, object] = {}
     for key, raw in table.items():
         kind = _KEYS.get(key)
         if kind is None:
-            raise ConfigError(
-                f"{path}: unknown key {key!r} in [tool.ampmigrate] (known: {', '.join(sorted(_KEYS))})"
-            )
+            raise ConfigError(f"{path}: unknown key {key!r}{where} (known: {', '.join(sorted(_KEYS))})")
         values[key.replace("-", "_")] = _convert(path, key, kind, raw)
     return replace(Settings(), root=str(path.parent.resolve()), config_path=str(path), **values)
 
 
 def _convert(path: Path, key: str, kind: str, raw: object) -> object:
-    where = f"{path}: [tool.ampmigrate] {key}"
+    where = f"{path}: {key}" if _is_standalone(path) else f"{path}: [tool.ampmigrate] {key}"
+    if kind == "per-file":
+        if not isinstance(raw, dict) or not all(
+            isinstance(v, list) and all(isinstance(x, str) for x in v) for v in raw.values()
+        ):
+            raise ConfigError(f"{where} must be a table of glob = [codes]")
+        return tuple((glob, tuple(x.upper() for x in codes)) for glob, codes in raw.items())
     if kind in ("codes", "strings"):
         if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
             raise ConfigError(f"{where} must be a list of strings")
@@ -193,3 +236,45 @@ def check_target_dtype(value: object, where: str) -> str:
     if text not in TARGET_DTYPES:
         raise ConfigError(f"{where}: target dtype must be one of {', '.join(TARGET_DTYPES)}, got {value!r}")
     return text
+
+
+def resolve_settings(
+    select: Sequence[str] = (),
+    extend_select: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+    target_dtype: Optional[str] = None,
+    min_torch: Optional[str] = None,
+    config_path: Optional[str] = None,
+    unsafe_fixes: Optional[bool] = None,
+    start: Optional[str] = None,
+) -> Settings:
+    """Settings from the configuration (the nearest to `start`, default the working directory)
+    and the command-line options (`--select` replaces the configured list; `--ignore` and
+    `--extend-select` add to it). Shared by every command: check, fix, verify, server."""
+    from ampmigrate.rules import rule_classes
+
+    settings = load_settings(config_path, start=start)
+    known = [cls.code for cls in rule_classes()]
+    origin = settings.config_path or "configuration"
+    configured = settings.select + settings.extend_select + settings.ignore
+    validate_codes(configured + tuple(c for _, codes in settings.per_file_ignores for c in codes), known, origin)
+    changes: Dict[str, object] = {}
+    if select:
+        changes["select"] = split_codes(select)
+    if extend_select:
+        changes["extend_select"] = settings.extend_select + split_codes(extend_select)
+    if ignore:
+        changes["ignore"] = settings.ignore + split_codes(ignore)
+    for key in ("select", "extend_select", "ignore"):
+        if key in changes:
+            validate_codes(changes[key], known, f"--{key.replace('_', '-')}")  # type: ignore[arg-type]
+    if target_dtype:
+        changes["target_dtype"] = check_target_dtype(target_dtype, "--target-dtype")
+    if min_torch:
+        try:
+            changes["min_torch"] = parse_version(min_torch)
+        except ValueError as exc:
+            raise ConfigError(f"--min-torch: {exc}") from None
+    if unsafe_fixes:
+        changes["unsafe_fixes"] = True
+    return replace(settings, **changes)

@@ -67,9 +67,17 @@ class Finding:
     noqa_row: int = 0
     # Source line text, for the `full` output format.
     source_line: str = field(default="", repr=False)
+    # Notebooks: the 1-based cell the finding is in; rows and columns (and the fix's edits) are
+    # then relative to that cell.
+    cell: Optional[int] = None
+
+    @property
+    def where(self) -> str:
+        """`path`, or `path:cell N` in a notebook: what precedes `:row:col` in output."""
+        return self.path if self.cell is None else f"{self.path}:cell {self.cell}"
 
     def sort_key(self) -> tuple:
-        return (self.path, self.location.row, self.location.column, self.code)
+        return (self.path, self.cell or 0, self.location.row, self.location.column, self.code)
 
     @property
     def fails_run(self) -> bool:

@@ -1,9 +1,11 @@
 """Which files a run looks at.
 
-Directories are walked recursively for `*.py` and `*.pyi`, in sorted order, skipping the default
+Directories are walked recursively for `*.py`, `*.pyi` and `*.ipynb`, in sorted order, skipping the default
 excludes, the configured `exclude`/`extend-exclude` patterns (gitignore syntax, relative to the
 configuration's directory, or matched against a file or directory name), and whatever `.gitignore`
-files ignore (from the repository root down). Files named explicitly are always checked. Symlinked
+files ignore (from the repository root down). Paths named on the command line are always checked,
+like ruff: a file even when excluded, a directory even when it lies below an excluded one (`venv/x`;
+its contents are then matched against the patterns relative to it), unless `force_exclude`. Symlinked
 directories are followed, except into themselves (a loop is reported once and skipped).
 """
 
@@ -21,6 +23,8 @@ from ampmigrate.config import Settings
 from ampmigrate.diagnostics import FileError
 
 SOURCE_SUFFIXES = (".py", ".pyi")
+# What a directory walk picks up: Python sources and Jupyter notebooks.
+DISCOVERED_SUFFIXES = SOURCE_SUFFIXES + (".ipynb",)
 
 
 @dataclass
@@ -52,6 +56,8 @@ class _Walker:
         self.seen: Set[str] = set()
         self._root_prefix = str(self.root).rstrip(os.sep) + os.sep
         self._name_excluded: Dict[Tuple[str, bool], bool] = {}
+        # The directory named on the command line, when it is itself excluded (see `walk`).
+        self._anchor_prefix: Optional[str] = None
 
     def _relative_to_root(self, path: str) -> Optional[str]:
         """`path` (absolute) relative to the root in posix form, or None if outside."""
@@ -67,7 +73,11 @@ class _Walker:
         `real_parent`: the resolved directory `path` is in when `path` is not a symlink, which
         saves resolving every entry of a large tree again. Never raises on symlink loops."""
         real = os.path.join(real_parent, path.name) if real_parent is not None else os.path.realpath(path)
-        relative = self._relative_to_root(os.path.abspath(path)) or self._relative_to_root(real)
+        absolute = os.path.abspath(path)
+        if self._anchor_prefix is not None and absolute.startswith(self._anchor_prefix):
+            relative = absolute[len(self._anchor_prefix) :].replace(os.sep, "/")
+        else:
+            relative = self._relative_to_root(absolute) or self._relative_to_root(real)
         if gitignore.is_ignored(self.excludes, relative or path.name, is_dir):
             return True
         key = (path.name, is_dir)
@@ -84,20 +94,50 @@ class _Walker:
             self.seen.add(key)
             self.result.files.append(path)
 
+    def explicitly_excluded(self, path: Path, is_dir: bool) -> bool:
+        """Whether a path named on the command line is excluded (for `force_exclude`)."""
+        absolute = Path(os.path.abspath(path))
+        if self._excluded(absolute, is_dir) or any(self._excluded(parent, True) for parent in absolute.parents):
+            return True
+        if not self.settings.respect_gitignore:
+            return False
+        repo = _git_root(absolute)
+        try:
+            relative = absolute.relative_to(repo).as_posix()
+        except ValueError:
+            return False
+        return gitignore.is_ignored(self._ignore_chain(repo, absolute), relative, is_dir)
+
+    def _ignore_chain(self, repo: Path, top_abs: Path) -> List[gitignore.Pattern]:
+        """The patterns of the .gitignore files from the repository root down to `top` (not its own)."""
+        patterns: List[gitignore.Pattern] = []
+        chain = [repo, *[p for p in reversed(top_abs.parents) if repo in p.parents]]
+        if top_abs != repo:
+            chain.append(top_abs)
+        for directory in dict.fromkeys(chain):
+            if directory == top_abs:
+                continue
+            base = directory.relative_to(repo).as_posix() if directory != repo else ""
+            patterns += gitignore.parse(_read_ignore(directory / ".gitignore"), "" if base == "." else base)
+        return patterns
+
     def walk(self, top: Path) -> None:
         top_abs = Path(os.path.abspath(top))
         patterns: List[gitignore.Pattern] = []
         repo = _git_root(top_abs)
+        # A directory named on the command line is checked even below an excluded one (`venv/proj`):
+        # its contents are then matched relative to it, not through the excluded ancestor.
+        relative_top = self._relative_to_root(str(top_abs))
+        self._anchor_prefix = None
+        if relative_top not in (None, ".") and gitignore.is_ignored(self.excludes, relative_top, True):
+            self._anchor_prefix = str(top_abs).rstrip(os.sep) + os.sep
         if self.settings.respect_gitignore:
-            # .gitignore files from the repository root down to `top` apply to it.
-            chain = [repo, *[p for p in reversed(top_abs.parents) if repo in p.parents]]
-            if top_abs != repo:
-                chain.append(top_abs)
-            for directory in dict.fromkeys(chain):
-                if directory == top_abs:
-                    continue
-                base = directory.relative_to(repo).as_posix() if directory != repo else ""
-                patterns += gitignore.parse(_read_ignore(directory / ".gitignore"), "" if base == "." else base)
+            # .gitignore files from the repository root down to `top` apply to it, unless they
+            # ignore `top` itself (then it was named on purpose).
+            patterns = self._ignore_chain(repo, top_abs)
+            relative_repo = top_abs.relative_to(repo).as_posix() if top_abs != repo else "."
+            if relative_repo != "." and gitignore.is_ignored(patterns, relative_repo, True):
+                patterns = []
         self._walk_dir(top, top_abs, repo, patterns, ancestors=frozenset())
 
     def _walk_dir(self, display: Path, absolute: Path, repo: Path, patterns, ancestors) -> None:
@@ -141,7 +181,7 @@ class _Walker:
                     continue
             if is_dir:
                 self._walk_dir(child_display, child_abs, repo, patterns, ancestors)
-            elif entry.name.endswith(SOURCE_SUFFIXES):
+            elif entry.name.endswith(DISCOVERED_SUFFIXES):
                 problem = _not_a_source_file(child_abs)
                 if problem:
                     self.result.errors.append(FileError(str(child_display), problem))
@@ -164,10 +204,13 @@ def _not_a_source_file(path: Path) -> Optional[str]:
     return None
 
 
-def discover(paths: Sequence[str], settings: Settings) -> Discovery:
+def discover(paths: Sequence[str], settings: Settings, force_exclude: bool = False) -> Discovery:
+    """The files under `paths`; `force_exclude`: apply the excludes to the paths themselves too."""
     walker = _Walker(settings)
     for raw in paths:
         path = Path(raw)
+        if force_exclude and os.path.lexists(path) and walker.explicitly_excluded(path, path.is_dir()):
+            continue
         if path.is_dir():
             walker.walk(path)
         elif path.is_file() or os.path.lexists(path):

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from typing import List
 
 from rich.console import Console
 from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.syntax import Syntax
-from rich.table import Table
 from rich.text import Text
 
 from ampmigrate.catalogue import FAMILIES, RuleDoc
@@ -40,13 +40,17 @@ def render_rule(doc: RuleDoc, console: Console = None) -> None:
 
 
 def render_rule_list(docs: List[RuleDoc], console: Console = None) -> None:
+    """One heading line per rule and its summary indented below: readable at 80 columns (a
+    five-column table squeezes the summaries into a narrow column there)."""
     console = console or Console()
-    table = Table(show_lines=False)
-    for column in ("code", "name", "fix", "severity", "summary"):
-        table.add_column(column, overflow="fold")
     for doc in sorted(docs, key=lambda d: d.code):
-        table.add_row(doc.code, doc.name, doc.fix, doc.severity, doc.summary)
-    console.print(table)
+        heading = Text()
+        heading.append(doc.code, style="bold")
+        heading.append(f" {doc.name}")
+        heading.append(f"  (fix: {doc.fix}, {doc.severity})", style="dim")
+        console.print(heading)
+        summary = textwrap.fill(doc.summary, width=max(40, console.width - 1), initial_indent="    ", subsequent_indent="    ")
+        console.print(Text(summary), soft_wrap=True)
 
 
 def rules_json(docs: List[RuleDoc]) -> str:

@@ -299,6 +299,7 @@ def test_json_output_has_its_own_entries_with_edits(project, monkeypatch):
     assert spy.checked == []
 
 
+@pytest.mark.slow  # two CLI processes
 def test_two_processes_at_once(project, tmp_path):
     """Concurrent runs sharing a cache directory agree with an uncached run, and leave only
     whole entries (each written to a temporary file and renamed into place)."""

@@ -16,6 +16,8 @@ import pytest
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.slow  # builds a wheel and a fresh virtual environment
+
 LEGACY = "import torch\nwith torch.cuda.amp.autocast():\n    pass\n"
 
 

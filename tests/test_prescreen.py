@@ -99,6 +99,7 @@ class _FullWalk(QualifiedNameScreen):
         return Search(self, ast.parse(text), text).run()
 
 
+@pytest.mark.slow  # walks every installed torch file
 def test_line_shortcut_finds_what_a_full_walk_finds():
     prefixes = sorted({p for rule in all_rules() for p in (rule.qualified_prefixes or ())})
     fast, full = QualifiedNameScreen(prefixes), _FullWalk(prefixes)

@@ -34,6 +34,7 @@ def summary(result):
     ]
 
 
+@pytest.mark.slow  # worker processes over a large tree
 @pytest.mark.parametrize("mode", ["check", "fix"])
 def test_jobs_do_not_change_results_or_their_order(tree, monkeypatch, mode, tmp_path):
     # Make every file that needs LibCST "large", so the second round (largest first) runs too.

@@ -208,6 +208,7 @@ def encode_result(findings: List[Finding], errors: List[FileError], parsed: bool
                 finding.no_fix_reason,
                 finding.noqa_row,
                 finding.source_line,
+                finding.cell,
             ]
         )
     return {
@@ -240,7 +241,7 @@ def decode_result(path: str, data: Dict[str, Any]):
         for raw in data["fixes"]
     ]
     findings = []
-    for code, message, start, end, severity, fix_id, reason, noqa_row, line in data["findings"]:
+    for code, message, start, end, severity, fix_id, reason, noqa_row, line, cell in data["findings"]:
         findings.append(
             Finding(
                 code=code,
@@ -253,6 +254,7 @@ def decode_result(path: str, data: Dict[str, Any]):
                 no_fix_reason=reason,
                 noqa_row=noqa_row,
                 source_line=line,
+                cell=cell,
             )
         )
     errors = [FileError(path, message) for message in data["errors"]]

@@ -11,7 +11,7 @@ from typing import Dict, FrozenSet, Iterator, Optional, Tuple
 from ampmigrate.source import split_lines
 
 _CODES = r"(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[,\s]+[A-Za-z]+[0-9]+)*))?"
-_LINE = re.compile(r"#\s*(?i:noqa)" + _CODES)
+LINE_NOQA = re.compile(r"#\s*(?i:noqa)" + _CODES)
 _FILE = re.compile(r"^#\s*ampmigrate:\s*(?i:noqa)" + _CODES + r"\s*$")
 ALL: FrozenSet[str] = frozenset({"*"})
 
@@ -23,6 +23,10 @@ class Suppressions:
 
     def suppresses(self, code: str, row: int) -> bool:
         return _matches(self.file, code) or _matches(self.lines.get(row, frozenset()), code)
+
+    def line_suppresses(self, code: str, row: int) -> bool:
+        """Whether the `# noqa` on `row` (not a file-level one) names `code` or is blanket."""
+        return _matches(self.lines.get(row, frozenset()), code)
 
     def file_suppresses(self, code: str) -> bool:
         return _matches(self.file, code)
@@ -70,7 +74,7 @@ def parse_suppressions(text: str) -> Suppressions:
     if "noqa" not in text.lower():
         return result
     for row, comment, _ in _comments(text):
-        match = _LINE.search(comment)
+        match = LINE_NOQA.search(comment)
         if match and not comment.lstrip("# ").lower().startswith("ampmigrate:"):
             result.lines[row] = result.lines.get(row, frozenset()) | _codes(match)
     return result

@@ -20,8 +20,9 @@ from ampmigrate.engine.context import FileContext, RuleContext
 from ampmigrate.engine.noqa import file_suppressions, parse_suppressions
 from ampmigrate.engine.prefilter import Prefilter
 from ampmigrate.engine.project import ProjectImports
-from ampmigrate.rules import all_rules
+from ampmigrate.rules import all_rules, rule_classes
 from ampmigrate.rules.base import Rule
+from ampmigrate.rules.meta.amp001_unused_noqa import UnusedNoqa
 from ampmigrate.source import split_lines
 
 MAX_ROUNDS = 25
@@ -39,6 +40,7 @@ class FileResult:
     errors: List[FileError] = field(default_factory=list)
     parsed: bool = False  # False when the pre-filter ruled the file out
     fixed: int = 0  # findings resolved by applied fixes
+    fixed_codes: Dict[str, int] = field(default_factory=dict)  # the same, per rule code (--show-fixes)
     new_text: Optional[str] = None  # fix mode: the fixed text, when it differs
     old_text: Optional[str] = None  # fix mode: the original text, when it changed
 
@@ -75,6 +77,8 @@ class Engine:
         candidates = list(rules) if rules is not None else all_rules()
         self.enabled: Set[str] = set(settings.enabled_codes(r.code for r in candidates))
         self.rules = [r for r in candidates if r.code in self.enabled]
+        # Every rule code there is, for telling an unknown `# noqa: AMP999` from an unselected one.
+        self.known_codes = frozenset(cls.code for cls in rule_classes()) | {r.code for r in candidates}
         # prefilter=False parses every file for every rule (tests compare it with the filter).
         self.prefilter: Optional[Prefilter] = Prefilter(self.rules) if prefilter else None
 
@@ -129,6 +133,8 @@ class Engine:
                 if not accepted:
                     continue
             result.fixed += sum(len(analysis.members[f]) for f in accepted)
+            for finding in (finding for f in accepted for finding in analysis.members[f]):
+                result.fixed_codes[finding.code] = result.fixed_codes.get(finding.code, 0) + 1
             current = new_text
             # The next round may need rules the new text now triggers (e.g. a scaler it added).
             rules = self._rules_for(current) or rules
@@ -210,33 +216,52 @@ class Engine:
         findings: List[Finding] = []
         members: Dict[Fix, List[Finding]] = {}
         blocked: Set[Fix] = set()
-        if context.reports:
+        if context.reports or self._noqa_rule(rules) is not None:
             suppressions = parse_suppressions(text)
             lines = split_lines(text)
-            for report in context.reports:
-                position = context.position(report.node)
-                row = position.start.line
-                if report.code not in self.enabled:
-                    continue
-                if suppressions.suppresses(report.code, row):
+            used: Set[Tuple[int, str]] = set()  # (row, code) of line-level noqa that hid a finding
+
+            def take(reports) -> None:
+                for report in reports:
+                    position = context.position(report.node)
+                    row = position.start.line
+                    if report.code not in self.enabled:
+                        continue
+                    if suppressions.suppresses(report.code, row) or not self.settings.enabled_in(report.code, path):
+                        if suppressions.line_suppresses(report.code, row):
+                            used.add((row, report.code))
+                        if report.fix is not None:
+                            blocked.add(report.fix)  # part of this fix is suppressed
+                        continue
+                    finding = Finding(
+                        code=report.code,
+                        message=report.message,
+                        path=path,
+                        location=Location(row, position.start.column + 1),
+                        end_location=Location(position.end.line, position.end.column + 1),
+                        severity=report.severity,
+                        fix=report.fix,
+                        no_fix_reason=report.no_fix_reason,
+                        noqa_row=row,
+                        source_line=lines[row - 1] if row - 1 < len(lines) else "",
+                    )
+                    findings.append(finding)
                     if report.fix is not None:
-                        blocked.add(report.fix)  # part of this fix is suppressed
-                    continue
-                finding = Finding(
-                    code=report.code,
-                    message=report.message,
-                    path=path,
-                    location=Location(row, position.start.column + 1),
-                    end_location=Location(position.end.line, position.end.column + 1),
-                    severity=report.severity,
-                    fix=report.fix,
-                    no_fix_reason=report.no_fix_reason,
-                    noqa_row=row,
-                    source_line=lines[row - 1] if row - 1 < len(lines) else "",
+                        members.setdefault(report.fix, []).append(finding)
+
+            take(context.reports)
+            noqa_rule = self._noqa_rule(rules)
+            if noqa_rule is not None:
+                before = len(context.reports)
+                noqa_rule.report_suppressions(
+                    RuleContext(context, noqa_rule),
+                    used,
+                    self.known_codes,
+                    lambda code: code in self.enabled
+                    and self.settings.enabled_in(code, path)
+                    and not suppressions.file_suppresses(code),
                 )
-                findings.append(finding)
-                if report.fix is not None:
-                    members.setdefault(report.fix, []).append(finding)
+                take(context.reports[before:])
         findings.sort(key=Finding.sort_key)
         fixes: List[Fix] = []
         for fix, group in sorted(members.items(), key=lambda item: min(f.sort_key() for f in item[1])):
@@ -248,6 +273,9 @@ class Engine:
                     finding.fix = None
                     finding.no_fix_reason = reason
         return _Analysis(text, module, context, findings, fixes, members)
+
+    def _noqa_rule(self, rules: Sequence[Rule]) -> Optional[UnusedNoqa]:
+        return next((rule for rule in rules if isinstance(rule, UnusedNoqa)), None)
 
     def _why_not_applicable(self, fix: Fix, blocked: Set[Fix], unsafe: bool) -> Optional[str]:
         if fix in blocked:

@@ -25,8 +25,10 @@ from typing import Callable, List, Optional, Sequence, Tuple, Union
 from ampmigrate.config import Settings
 from ampmigrate.diagnostics import FileError, Finding
 from ampmigrate.engine.cache import Cache, content_hash, has_fix_to_apply
+from ampmigrate.engine.notebooks import process_notebook
 from ampmigrate.engine.pipeline import TOO_DEEP, Engine, FileResult
 from ampmigrate.engine.project import ProjectImports
+from ampmigrate.notebook import is_notebook
 from ampmigrate.source import SourceError, SourceFile, read_bytes, write_atomic
 
 # Below this many files, worker start-up costs more than it saves.
@@ -140,6 +142,11 @@ def _process_unguarded(
         text = source.text
     except SourceError as exc:
         return FileResult(path, errors=[FileError(path, str(exc))])
+    if is_notebook(path):
+        result = process_notebook(engine, text, path, job.mode, unsafe=job.unsafe, want_edits=job.want_edits)
+        if cache is not None and _cacheable(result, job):
+            cache.store(path, job.cache_kind, digest, result.findings, result.errors, result.parsed)
+        return result
     too_large = len(source.raw) > engine.settings.max_file_size
     if screened is not None and screened.digest == digest:
         rules = [rule for rule in engine.rules if rule.code in screened.codes]

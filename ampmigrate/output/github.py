@@ -38,15 +38,13 @@ def render(report: Report) -> str:
     lines = []
     for f in report.findings:
         path = workflow_path(f.path)
-        properties = {
-            "title": f"ampmigrate ({f.code})",
-            "file": path,
-            "line": f.location.row,
-            "col": f.location.column,
-            "endLine": f.end_location.row,
-            "endColumn": f.end_location.column,
-        }
-        message = f"{path}:{f.location.row}:{f.location.column}: {f.code} {f.message}"
+        properties = {"title": f"ampmigrate ({f.code})", "file": path}
+        if f.cell is None:  # a notebook's cell rows are not the file's lines: annotate the file
+            properties.update(
+                line=f.location.row, col=f.location.column, endLine=f.end_location.row, endColumn=f.end_location.column
+            )
+        where = path if f.cell is None else f"{path}:cell {f.cell}"
+        message = f"{where}:{f.location.row}:{f.location.column}: {f.code} {f.message}"
         lines.append(_command(_LEVEL.get(f.severity, "error"), properties, message))
     for error in report.errors:
         path = workflow_path(error.path)

@@ -1,4 +1,7 @@
-"""A JSON array in ruff's shape: code, message, filename, location, end_location, fix, url."""
+"""A JSON array in ruff's shape: code, message, filename, location, end_location, fix, url.
+
+In a notebook, `cell` is the 1-based cell, and locations (also the fix's edits) are relative to it.
+"""
 
 import json
 import os
@@ -28,7 +31,7 @@ def finding_dict(finding: Finding) -> dict:
             "message": finding.fix.message,
         }
     return {
-        "cell": None,
+        "cell": finding.cell,
         "code": finding.code,
         "end_location": _location(finding.end_location),
         "filename": os.path.abspath(finding.path),

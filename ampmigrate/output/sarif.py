@@ -2,7 +2,8 @@
 
 Locations are URIs relative to the directory the command ran in (`%SRCROOT%`, declared in
 `originalUriBaseIds`), which is what code scanning expects when ampmigrate runs from the
-repository root; files outside it get absolute `file://` URIs. Columns count characters
+repository root; files outside it get absolute `file://` URIs. In a notebook, a result's region
+is relative to its cell, given as the result's `properties.cell` and in its message. Columns count characters
 (`columnKind: unicodeCodePoints`), 1-based, with `endColumn` just past the region.
 """
 
@@ -91,7 +92,7 @@ def render(report: Report) -> str:
         result.update(
             {
                 "level": _LEVEL.get(f.severity, "warning"),
-                "message": {"text": f.message},
+                "message": {"text": f.message if f.cell is None else f"cell {f.cell}: {f.message}"},
                 "locations": [
                     {"physicalLocation": {"artifactLocation": location, "region": _region(f.location, f.end_location)}}
                 ],
@@ -100,8 +101,13 @@ def render(report: Report) -> str:
         fixes = _fixes(f, location)
         if fixes:
             result["fixes"] = fixes
+        properties = {}
         if f.fix is None and f.no_fix_reason:
-            result["properties"] = {"noFixReason": f.no_fix_reason}
+            properties["noFixReason"] = f.no_fix_reason
+        if f.cell is not None:
+            properties["cell"] = f.cell  # a notebook: the region's lines are the cell's
+        if properties:
+            result["properties"] = properties
         results.append(result)
     notifications = [
         {

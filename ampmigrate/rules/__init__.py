@@ -8,6 +8,7 @@ from ampmigrate.rules.base import Rule
 
 
 def rule_classes() -> List[type]:
+    from ampmigrate.rules.meta.amp001_unused_noqa import UnusedNoqa
     from ampmigrate.rules.apex.amp101_apex_amp import ApexAmp
     from ampmigrate.rules.apex.amp102_apex_amp_o3 import ApexAmpO3
     from ampmigrate.rules.apex.amp103_apex_amp_o0 import ApexAmpO0
@@ -45,6 +46,7 @@ def rule_classes() -> List[type]:
     from ampmigrate.rules.precision.amp410_legacy_tf32_flags import LegacyTf32Flags
 
     return [
+        UnusedNoqa,
         ApexAmp,
         ApexAmpO3,
         ApexAmpO0,

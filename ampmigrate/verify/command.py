@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from ampmigrate.config import ConfigError
+from ampmigrate.config import ConfigError, resolve_settings
 from ampmigrate.verify.session import COULD_NOT_RUN, Options, run_verification
 from ampmigrate.verify.stats import DEFAULT_TOLERANCE, FLOOR_MULTIPLE, MIN_STEPS
 
@@ -58,8 +58,6 @@ def verify(script, script_args, after, root, steps, seed, device, runs, toleranc
     would apply; it runs with the same working directory, arguments and seed as the before run.
     Arguments after `--` go to the script. The user's files are never modified.
     """
-    from ampmigrate.cli import _settings
-
     if clean:
         _clean()
         return
@@ -69,8 +67,8 @@ def verify(script, script_args, after, root, steps, seed, device, runs, toleranc
         click.echo("error: `verify` runs your training script, so it needs PyTorch: pip install 'ampmigrate[verify]'", err=True)
         sys.exit(COULD_NOT_RUN)
     try:
-        settings = _settings(select, extend_select, ignore, target_dtype, min_torch, config_path,
-                             start=root or os.path.dirname(os.path.abspath(script)))
+        settings = resolve_settings(select, extend_select, ignore, target_dtype, min_torch, config_path,
+                                    start=root or os.path.dirname(os.path.abspath(script)))
     except ConfigError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(COULD_NOT_RUN)

@@ -20,6 +20,10 @@ BF16_AUTOCAST = (1, 10)  # `dtype=` of torch.autocast / torch.cuda.amp.autocast
 _NO_SPACE = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 
 
+# GPUs before Ampere (V100, T4) have no fast bfloat16: say how such a fleet keeps float16.
+KEEP_FLOAT16 = '; V100/T4 fleets (no fast bfloat16) keep float16 with `target-dtype = "float16"` in the configuration'
+
+
 class Float16Autocast(Rule):
     code = "AMP401"
     triggers = (r"autocast",)
@@ -45,6 +49,7 @@ class Float16Autocast(Rule):
         message = (
             f"`{ctx.code(autocast.ref)}(...)` without a dtype runs in float16 on CUDA, which needs loss "
             f"scaling and can overflow; on {AMPERE} bfloat16 has float32's range at the same speed{scaler_note}"
+            f"{KEEP_FLOAT16}"
         )
         if ctx.settings.min_torch < BF16_AUTOCAST:
             ctx.report(autocast.ref, message, no_fix_reason=_too_old(ctx))
@@ -76,7 +81,7 @@ class Float16Autocast(Rule):
         where = _where(ctx, fp16_sources)
         message = (
             f"autocast runs in float16{where}, which needs loss scaling and can overflow; on {AMPERE} "
-            f"bfloat16 has float32's range at the same speed{scaler_note}"
+            f"bfloat16 has float32's range at the same speed{scaler_note}{KEEP_FLOAT16}"
         )
         reason = followed.blocker or next((s.no_bf16 for s in fp16_sources if s.no_bf16), None)
         if ctx.settings.min_torch < BF16_AUTOCAST:
