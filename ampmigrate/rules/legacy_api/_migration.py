@@ -17,6 +17,8 @@ finding and say why; code that keeps the old API behind a version check is left 
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
@@ -61,6 +63,9 @@ class Site:
     ref: cst.CSTNode
     api: LegacyApi
     usage: str  # call | decorator | isinstance | annotation | partial | alias | value | import
+    # The code of a device (`"cuda"`, `torch.device(...)`) passed in the legacy first slot
+    # (`init_scale` / `enabled`): the author meant the torch.amp signature.
+    misplaced_device: Optional[str] = None
 
     @property
     def code(self) -> str:
@@ -123,6 +128,10 @@ class _Planner:
                         groups.append(self._import_group(binding.statement, route))
         for group in groups:
             self._check_gate(group)
+            for site in group.sites:
+                if site.usage == "call" and site.api.kind in ("autocast", "grad_scaler"):
+                    device = misplaced_device(self.names, self.names.parent(site.ref))
+                    site.misplaced_device = self.ctx.code(device) if device is not None else None
         return [g for g in groups if g.sites]
 
     def _route(self, ref: cst.CSTNode):
@@ -450,7 +459,16 @@ class _Planner:
         return out
 
     def _modern_call(self, call: cst.Call, api: LegacyApi, new_func) -> cst.Call:
-        if api.kind in ("autocast", "grad_scaler"):
+        device = misplaced_device(self.names, call) if api.kind in ("autocast", "grad_scaler") else None
+        if device is not None:
+            # `GradScaler("cuda")` written for the torch.amp signature: keep the device first
+            # (a `torch.device` becomes its `.type`, the only form autocast accepts).
+            first = call.args[0]
+            if isinstance(device, cst.Call):
+                first = first.with_changes(value=cst.Attribute(value=device, attr=cst.Name("type")))
+            modern = LegacyApi(api.kind, api.device, api.modern, MODERN_PARAMS[api.kind], api.since)
+            args = [first, *self._keywords_for(call.args[1:], modern)]
+        elif api.kind in ("autocast", "grad_scaler"):
             args = [cst.Arg(self.ctx.string(api.device)), *self._keywords_for(call.args, api)]
         else:
             positional = [a for a in call.args if a.keyword is None and not a.star]
@@ -494,6 +512,32 @@ class _Planner:
         if group.gate is not None:
             group.fix = None
             group.reason = "kept behind a torch version check on purpose"
+
+
+# torch.amp's parameters after the device (AMP_FACTS §1, §2.2).
+MODERN_PARAMS = {
+    "autocast": ("dtype", "enabled", "cache_enabled"),
+    "grad_scaler": ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled"),
+}
+_DEVICE_STRING = re.compile(r"(cuda|cpu|xpu|mps|hpu|mtia|xla|npu|maia|ipu)(:\d+)?")
+
+
+def misplaced_device(names, call: cst.CSTNode) -> Optional[cst.BaseExpression]:
+    """The first positional argument of a legacy autocast/GradScaler call when it is a device
+    (a device string literal or `torch.device(...)`), which the legacy signature takes as
+    `enabled` / `init_scale`."""
+    if not isinstance(call, cst.Call) or not call.args:
+        return None
+    first = call.args[0]
+    if first.keyword is not None or first.star:
+        return None
+    value = first.value
+    if isinstance(value, cst.SimpleString):
+        text = value.evaluated_value
+        return value if isinstance(text, str) and _DEVICE_STRING.fullmatch(text) else None
+    if isinstance(value, cst.Call) and "torch.device" in names.qualified_names(value.func):
+        return value
+    return None
 
 
 def modern_module(legacy: str) -> str:
@@ -546,4 +590,13 @@ def gated_message(group: Group, min_torch: Tuple[int, int]) -> str:
         f"`{legacy_spelling(api)}` is kept behind a torch version check; with min-torch "
         f"{format_version(min_torch)} the `torch.amp` spelling (torch >= {format_version(api.since)}) "
         "always exists, so the legacy branch can go"
+    )
+
+
+def misplaced_device_message(site: Site, slot: str) -> str:
+    legacy = legacy_spelling(site.api)
+    return (
+        f"`{legacy}({site.misplaced_device})` passes the device as `{slot}`: the legacy class takes no device "
+        f"(its first parameter is `{slot}`), so this call is broken; the torch.amp signature was meant, "
+        f"`torch.amp.{site.api.modern}({site.misplaced_device})`"
     )
