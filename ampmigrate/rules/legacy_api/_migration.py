@@ -26,7 +26,7 @@ import libcst as cst
 
 from ampmigrate.analysis.version_gates import version_gate
 from ampmigrate.api import AUTOCAST, GRAD_SCALER, LEGACY_AMP_MODULES, LEGACY_API, LegacyApi, format_version
-from ampmigrate.diagnostics import SAFE, Fix
+from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args
 from ampmigrate.engine.names import Binding
 from ampmigrate.rules.base import Rule
@@ -201,7 +201,8 @@ class _Planner:
             group.reason = str(exc)
         if group.reason is None and group.sites:
             apis = sorted({legacy_spelling(s.api) for s in group.sites})
-            builder.message = f"Move {', '.join(f'`{a}`' for a in apis)} to `torch.amp` with the device made explicit"
+            note = builder.message  # what a planning step added (why the fix is unsafe)
+            builder.message = f"Move {', '.join(f'`{a}`' for a in apis)} to `torch.amp` with the device made explicit{note}"
             builder.requires = frozenset(s.code for s in group.sites) | builder.requires
             group.fix = builder.build()
         return group
@@ -394,6 +395,8 @@ class _Planner:
             builder.replace(call, self._modern_partial(call, api, new_path))
         elif usage == "alias":
             self._rewrite_alias(builder, ref, api, new_path, group, depth)
+        elif usage == "value" and api.kind in ("autocast", "grad_scaler") and self._passable_value(ref):
+            self._rewrite_value(builder, ref, api, new_path)
         else:
             raise _Unfixable(
                 f"`{self.ctx.code(ref)}` is used as a value at line {self._line(ref)}; "
@@ -426,19 +429,80 @@ class _Planner:
                 raise _Unfixable(
                     f"`{binding.name}` is also bound to something else and is not only called with keywords"
                 )
+        builder.replace(ref, self._device_partial(builder, ref, api, new_path))
+
+    def _device_partial(self, builder, ref, api, new_path) -> cst.Call:
+        """`functools.partial(torch.amp.autocast, "cuda")`: the class with its device bound."""
         partial = self.ctx.module_reference(ref, "functools")
         if partial[0] is None:
             raise _Unfixable("the name `functools` is taken here")
         if partial[1]:
             builder.require_import("functools")
         callee = new_path if new_path is not None else ref
-        builder.replace(
-            ref,
-            cst.Call(
-                func=self.ctx.parse_expression(f"{partial[0]}.partial"),
-                args=[cst.Arg(callee, comma=_comma()), cst.Arg(self.ctx.string(api.device))],
-            ),
+        return cst.Call(
+            func=self.ctx.parse_expression(f"{partial[0]}.partial"),
+            args=[cst.Arg(callee, comma=_comma()), cst.Arg(self.ctx.string(api.device))],
         )
+
+    # ------------------------------------------------------------------ the class as a value
+    def _value_root(self, ref: cst.CSTNode) -> cst.CSTNode:
+        """The expression `ref` is the value of: climbs `a if c else b` branches and `a or b`."""
+        node = ref
+        while True:
+            parent = self.names.parent(node)
+            if isinstance(parent, cst.IfExp) and parent.test is not node:
+                node = parent
+            elif isinstance(parent, cst.BooleanOperation):
+                node = parent
+            else:
+                return node
+
+    def _passable_value(self, ref: cst.CSTNode) -> bool:
+        """The class is handed on whole (assigned, returned, passed, put in a container), not
+        inspected (`autocast.__name__`, `x is autocast`): a partial can stand in for it."""
+        root = self._value_root(ref)
+        parent = self.names.parent(root)
+        if isinstance(parent, (cst.Assign, cst.AnnAssign, cst.Return, cst.Element, cst.DictElement)):
+            return getattr(parent, "value", None) is root
+        if isinstance(parent, cst.Arg):
+            return parent.value is root and not parent.star
+        return False
+
+    def _rewrite_value(self, builder, ref, api, new_path) -> None:
+        """`ctx = torch.cuda.amp.autocast if amp else nullcontext`, `return autocast`, `f(autocast)`:
+        bind the device with functools.partial. Every call the file shows must pass keywords
+        (a positional `enabled` would land in the new `dtype`); a value that leaves the file's
+        sight makes the fix unsafe."""
+        root = self._value_root(ref)
+        parent = self.names.parent(root)
+        calls_seen = False
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+            binding = self._binding_for(parent.targets[0].target)
+            self._check_not_exported(binding)
+            calls = []
+            for use in self.names.references(binding):
+                call = self.names.parent(use)
+                if not (isinstance(call, cst.Call) and call.func is use):
+                    calls = None
+                    break
+                calls.append(call)
+            if calls is not None:
+                for call in calls:
+                    if any(a.keyword is None for a in call.args):
+                        raise _Unfixable(
+                            f"`{binding.name}` holds `{self.ctx.code(ref)}` and is called with positional arguments "
+                            f"at line {self._line(call)}; the legacy and torch.amp signatures order them differently"
+                        )
+                calls_seen = True
+        if not calls_seen:
+            builder.applicability = UNSAFE
+            note = (
+                f" (unsafe: `{self.ctx.code(ref)}` at line {self._line(ref)} is called where this file cannot see; "
+                "a call passing `enabled` positionally would now pass it as `dtype`)"
+            )
+            if note not in builder.message:
+                builder.message += note
+        builder.replace(ref, self._device_partial(builder, ref, api, new_path))
 
     def _device_keyword(self, api: LegacyApi) -> cst.Arg:
         return cst.Arg(self.ctx.string(api.device), keyword=cst.Name("device_type"), equal=_NO_SPACE)
