@@ -24,6 +24,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
+from ampmigrate.analysis.string_annotations import rewritten, text_annotations
 from ampmigrate.analysis.version_gates import version_gate
 from ampmigrate.api import AUTOCAST, GRAD_SCALER, LEGACY_AMP_MODULES, LEGACY_API, LegacyApi, format_version
 from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
@@ -126,6 +127,7 @@ class _Planner:
                         imports_done.add(binding.statement)
                         route = "from-import" if binding.qname in LEGACY_API else "module-alias"
                         groups.append(self._import_group(binding.statement, route))
+        groups.extend(self._text_annotation_groups())
         for group in groups:
             self._check_gate(group)
             for site in group.sites:
@@ -133,6 +135,29 @@ class _Planner:
                     device = misplaced_device(self.names, self.names.parent(site.ref))
                     site.misplaced_device = self.ctx.code(device) if device is not None else None
         return [g for g in groups if g.sites]
+
+    def _text_annotation_groups(self) -> List[Group]:
+        """`"torch.cuda.amp.GradScaler"` in a string annotation or a type comment. Names reached
+        through a legacy import (`"amp.GradScaler"`, `"GradScaler"`) follow that import's fix."""
+        groups: List[Group] = []
+        for annotation in text_annotations(self.names):
+            api = LEGACY_API.get(annotation.qname)
+            if api is None or annotation.head_qname in LEGACY_AMP_MODULES or annotation.head_qname in LEGACY_API:
+                continue
+            if annotation.head_qname in _LEGACY_SUBMODULES:
+                continue
+            site = Site(annotation.node, api, "annotation")
+            group = Group([site], min_since=api.since)
+            new = None
+            if annotation.head_qname == "torch":
+                new = rewritten(annotation, self.ctx.parse_expression(f"{annotation.head}.amp.{api.modern}"))
+            if new is None:
+                group.reason = "the annotation's text cannot be respelled in place"
+            else:
+                builder = FixBuilder(f"Use `torch.amp.{api.modern}` in the annotation", SAFE, frozenset({site.code}))
+                group.fix = builder.replace(annotation.node, new).build()
+            groups.append(group)
+        return groups
 
     def _route(self, ref: cst.CSTNode):
         """How `ref` reaches the legacy object (see the module docstring)."""
