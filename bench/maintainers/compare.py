@@ -138,8 +138,10 @@ def _call_signature(name: str, node: ast.Call, ex: _Extractor) -> str:
     """`torch.amp.autocast(device=cuda, enabled, dtype)`; keyword order and spelling of the
     device (first positional or device_type=/device=) do not matter."""
     if name.rsplit(".", 1)[-1] == "partial":
-        inner = ex.qualify(node.args[0])
-        return f"partial({inner}, {', '.join(ast.unparse(a) for a in node.args[1:])})"
+        inner = ex.qualify(node.args[0]).replace("torch.autocast", "torch.amp.autocast")
+        parts = [f"device={ast.unparse(a)}" if i == 0 else f"#{i}" for i, a in enumerate(node.args[1:])]
+        parts += [f"device={ast.unparse(k.value)}" if k.arg in ("device_type", "device") else str(k.arg) for k in node.keywords]
+        return f"partial({inner}, {', '.join(sorted(p.replace(chr(39), chr(34)) for p in parts))})"
     canonical = name.replace("torch.autocast", "torch.amp.autocast").replace("torch.GradScaler", "torch.amp.GradScaler")
     canonical = canonical.replace("torch.amp.autocast_mode.", "torch.amp.").replace("torch.amp.grad_scaler.", "torch.amp.")
     args = list(node.args)

@@ -501,8 +501,13 @@ class _Planner:
         root = self._value_root(ref)
         parent = self.names.parent(root)
         calls_seen = False
-        if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
-            binding = self._binding_for(parent.targets[0].target)
+        target = None
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            target = parent.targets[0].target
+        elif isinstance(parent, cst.AnnAssign):
+            target = parent.target
+        if isinstance(target, cst.Name):
+            binding = self._binding_for(target)
             self._check_not_exported(binding)
             calls = []
             for use in self.names.references(binding):
