@@ -167,6 +167,9 @@ def _call_signature(name: str, node: ast.Call, ex: _Extractor) -> str:
             parts.extend(_LEGACY_PARAMS["GradScaler"][i] if i < 5 else f"#{i}" for i, _ in enumerate(args))
             args = []
     parts.extend(f"#{i}" for i, _ in enumerate(args))
+    if canonical == "torch.amp.GradScaler" and not any(p.startswith("device=") for p in parts):
+        if not any(k.arg == "device" for k in node.keywords):
+            parts.append('device="cuda"')  # torch.amp.GradScaler's default device
     for kw in node.keywords:
         if kw.arg in ("device_type", "device"):
             parts.append("device=" + ast.unparse(kw.value).replace("'", '"'))

@@ -26,7 +26,7 @@ import libcst as cst
 
 from ampmigrate.analysis.string_annotations import rewritten, text_annotations
 from ampmigrate.analysis.version_gates import version_gate
-from ampmigrate.api import AUTOCAST, GRAD_SCALER, LEGACY_AMP_MODULES, LEGACY_API, LegacyApi, format_version
+from ampmigrate.api import AUTOCAST, GRAD_SCALER, LEGACY_AMP_MODULES, LEGACY_API, LEGACY_REEXPORTS, LegacyApi, format_version
 from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args
 from ampmigrate.engine.names import Binding
@@ -277,6 +277,9 @@ class _Planner:
         for alias in statement.names:
             qname = f"{module}.{self.ctx.code(alias.name)}"
             api = LEGACY_API.get(qname)
+            if api is None and qname in LEGACY_REEXPORTS:
+                group.min_since = max(group.min_since, LEGACY_REEXPORTS[qname])
+                continue  # the same object under torch.amp: only the import moves
             if api is None:
                 raise _Unfixable(f"`{qname}` has no `torch.amp` counterpart of the same name")
             binding = self._binding_for(alias)
@@ -489,8 +492,8 @@ class _Planner:
         parent = self.names.parent(root)
         if isinstance(parent, (cst.Assign, cst.AnnAssign, cst.Return, cst.Element, cst.DictElement)):
             return getattr(parent, "value", None) is root
-        if isinstance(parent, cst.Arg):
-            return parent.value is root and not parent.star
+        if isinstance(parent, cst.Arg):  # an argument of a call (not a base class of a class)
+            return parent.value is root and not parent.star and isinstance(self.names.parent(parent), cst.Call)
         return False
 
     def _rewrite_value(self, builder, ref, api, new_path) -> None:
@@ -528,7 +531,7 @@ class _Planner:
             builder.applicability = UNSAFE
             note = (
                 f" (unsafe: `{self.ctx.code(ref)}` at line {self._line(ref)} is called where this file cannot see; "
-                "a call passing `enabled` positionally would now pass it as `dtype`)"
+                "a call passing arguments positionally would now bind them to other parameters)"
             )
             if note not in builder.message:
                 builder.message += note
