@@ -58,6 +58,8 @@ def rewritten(annotation: TextAnnotation, new_dotted: cst.BaseExpression) -> Opt
 
 def _in_annotation(names: NameIndex, node: cst.CSTNode) -> bool:
     for ancestor in names.ancestors(node):
+        if isinstance(ancestor, cst.Subscript) and "Literal" in _parts(ancestor.value)[-1:]:
+            return False  # `Literal["..."]` holds values, not names
         if isinstance(ancestor, cst.Annotation):
             return True
         if isinstance(ancestor, (cst.BaseStatement, cst.Lambda)):

@@ -566,6 +566,12 @@ class _Planner:
             modern = LegacyApi(api.kind, api.device, api.modern, MODERN_PARAMS[api.kind], api.since)
             args = [first, *self._keywords_for(call.args[1:], modern)]
         elif api.kind in ("autocast", "grad_scaler"):
+            first = call.args[0] if call.args and call.args[0].keyword is None and not call.args[0].star else None
+            if first is not None and _device_like(first.value):
+                raise _Unfixable(
+                    f"`{self.ctx.code(first.value)}` looks like a device, which `{legacy_spelling(api)}` takes as "
+                    f"`{api.params[0]}`; write the intended `torch.amp.{api.modern}(...)` call by hand"
+                )
             args = [cst.Arg(self.ctx.string(api.device)), *self._keywords_for(call.args, api)]
         else:
             positional = [a for a in call.args if a.keyword is None and not a.star]
@@ -635,6 +641,16 @@ def misplaced_device(names, call: cst.CSTNode) -> Optional[cst.BaseExpression]:
     if isinstance(value, cst.Call) and "torch.device" in names.qualified_names(value.func):
         return value
     return None
+
+
+_DEVICE_NAME = re.compile(r"(^|_)(device|dev|device_type)(_|$)", re.IGNORECASE)
+
+
+def _device_like(value: cst.BaseExpression) -> bool:
+    """A variable named as a device (`device`, `args.device_type`): passed in the legacy first slot it
+    was most likely meant as the torch.amp device, so no fix guesses either way."""
+    name = value.attr.value if isinstance(value, cst.Attribute) else value.value if isinstance(value, cst.Name) else None
+    return name is not None and bool(_DEVICE_NAME.search(name))
 
 
 def modern_module(legacy: str) -> str:
