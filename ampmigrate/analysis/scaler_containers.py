@@ -23,6 +23,15 @@ from ampmigrate.engine.names import EMPTY, Binding, NameIndex, Scope
 CONTAINER_KEYS = frozenset({"item", "field"})
 
 
+def storage_bindings(names: NameIndex, node: cst.BaseExpression) -> Optional[List[Binding]]:
+    """The bindings of a name, or of `self.<attr>` in a method; None for any other expression."""
+    if isinstance(node, cst.Name):
+        return names.bindings_of(node)
+    if isinstance(node, cst.Attribute):
+        return names.self_attribute_bindings(node)
+    return None
+
+
 # ------------------------------------------------------------------------------ tuple assignments
 def unpacked_value(names: NameIndex, binding: Binding) -> Optional[cst.BaseExpression]:
     """For `a, b = x, y`: the element of the value that `binding`'s target receives."""
@@ -89,14 +98,8 @@ def _dict_entry(names: NameIndex, node: cst.BaseExpression) -> Optional[Tuple[Li
     if not isinstance(index, cst.Index) or not isinstance(index.value, cst.SimpleString):
         return None
     key = index.value.evaluated_value
-    base = node.value
-    if isinstance(base, cst.Name):
-        bindings = names.bindings_of(base)
-    elif isinstance(base, cst.Attribute):
-        bindings = names.self_attribute_bindings(base)
-    else:
-        return None
-    if len(bindings) != 1 or not isinstance(bindings[0].value, cst.Dict):
+    bindings = storage_bindings(names, node.value)
+    if bindings is None or len(bindings) != 1 or not isinstance(bindings[0].value, cst.Dict):
         return None
     for element in bindings[0].value.elements:
         if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString):
@@ -207,9 +210,8 @@ def _container_creations(names: NameIndex, node: cst.BaseExpression) -> List[cst
         value = entry[2]
     elif isinstance(node, cst.Attribute) and tuple_self_attribute(names, node) is not None:
         value = tuple_self_attribute(names, node)[1]
-    elif isinstance(node, (cst.Name, cst.Attribute)):
-        bindings = names.bindings_of(node) if isinstance(node, cst.Name) else names.self_attribute_bindings(node)
-        for binding in bindings:
+    else:
+        for binding in storage_bindings(names, node) or ():
             value = unpacked_value(names, binding) or value
     if isinstance(value, cst.Call) and names.qualified_names(value.func) & ANY_GRAD_SCALER:
         return [value]

@@ -27,6 +27,7 @@ from ampmigrate.analysis.scaler_containers import (
     _container_creations,
     _container_display,
     _container_key,
+    storage_bindings,
 )
 from ampmigrate.engine.names import EMPTY, Binding, NameIndex
 
@@ -146,11 +147,8 @@ def _classes(names: NameIndex, node: cst.BaseExpression, received: Dict[Binding,
     classes = (names.instance_classes(node) & ANY_GRAD_SCALER) or _container_classes(names, node)
     if classes or not received or depth > 3:
         return classes
-    if isinstance(node, cst.Name):
-        bindings = names.bindings_of(node)
-    elif isinstance(node, cst.Attribute):
-        bindings = names.self_attribute_bindings(node)
-    else:
+    bindings = storage_bindings(names, node)
+    if bindings is None:
         return EMPTY
     result: Set[str] = set()
     for binding in bindings:
