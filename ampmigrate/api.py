@@ -59,6 +59,11 @@ def _legacy_table() -> Dict[str, LegacyApi]:
 
 
 LEGACY_API: Dict[str, LegacyApi] = _legacy_table()
+# Other names the legacy submodules re-export from torch.amp unchanged (an import of them moves
+# with its neighbours), with the first torch whose torch.amp module has them.
+LEGACY_REEXPORTS: Dict[str, Version] = {
+    f"torch.{device}.amp.grad_scaler.OptState": (2, 3) for device in ("cuda", "cpu")
+}
 LEGACY_AMP_MODULES: FrozenSet[str] = frozenset({"torch.cuda.amp", "torch.cpu.amp"})
 
 LEGACY_AUTOCAST: FrozenSet[str] = frozenset(q for q, a in LEGACY_API.items() if a.kind == "autocast")

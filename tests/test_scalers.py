@@ -135,3 +135,43 @@ def test_unrelated_calls_bind_nothing():
     )
     assert set(found) == {"scaler"}
     assert escapes(ctx.names, found["scaler"]) != []
+
+
+def test_scalers_in_tuples_dict_entries_and_class_fields():
+    ctx, found = _scalers(
+        """
+        import torch
+        from dataclasses import dataclass, field
+
+        class Trainer:
+            def __init__(self, model):
+                self.model, self.scaler = model, torch.amp.GradScaler("cuda")
+
+            def step(self, loss, opt):
+                self.scaler.scale(loss).backward()
+                self.scaler.step(opt)
+
+        def local(model, opt, loss):
+            net, scaler = model, torch.amp.GradScaler("cuda")
+            scaler.update()
+            scalers = {"gen": torch.amp.GradScaler("cuda"), "disc": torch.amp.GradScaler("cuda")}
+            scalers["gen"].scale(loss).backward()
+            scalers["disc"].update()
+            not_a_scaler = {"gen": 1}
+            not_a_scaler["gen"].update()
+
+        @dataclass
+        class State:
+            scaler: torch.amp.GradScaler = field(default_factory=lambda: torch.amp.GradScaler("cuda"))
+
+        def state_step(state: State, loss, opt):
+            state.scaler.scale(loss).backward()
+            state.scaler.step(opt)
+        """
+    )
+    assert {"self.scaler", "scaler", 'scalers["gen"]', 'scalers["disc"]', "state.scaler"} <= set(found)
+    assert 'not_a_scaler["gen"]' not in found
+    assert [u.method for u in found["self.scaler"].uses] == ["scale", "step"]
+    assert len(found["self.scaler"].creations) == 1
+    assert [u.method for u in found['scalers["gen"]'].uses] == ["scale"]
+    assert [u.method for u in found["state.scaler"].uses] == ["scale", "step"]

@@ -20,6 +20,15 @@ import libcst as cst
 
 from ampmigrate.api import ANY_GRAD_SCALER
 from ampmigrate.engine.context import FileContext
+from ampmigrate.analysis.scaler_containers import (
+    CONTAINER_KEYS,
+    _container_candidates,
+    _container_classes,
+    _container_creations,
+    _container_display,
+    _container_key,
+    storage_bindings,
+)
 from ampmigrate.engine.names import EMPTY, Binding, NameIndex
 
 _MAX_PROPAGATION_ROUNDS = 4
@@ -102,6 +111,9 @@ def escapes(names: NameIndex, scaler: Scaler) -> List[cst.BaseExpression]:
 
 # ------------------------------------------------------------------------------------ discovery
 def _key(names: NameIndex, node: cst.BaseExpression) -> Optional[Tuple]:
+    container = _container_key(names, node)
+    if container is not None:
+        return container
     if isinstance(node, cst.Name):
         bindings = names.bindings_of(node)
         return ("name", tuple(id(b) for b in bindings)) if bindings else None
@@ -132,14 +144,11 @@ def _find(names: NameIndex) -> List[Scaler]:
 
 
 def _classes(names: NameIndex, node: cst.BaseExpression, received: Dict[Binding, FrozenSet[str]], depth: int = 0) -> FrozenSet[str]:
-    classes = names.instance_classes(node) & ANY_GRAD_SCALER
+    classes = (names.instance_classes(node) & ANY_GRAD_SCALER) or _container_classes(names, node)
     if classes or not received or depth > 3:
         return classes
-    if isinstance(node, cst.Name):
-        bindings = names.bindings_of(node)
-    elif isinstance(node, cst.Attribute):
-        bindings = names.self_attribute_bindings(node)
-    else:
+    bindings = storage_bindings(names, node)
+    if bindings is None:
         return EMPTY
     result: Set[str] = set()
     for binding in bindings:
@@ -154,6 +163,7 @@ def _discover(names: NameIndex, received: Dict[Binding, FrozenSet[str]]) -> List
     scalers: Dict[Tuple, Scaler] = {}
     candidates: List[cst.BaseExpression] = list(names.loads)
     candidates.extend(a for a in names.name_attributes if a not in names.store_attributes)
+    candidates.extend(_container_candidates(names))
     for node in candidates:
         classes = _classes(names, node, received)
         if not classes:
@@ -163,9 +173,13 @@ def _discover(names: NameIndex, received: Dict[Binding, FrozenSet[str]]) -> List
             continue
         scaler = scalers.get(key)
         if scaler is None:
-            display = node.value if isinstance(node, cst.Name) else f"self.{node.attr.value}"
-            bindings = names.bindings_of(node) if isinstance(node, cst.Name) else names.self_attribute_bindings(node)
+            if key[0] in CONTAINER_KEYS:
+                display, bindings = _container_display(names, node), []
+            else:
+                display = node.value if isinstance(node, cst.Name) else f"self.{node.attr.value}"
+                bindings = names.bindings_of(node) if isinstance(node, cst.Name) else names.self_attribute_bindings(node)
             scaler = scalers[key] = Scaler(display, classes, list(bindings))
+            scaler.creations.extend(c for c in _container_creations(names, node) if c not in scaler.creations)
             for binding in bindings:
                 value = binding.value
                 if isinstance(value, cst.Call) and names.qualified_names(value.func) & ANY_GRAD_SCALER:

@@ -62,10 +62,12 @@ def _catches_import_error(handler: cst.ExceptHandler) -> bool:
 
 
 def _terminates(block: cst.BaseSuite) -> bool:
+    """The block leaves with the new API's result. A `raise` does not count: `if <too old>: raise
+    ImportError(...)` rejects old versions, so nothing after it is kept for them."""
     body = block.body
     last = body[-1] if body else None
     if isinstance(last, cst.SimpleStatementLine):
-        return any(isinstance(s, (cst.Return, cst.Raise, cst.Continue, cst.Break)) for s in last.body)
+        return any(isinstance(s, (cst.Return, cst.Continue, cst.Break)) for s in last.body)
     return False
 
 

@@ -128,7 +128,26 @@ class _Search:
         memo: Dict[int, _Names] = {}
         for node in self._attribute_chains():
             self._qualified(node, memo)
+        if len(self.found) < len(self.screen.prefixes):
+            for node in self._text_annotation_chains():
+                self._qualified(node, memo)
         return frozenset(self.found)
+
+    def _text_annotation_chains(self) -> Iterator[ast.AST]:
+        """Names inside string annotations and `# type:` comments, which the resolver reads too
+        (analysis/string_annotations.py)."""
+        texts: List[str] = []
+        if '"' in self.text or "'" in self.text:
+            for node in ast.walk(self.tree):
+                for annotation in _annotations(node):
+                    texts.extend(
+                        c.value for c in ast.walk(annotation) if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                    )
+        texts.extend(m.group(1) for m in _TYPE_COMMENT.finditer(self.text))
+        for text in texts:
+            tree = parse(text.strip())
+            if tree is not None and len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr):
+                yield from (n for n in ast.walk(tree.body[0]) if isinstance(n, ast.Attribute))
 
     # ------------------------------------------------------------------ statements
     def _collect_statements(self) -> None:
@@ -246,6 +265,16 @@ class _Search:
 
 
 # ---------------------------------------------------------------------------------- tree shapes
+_TYPE_COMMENT = re.compile(r"#\s*type:\s*([^#\r\n]+)")
+
+
+def _annotations(node: ast.AST) -> Iterator[ast.AST]:
+    if isinstance(node, (ast.arg, ast.AnnAssign)) and node.annotation is not None:
+        yield node.annotation
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is not None:
+        yield node.returns
+
+
 def _blocks(node: ast.AST) -> Iterator[List[ast.stmt]]:
     """The statement lists inside a compound statement (handlers' and cases' bodies too)."""
     for field in _BLOCK_FIELDS:

@@ -362,15 +362,48 @@ class _Planner(StepRewrites, ForwardRegions):
                 if ref.call is None:
                     raise Unfixable(f"`amp.{ref.api}` is used without being called")
                 scaler = self.access.expression(ref.call)
+                if ref.api == "load_state_dict":
+                    self._guarded_load(ref, scaler)
+                    continue
                 new_func = self.ctx.parse_expression(f"{scaler}.{ref.api}")
                 self.builder.replace(ref.node, new_func)
                 self.handled.add(ref.node)
-                if ref.api == "load_state_dict":
-                    self._note("a checkpoint saved by apex (`amp.state_dict()`) does not load into a GradScaler; only new checkpoints do")
             elif ref.api == "disable_casts":
                 self._rewrite_disable_casts(ref)
             elif ref.api == "_amp_state":
                 self._rewrite_loss_scale_read(ref)
+
+    def _guarded_load(self, ref: AmpRef, scaler: str) -> None:
+        """`amp.load_state_dict(state)` -> load it into the scaler only when it has GradScaler's
+        layout (a `scale` key). A checkpoint saved by apex holds `{"loss_scaler0": {"loss_scale",
+        "unskipped"}}`, which `GradScaler.load_state_dict` rejects (KeyError: 'scale'): resuming
+        from it must keep working, with the scaler at its initial scale."""
+        call = ref.call
+        expr = self.names.parent(call)
+        line = self.names.parent(expr) if isinstance(expr, cst.Expr) else None
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1 or len(call.args) != 1 or call.args[0].keyword or call.args[0].star:
+            raise Unfixable(
+                f"`amp.load_state_dict` at line {self._line(ref.node)} is not a statement of its own with one argument; "
+                "a checkpoint saved by apex needs its state checked before it is loaded"
+            )
+        state = call.args[0].value
+        code = self.ctx.code(state).strip()
+        scale = self.ctx.string("scale").value
+        prefix = ""
+        if not _side_effect_free(state):
+            name = "amp_state"
+            if self.names.lookup(name, self.names.scope_of(call)):
+                raise Unfixable(f"`amp.load_state_dict` at line {self._line(ref.node)}: the name `{name}` is taken")
+            prefix, code = f"{name} = {code}\n", name
+        text = f"{prefix}if {scale} in {code}:  # a GradScaler state; apex saved `loss_scaler0` instead\n    {scaler}.load_state_dict({code})\n"
+        statements = list(cst.parse_module(text, config=self.ctx.module.config_for_parsing).body)
+        statements[0] = statements[0].with_changes(leading_lines=line.leading_lines)
+        self.builder.replace(line, cst.FlattenSentinel(statements))
+        self.handled.add(ref.node)
+        self._note(
+            "the scaler state is loaded only when it has GradScaler's layout: a checkpoint saved by apex "
+            "(`loss_scaler0`) resumes with the scaler at its initial scale"
+        )
 
     def _rewrite_master_params(self, ref: AmpRef) -> None:
         call = ref.call
@@ -590,3 +623,19 @@ class _Planner(StepRewrites, ForwardRegions):
 
     def _line(self, node: cst.CSTNode) -> int:
         return self.ctx.position(node).start.line
+
+
+def _side_effect_free(node: cst.BaseExpression) -> bool:
+    """A name, attribute or constant-key subscript chain: evaluating it twice reads the same."""
+    while True:
+        if isinstance(node, cst.Name):
+            return True
+        if isinstance(node, cst.Attribute):
+            node = node.value
+        elif isinstance(node, cst.Subscript) and len(node.slice) == 1:
+            index = node.slice[0].slice
+            if not (isinstance(index, cst.Index) and isinstance(index.value, (cst.SimpleString, cst.Integer, cst.Name))):
+                return False
+            node = node.value
+        else:
+            return False

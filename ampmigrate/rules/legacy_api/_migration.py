@@ -17,14 +17,17 @@ finding and say why; code that keeps the old API behind a version check is left 
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
+from ampmigrate.analysis.string_annotations import rewritten, text_annotations
 from ampmigrate.analysis.version_gates import version_gate
-from ampmigrate.api import AUTOCAST, GRAD_SCALER, LEGACY_AMP_MODULES, LEGACY_API, LegacyApi, format_version
-from ampmigrate.diagnostics import SAFE, Fix
+from ampmigrate.api import AUTOCAST, GRAD_SCALER, LEGACY_AMP_MODULES, LEGACY_API, LEGACY_REEXPORTS, LegacyApi, format_version
+from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args
 from ampmigrate.engine.names import Binding
 from ampmigrate.rules.base import Rule
@@ -61,6 +64,9 @@ class Site:
     ref: cst.CSTNode
     api: LegacyApi
     usage: str  # call | decorator | isinstance | annotation | partial | alias | value | import
+    # The code of a device (`"cuda"`, `torch.device(...)`) passed in the legacy first slot
+    # (`init_scale` / `enabled`): the author meant the torch.amp signature.
+    misplaced_device: Optional[str] = None
 
     @property
     def code(self) -> str:
@@ -121,9 +127,37 @@ class _Planner:
                         imports_done.add(binding.statement)
                         route = "from-import" if binding.qname in LEGACY_API else "module-alias"
                         groups.append(self._import_group(binding.statement, route))
+        groups.extend(self._text_annotation_groups())
         for group in groups:
             self._check_gate(group)
+            for site in group.sites:
+                if site.usage == "call" and site.api.kind in ("autocast", "grad_scaler"):
+                    device = misplaced_device(self.names, self.names.parent(site.ref))
+                    site.misplaced_device = self.ctx.code(device) if device is not None else None
         return [g for g in groups if g.sites]
+
+    def _text_annotation_groups(self) -> List[Group]:
+        """`"torch.cuda.amp.GradScaler"` in a string annotation or a type comment. Names reached
+        through a legacy import (`"amp.GradScaler"`, `"GradScaler"`) follow that import's fix."""
+        groups: List[Group] = []
+        for annotation in text_annotations(self.names):
+            api = LEGACY_API.get(annotation.qname)
+            if api is None or annotation.head_qname in LEGACY_AMP_MODULES or annotation.head_qname in LEGACY_API:
+                continue
+            if annotation.head_qname in _LEGACY_SUBMODULES:
+                continue
+            site = Site(annotation.node, api, "annotation")
+            group = Group([site], min_since=api.since)
+            new = None
+            if annotation.head_qname == "torch":
+                new = rewritten(annotation, self.ctx.parse_expression(f"{annotation.head}.amp.{api.modern}"))
+            if new is None:
+                group.reason = "the annotation's text cannot be respelled in place"
+            else:
+                builder = FixBuilder(f"Use `torch.amp.{api.modern}` in the annotation", SAFE, frozenset({site.code}))
+                group.fix = builder.replace(annotation.node, new).build()
+            groups.append(group)
+        return groups
 
     def _route(self, ref: cst.CSTNode):
         """How `ref` reaches the legacy object (see the module docstring)."""
@@ -192,7 +226,8 @@ class _Planner:
             group.reason = str(exc)
         if group.reason is None and group.sites:
             apis = sorted({legacy_spelling(s.api) for s in group.sites})
-            builder.message = f"Move {', '.join(f'`{a}`' for a in apis)} to `torch.amp` with the device made explicit"
+            note = builder.message  # what a planning step added (why the fix is unsafe)
+            builder.message = f"Move {', '.join(f'`{a}`' for a in apis)} to `torch.amp` with the device made explicit{note}"
             builder.requires = frozenset(s.code for s in group.sites) | builder.requires
             group.fix = builder.build()
         return group
@@ -242,6 +277,9 @@ class _Planner:
         for alias in statement.names:
             qname = f"{module}.{self.ctx.code(alias.name)}"
             api = LEGACY_API.get(qname)
+            if api is None and qname in LEGACY_REEXPORTS:
+                group.min_since = max(group.min_since, LEGACY_REEXPORTS[qname])
+                continue  # the same object under torch.amp: only the import moves
             if api is None:
                 raise _Unfixable(f"`{qname}` has no `torch.amp` counterpart of the same name")
             binding = self._binding_for(alias)
@@ -385,6 +423,8 @@ class _Planner:
             builder.replace(call, self._modern_partial(call, api, new_path))
         elif usage == "alias":
             self._rewrite_alias(builder, ref, api, new_path, group, depth)
+        elif usage == "value" and api.kind in ("autocast", "grad_scaler") and self._passable_value(ref):
+            self._rewrite_value(builder, ref, api, new_path)
         else:
             raise _Unfixable(
                 f"`{self.ctx.code(ref)}` is used as a value at line {self._line(ref)}; "
@@ -417,19 +457,85 @@ class _Planner:
                 raise _Unfixable(
                     f"`{binding.name}` is also bound to something else and is not only called with keywords"
                 )
+        builder.replace(ref, self._device_partial(builder, ref, api, new_path))
+
+    def _device_partial(self, builder, ref, api, new_path) -> cst.Call:
+        """`functools.partial(torch.amp.autocast, "cuda")`: the class with its device bound."""
         partial = self.ctx.module_reference(ref, "functools")
         if partial[0] is None:
             raise _Unfixable("the name `functools` is taken here")
         if partial[1]:
             builder.require_import("functools")
         callee = new_path if new_path is not None else ref
-        builder.replace(
-            ref,
-            cst.Call(
-                func=self.ctx.parse_expression(f"{partial[0]}.partial"),
-                args=[cst.Arg(callee, comma=_comma()), cst.Arg(self.ctx.string(api.device))],
-            ),
+        return cst.Call(
+            func=self.ctx.parse_expression(f"{partial[0]}.partial"),
+            args=[cst.Arg(callee, comma=_comma()), cst.Arg(self.ctx.string(api.device))],
         )
+
+    # ------------------------------------------------------------------ the class as a value
+    def _value_root(self, ref: cst.CSTNode) -> cst.CSTNode:
+        """The expression `ref` is the value of: climbs `a if c else b` branches and `a or b`."""
+        node = ref
+        while True:
+            parent = self.names.parent(node)
+            if isinstance(parent, cst.IfExp) and parent.test is not node:
+                node = parent
+            elif isinstance(parent, cst.BooleanOperation):
+                node = parent
+            else:
+                return node
+
+    def _passable_value(self, ref: cst.CSTNode) -> bool:
+        """The class is handed on whole (assigned, returned, passed, put in a container), not
+        inspected (`autocast.__name__`, `x is autocast`): a partial can stand in for it."""
+        root = self._value_root(ref)
+        parent = self.names.parent(root)
+        if isinstance(parent, (cst.Assign, cst.AnnAssign, cst.Return, cst.Element, cst.DictElement)):
+            return getattr(parent, "value", None) is root
+        if isinstance(parent, cst.Arg):  # an argument of a call (not a base class of a class)
+            return parent.value is root and not parent.star and isinstance(self.names.parent(parent), cst.Call)
+        return False
+
+    def _rewrite_value(self, builder, ref, api, new_path) -> None:
+        """`ctx = torch.cuda.amp.autocast if amp else nullcontext`, `return autocast`, `f(autocast)`:
+        bind the device with functools.partial. Every call the file shows must pass keywords
+        (a positional `enabled` would land in the new `dtype`); a value that leaves the file's
+        sight makes the fix unsafe."""
+        root = self._value_root(ref)
+        parent = self.names.parent(root)
+        calls_seen = False
+        target = None
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            target = parent.targets[0].target
+        elif isinstance(parent, cst.AnnAssign):
+            target = parent.target
+        if isinstance(target, cst.Name):
+            binding = self._binding_for(target)
+            self._check_not_exported(binding)
+            calls = []
+            for use in self.names.references(binding):
+                call = self.names.parent(use)
+                if not (isinstance(call, cst.Call) and call.func is use):
+                    calls = None
+                    break
+                calls.append(call)
+            if calls is not None:
+                for call in calls:
+                    if any(a.keyword is None for a in call.args):
+                        raise _Unfixable(
+                            f"`{binding.name}` holds `{self.ctx.code(ref)}` and is called with positional arguments "
+                            f"at line {self._line(call)}; the legacy and torch.amp signatures order them differently"
+                        )
+                calls_seen = True
+        if not calls_seen:
+            builder.applicability = UNSAFE
+            note = (
+                f" (unsafe: `{self.ctx.code(ref)}` at line {self._line(ref)} is called where this file cannot see; "
+                "a call passing arguments positionally would now bind them to other parameters)"
+            )
+            if note not in builder.message:
+                builder.message += note
+        builder.replace(ref, self._device_partial(builder, ref, api, new_path))
 
     def _device_keyword(self, api: LegacyApi) -> cst.Arg:
         return cst.Arg(self.ctx.string(api.device), keyword=cst.Name("device_type"), equal=_NO_SPACE)
@@ -450,7 +556,22 @@ class _Planner:
         return out
 
     def _modern_call(self, call: cst.Call, api: LegacyApi, new_func) -> cst.Call:
-        if api.kind in ("autocast", "grad_scaler"):
+        device = misplaced_device(self.names, call) if api.kind in ("autocast", "grad_scaler") else None
+        if device is not None:
+            # `GradScaler("cuda")` written for the torch.amp signature: keep the device first
+            # (a `torch.device` becomes its `.type`, the only form autocast accepts).
+            first = call.args[0]
+            if isinstance(device, cst.Call):
+                first = first.with_changes(value=cst.Attribute(value=device, attr=cst.Name("type")))
+            modern = LegacyApi(api.kind, api.device, api.modern, MODERN_PARAMS[api.kind], api.since)
+            args = [first, *self._keywords_for(call.args[1:], modern)]
+        elif api.kind in ("autocast", "grad_scaler"):
+            first = call.args[0] if call.args and call.args[0].keyword is None and not call.args[0].star else None
+            if first is not None and _device_like(first.value):
+                raise _Unfixable(
+                    f"`{self.ctx.code(first.value)}` looks like a device, which `{legacy_spelling(api)}` takes as "
+                    f"`{api.params[0]}`; write the intended `torch.amp.{api.modern}(...)` call by hand"
+                )
             args = [cst.Arg(self.ctx.string(api.device)), *self._keywords_for(call.args, api)]
         else:
             positional = [a for a in call.args if a.keyword is None and not a.star]
@@ -494,6 +615,42 @@ class _Planner:
         if group.gate is not None:
             group.fix = None
             group.reason = "kept behind a torch version check on purpose"
+
+
+# torch.amp's parameters after the device (AMP_FACTS §1, §2.2).
+MODERN_PARAMS = {
+    "autocast": ("dtype", "enabled", "cache_enabled"),
+    "grad_scaler": ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled"),
+}
+_DEVICE_STRING = re.compile(r"(cuda|cpu|xpu|mps|hpu|mtia|xla|npu|maia|ipu)(:\d+)?")
+
+
+def misplaced_device(names, call: cst.CSTNode) -> Optional[cst.BaseExpression]:
+    """The first positional argument of a legacy autocast/GradScaler call when it is a device
+    (a device string literal or `torch.device(...)`), which the legacy signature takes as
+    `enabled` / `init_scale`."""
+    if not isinstance(call, cst.Call) or not call.args:
+        return None
+    first = call.args[0]
+    if first.keyword is not None or first.star:
+        return None
+    value = first.value
+    if isinstance(value, cst.SimpleString):
+        text = value.evaluated_value
+        return value if isinstance(text, str) and _DEVICE_STRING.fullmatch(text) else None
+    if isinstance(value, cst.Call) and "torch.device" in names.qualified_names(value.func):
+        return value
+    return None
+
+
+_DEVICE_NAME = re.compile(r"(^|_)(device|dev|device_type)(_|$)", re.IGNORECASE)
+
+
+def _device_like(value: cst.BaseExpression) -> bool:
+    """A variable named as a device (`device`, `args.device_type`): passed in the legacy first slot it
+    was most likely meant as the torch.amp device, so no fix guesses either way."""
+    name = value.attr.value if isinstance(value, cst.Attribute) else value.value if isinstance(value, cst.Name) else None
+    return name is not None and bool(_DEVICE_NAME.search(name))
 
 
 def modern_module(legacy: str) -> str:
@@ -546,4 +703,13 @@ def gated_message(group: Group, min_torch: Tuple[int, int]) -> str:
         f"`{legacy_spelling(api)}` is kept behind a torch version check; with min-torch "
         f"{format_version(min_torch)} the `torch.amp` spelling (torch >= {format_version(api.since)}) "
         "always exists, so the legacy branch can go"
+    )
+
+
+def misplaced_device_message(site: Site, slot: str) -> str:
+    legacy = legacy_spelling(site.api)
+    return (
+        f"`{legacy}({site.misplaced_device})` passes the device as `{slot}`: the legacy class takes no device "
+        f"(its first parameter is `{slot}`), so this call is broken; the torch.amp signature was meant, "
+        f"`torch.amp.{site.api.modern}({site.misplaced_device})`"
     )
