@@ -168,6 +168,20 @@ class NameIndex:
         """True when `name` is bound nowhere that a load in `scope` could see (nor by `*`)."""
         return not self.lookup(name, scope) and not self.has_star_import
 
+    def dunder_all(self) -> FrozenSet[str]:
+        """The names a module-level `__all__` lists (`=`, `+=` of string lists or tuples)."""
+        names: Set[str] = set()
+        for binding in self.module_scope.bindings.get("__all__", []):
+            statement = self.parents.get(binding.node)
+            while statement is not None and not isinstance(statement, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+                statement = self.parents.get(statement)
+            value = getattr(statement, "value", None)
+            if isinstance(value, (cst.List, cst.Tuple)):
+                for element in value.elements:
+                    if isinstance(element.value, cst.SimpleString):
+                        names.add(element.value.evaluated_value)
+        return frozenset(names)
+
     def references(self, binding: Binding) -> List[cst.Name]:
         """Every load that can see `binding`."""
         if self._references is None:

@@ -25,6 +25,7 @@ def rule_classes() -> List[type]:
     from ampmigrate.rules.legacy_api.amp205_legacy_autocast_state import LegacyAutocastState
     from ampmigrate.rules.legacy_api.amp206_version_gated_legacy_api import VersionGatedLegacyApi
     from ampmigrate.rules.legacy_api.amp207_autocast_positional_enabled import AutocastPositionalEnabled
+    from ampmigrate.rules.legacy_api.amp208_legacy_amp_import import LegacyAmpImport
     from ampmigrate.rules.grad_scaler.amp301_clip_without_unscale import ClipWithoutUnscale
     from ampmigrate.rules.grad_scaler.amp302_unscale_without_step import UnscaleWithoutStep
     from ampmigrate.rules.grad_scaler.amp303_optimizer_step_bypasses_scaler import OptimizerStepBypassesScaler
@@ -62,6 +63,7 @@ def rule_classes() -> List[type]:
         LegacyAutocastState,
         VersionGatedLegacyApi,
         AutocastPositionalEnabled,
+        LegacyAmpImport,
         ClipWithoutUnscale,
         UnscaleWithoutStep,
         OptimizerStepBypassesScaler,

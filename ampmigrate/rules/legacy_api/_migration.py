@@ -30,6 +30,9 @@ from ampmigrate.engine.names import Binding
 from ampmigrate.rules.base import Rule
 
 CODE_FOR_KIND = {"autocast": "AMP201", "grad_scaler": "AMP202", "custom_fwd": "AMP203", "custom_bwd": "AMP203"}
+IMPORT_CODE = "AMP208"
+# `torch.amp` itself (the module a legacy module import moves to) exists since torch 1.12.
+_TORCH_AMP_SINCE = (1, 12)
 ISINSTANCE_CODE = "AMP204"
 GATED_CODE = "AMP206"
 # Every finding of the family is on a name under one of these (the rules' `qualified_prefixes`).
@@ -76,6 +79,7 @@ class Group:
     reason: Optional[str] = None
     gate: Optional[cst.CSTNode] = None  # set when the code is a deliberate compatibility branch
     min_since: Tuple[int, int] = (0, 0)  # the newest torch any modern spelling here needs
+    statement: Optional[cst.CSTNode] = None  # the legacy import the fix rewrites (AMP208's finding)
 
 
 class _Unfixable(Exception):
@@ -123,7 +127,7 @@ class _Planner:
                         groups.append(self._import_group(binding.statement, route))
         for group in groups:
             self._check_gate(group)
-        return [g for g in groups if g.sites]
+        return [g for g in groups if g.sites or g.statement is not None]
 
     def _route(self, ref: cst.CSTNode):
         """How `ref` reaches the legacy object (see the module docstring)."""
@@ -181,7 +185,7 @@ class _Planner:
 
     # ------------------------------------------------------------------ imports
     def _import_group(self, statement: cst.CSTNode, route: str) -> Group:
-        group = Group([])
+        group = Group([], statement=statement)
         builder = FixBuilder("", SAFE, frozenset())
         try:
             if isinstance(statement, cst.ImportFrom) and route == "from-import":
@@ -195,6 +199,12 @@ class _Planner:
             builder.message = f"Move {', '.join(f'`{a}`' for a in apis)} to `torch.amp` with the device made explicit"
             builder.requires = frozenset(s.code for s in group.sites) | builder.requires
             group.fix = builder.build()
+        elif group.reason is None and builder.targets():
+            # Nothing the fix changes is reported but the import itself (AMP208).
+            group.min_since = max(group.min_since, _TORCH_AMP_SINCE)
+            builder.message = "Import from `torch.amp`"
+            builder.requires = frozenset({IMPORT_CODE}) | builder.requires
+            group.fix = builder.build()
         return group
 
     def _check_not_exported(self, binding: Binding) -> None:
@@ -202,6 +212,11 @@ class _Planner:
             raise _Unfixable(
                 f"other modules of the project import `{binding.name}` from this one; "
                 "their calls would need the device argument too"
+            )
+        if self.ctx.reexported(binding):
+            raise _Unfixable(
+                f"`{binding.name}` is re-exported from here (`__all__` or a package `__init__`); "
+                "wherever it is called, the device argument must be added by hand"
             )
 
     def _binding_for(self, node: cst.CSTNode) -> Binding:
@@ -249,7 +264,8 @@ class _Planner:
             group.min_since = max(group.min_since, api.since)
             refs = self.names.references(binding)
             if not refs:
-                group.sites.append(Site(alias, api, "import"))
+                if not self.ctx.reexported(binding):  # re-exported: the import line is AMP208's finding
+                    group.sites.append(Site(alias, api, "import"))
                 continue
             for ref in refs:
                 usage = self._usage(ref)
