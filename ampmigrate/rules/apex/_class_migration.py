@@ -139,7 +139,7 @@ class _Planner:
         groups: List[ClassGroup] = []
         by_import: Dict[Binding, List[Tuple[cst.CSTNode, str]]] = {}
         for node, qnames in self.names.find(self.mappings):
-            if node in self.names.store_attributes:
+            if node in self.names.store_attributes or self._through_assignment(node):
                 continue
             qname = sorted(qnames)[0]
             binding = self._from_import(node)
@@ -163,6 +163,17 @@ class _Planner:
         return groups
 
     # ------------------------------------------------------------------ routes
+    def _through_assignment(self, node: cst.CSTNode) -> bool:
+        """`optimizer_cls` after `optimizer_cls = FusedAdam`: the value is reported where it is
+        bound (the right-hand side is a use of its own), not again at every read of the variable."""
+        root = _root_name(node)
+        if not isinstance(root, cst.Name):
+            return False
+        bindings = self.names.bindings_of(root)
+        if not bindings or any(b.kind in ("import", "from-import") for b in bindings):
+            return False
+        return root is node and any(self.names.binding_qualified_names(b) & self.mappings.keys() for b in bindings)
+
     def _from_import(self, node: cst.CSTNode) -> Optional[Binding]:
         if not isinstance(node, cst.Name):
             return None
