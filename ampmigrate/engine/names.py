@@ -23,6 +23,7 @@ from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tup
 
 import libcst as cst
 
+from ampmigrate.api import STAR_EXPORTS
 from ampmigrate.engine.cst_walk import walk
 
 EMPTY: FrozenSet[str] = frozenset()
@@ -90,6 +91,8 @@ class NameIndex:
         self.scope_entries: Dict[cst.CSTNode, Scope] = {}
         self.scopes: List[Scope] = [self.module_scope]
         self.has_star_import = False
+        # `from M import *` of a module whose names are known (api.STAR_EXPORTS): (scope, M).
+        self.star_imports: List[Tuple[Scope, str]] = []
         # `x.attr` nodes: candidates for `self.attr` aliases assigned in methods.
         self.name_attributes: List[cst.Attribute] = []
         # Attribute nodes that are assignment targets (`self.x = ...`): stores, not references.
@@ -216,8 +219,11 @@ class NameIndex:
     def _compute_qualified_names(self, node: cst.CSTNode) -> FrozenSet[str]:
         if isinstance(node, cst.Name):
             result: Set[str] = set()
-            for binding in self.bindings_of(node):
+            bindings = self.bindings_of(node)
+            for binding in bindings:
                 result |= self.binding_qualified_names(binding)
+            if not bindings and self.star_imports and node in self.loads:
+                result |= self._star_names(node)
             return frozenset(result)
         if isinstance(node, cst.Attribute):
             base = self.qualified_names(node.value)
@@ -230,6 +236,20 @@ class NameIndex:
                 result |= self.binding_qualified_names(binding)
             return frozenset(result)
         return EMPTY
+
+    def _star_names(self, node: cst.Name) -> FrozenSet[str]:
+        """A name bound nowhere, in a scope that sees `from M import *` of a module known to
+        export it: `M.name`."""
+        visible = set()
+        scope: Optional[Scope] = self.loads[node]
+        while scope is not None:
+            visible.add(id(scope))
+            scope = scope.parent
+        return frozenset(
+            f"{module}.{node.value}"
+            for scope, module in self.star_imports
+            if id(scope) in visible and node.value in STAR_EXPORTS.get(module, ())
+        )
 
     def binding_qualified_names(self, binding: Binding) -> FrozenSet[str]:
         if binding.qname is not None:
@@ -539,6 +559,8 @@ class _Indexer(cst.CSTVisitor):
         relative = bool(node.relative)
         if isinstance(node.names, cst.ImportStar):
             self.ix.has_star_import = True
+            if module is not None and not relative and module in STAR_EXPORTS:
+                self.ix.star_imports.append((self.scope, module))
             return
         for alias in node.names:
             if not isinstance(alias.name, cst.Name):

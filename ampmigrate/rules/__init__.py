@@ -18,6 +18,7 @@ def rule_classes() -> List[type]:
     from ampmigrate.rules.apex.amp108_apex_fused_norm import ApexFusedNorm
     from ampmigrate.rules.apex.amp109_apex_parallel import ApexParallel
     from ampmigrate.rules.apex.amp110_apex_no_equivalent import ApexNoTorchEquivalent
+    from ampmigrate.rules.apex.amp111_apex_removed_import import ApexRemovedImport
     from ampmigrate.rules.legacy_api.amp201_legacy_autocast import LegacyAutocast
     from ampmigrate.rules.legacy_api.amp202_legacy_grad_scaler import LegacyGradScaler
     from ampmigrate.rules.legacy_api.amp203_legacy_custom_fwd_bwd import LegacyCustomFwdBwd
@@ -56,6 +57,7 @@ def rule_classes() -> List[type]:
         ApexFusedNorm,
         ApexParallel,
         ApexNoTorchEquivalent,
+        ApexRemovedImport,
         LegacyAutocast,
         LegacyGradScaler,
         LegacyCustomFwdBwd,

@@ -188,6 +188,8 @@ class _Planner:
         self.needs_torch = False
         try:
             root = _root_name(node)
+            if isinstance(root, cst.Name) and not self.names.bindings_of(root):
+                raise _Unfixable(f"`{root.value}` comes from a `*` import; import it by name and the fix can follow it")
             if not isinstance(root, cst.Name) or not any(
                 b.kind in ("import", "from-import") for b in self.names.bindings_of(root)
             ):
