@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from ampmigrate.analysis.version_gates import version_gate
+from ampmigrate.analysis.version_gates import chooses_modern, version_gate
 from ampmigrate.api import AUTOCAST, GRAD_SCALER, LEGACY_AMP_MODULES, LEGACY_API, LegacyApi, format_version
 from ampmigrate.diagnostics import SAFE, Fix
 from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args
@@ -492,24 +492,37 @@ class _Planner:
     # ------------------------------------------------------------------ compatibility code
     def _check_gate(self, group: Group) -> None:
         if group.gate is None:
+            nodes: List[cst.CSTNode] = [group.statement] if group.statement is not None else []
             for site in group.sites:
-                binding_statements = []
+                nodes.append(site.ref)
                 if isinstance(site.ref, cst.Name):
-                    binding_statements = [
+                    nodes.extend(
                         b.statement
                         for b in self.names.bindings_of(site.ref)
                         if b.statement is not None and b.qname in LEGACY_API
-                    ]
-                for node in (site.ref, *binding_statements):
-                    gate = version_gate(self.names, node)
-                    if gate is not None:
-                        group.gate = gate
-                        break
-                if group.gate is not None:
-                    break
+                    )
+            group.gate = next((gate for gate in map(self._compat_gate, nodes) if gate is not None), None)
         if group.gate is not None:
             group.fix = None
             group.reason = "kept behind a torch version check on purpose"
+
+    def _compat_gate(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        """The version check or try-import that chooses between `node`'s legacy spelling and the
+        modern API. One that chooses between mixed precision and none is not a gate: under a
+        min-torch that makes its legacy branch always taken, that branch is fixed as any other."""
+        start = node
+        for _ in range(8):  # nested checks; a bound against pathological nesting
+            gate = version_gate(self.names, start)
+            if gate is None:
+                return None
+            if chooses_modern(self.names, gate, node, _is_modern):
+                return gate
+            start = gate
+        return None
+
+
+def _is_modern(qname: str) -> bool:
+    return qname in _MODERN_API or qname == "torch.amp" or qname.startswith("torch.amp.")
 
 
 def modern_module(legacy: str) -> str:
