@@ -45,19 +45,25 @@ class ApexRemovedImport(Rule):
             return
         groups = _use_groups(ctx)
         reported = {site for sites, _, _ in groups for site in sites}
-        for statement, module in statements:
+        for statement, modules in statements:
             if any(_inside(ctx, site, statement) for site in reported):
                 continue  # already a finding of the rule of what it imports (an unused import)
             fix = next((fix for _, fix, _ in groups if fix is not None and _touches(ctx, fix, statement)), None)
             reason = None if fix is not None else _reason(ctx, statement, groups)
-            message = (
-                f"`{module}` was removed from apex in May 2025 (apex PR #1896), so this import fails on a "
-                "current apex; migrate its uses to torch.amp / torch.nn and remove it"
-            )
+            message = _message(statement, modules)
             ctx.report(statement, message, fix=fix, no_fix_reason=reason)
 
 
-def _removed_imports(ctx) -> Iterator[Tuple[cst.CSTNode, str]]:
+def _message(statement: cst.CSTNode, modules: List[str]) -> str:
+    spelled = ", ".join(f"`{m}`" for m in modules)
+    removed = f"{spelled} {'were' if len(modules) > 1 else 'was'} removed from apex in May 2025 (apex PR #1896)"
+    if isinstance(statement, cst.Import) and not any(_removed(dotted(a.name) or "") for a in statement.names):
+        # `import apex` itself still works; what the file reaches through it does not.
+        return f"`apex` is imported here for {spelled}, which apex removed in May 2025 (apex PR #1896); migrate those uses"
+    return f"{removed}, so this import fails on a current apex; migrate its uses to torch.amp / torch.nn and remove it"
+
+
+def _removed_imports(ctx) -> Iterator[Tuple[cst.CSTNode, List[str]]]:
     """Import statements that load a removed apex package, with that package."""
     names = ctx.names
     for statement in names.nodes_of_type((cst.Import, cst.ImportFrom)):
@@ -75,18 +81,19 @@ def _removed_imports(ctx) -> Iterator[Tuple[cst.CSTNode, str]]:
                 imported = dotted(alias.name) or ""
                 if alias.asname is None and imported.startswith("apex"):
                     # `import apex` / `import apex.amp` bind `apex`: count what is reached through it.
-                    imported = _removed_use_through(ctx, statement, alias) or "apex"
-                modules.append(imported)
-        found = next((m for m in map(_removed, modules) if m is not None), None)
-        if found is not None:
+                    modules.extend(_removed_uses_through(ctx, statement, alias))
+                else:
+                    modules.append(imported)
+        found = sorted({m for m in map(_removed, modules) if m is not None})
+        if found:
             yield statement, found
 
 
-def _removed_use_through(ctx, statement: cst.Import, alias: cst.ImportAlias) -> Optional[str]:
-    """`import apex` then `apex.amp.X` / `apex.parallel.Y`: the removed package it reaches."""
+def _removed_uses_through(ctx, statement: cst.Import, alias: cst.ImportAlias) -> List[str]:
+    """`import apex` then `apex.amp.X` / `apex.parallel.Y`: the removed packages it reaches."""
     names = ctx.names
-    scope = names.scope_of(statement)
-    for binding in scope.bindings.get("apex", []):
+    found: List[str] = []
+    for binding in names.scope_of(statement).bindings.get("apex", []):
         if binding.node is not alias:
             continue
         for ref in names.references(binding):
@@ -94,8 +101,8 @@ def _removed_use_through(ctx, statement: cst.Import, alias: cst.ImportAlias) -> 
             if isinstance(parent, cst.Attribute) and parent.value is ref:
                 qname = f"apex.{parent.attr.value}"
                 if _removed(qname):
-                    return qname
-    return None
+                    found.append(qname)
+    return found
 
 
 def _use_groups(ctx) -> List[Tuple[Sequence[cst.CSTNode], Optional[Fix], Optional[str]]]:
