@@ -105,6 +105,7 @@ class _Planner(StepRewrites, ForwardRegions):
 
     # ------------------------------------------------------------------ the fix
     def _build(self, plan: AmpPlan) -> Fix:
+        self._check_star_refs()
         self._check_other_refs()
         inits = [r for r in self.refs if r.api in ("initialize", "init")]
         if not inits:
@@ -572,6 +573,15 @@ class _Planner(StepRewrites, ForwardRegions):
                         f"two parts of the migration overlap at line {self._line(target)} (the fix would have to "
                         "change a statement it also moves)"
                     )
+
+    def _check_star_refs(self) -> None:
+        """A name reached through `from apex.amp import *` has no import the fix could remove."""
+        for ref in self.refs:
+            root = ref.node
+            while isinstance(root, cst.Attribute):
+                root = root.value
+            if isinstance(root, cst.Name) and not self.names.bindings_of(root):
+                raise Unfixable(f"`{root.value}` comes from a `*` import; import it by name and the fix can follow it")
 
     # ------------------------------------------------------------------ helpers
     def _torch(self, at: cst.CSTNode) -> str:

@@ -138,6 +138,7 @@ class _Planner:
     def plan(self) -> List[ClassGroup]:
         groups: List[ClassGroup] = []
         by_import: Dict[Binding, List[Tuple[cst.CSTNode, str]]] = {}
+        qualified: List[Tuple[cst.CSTNode, str]] = []
         for node, qnames in self.names.find(self.mappings):
             if node in self.names.store_attributes or self._through_assignment(node):
                 continue
@@ -146,13 +147,14 @@ class _Planner:
             if binding is not None:
                 by_import.setdefault(binding, []).append((node, qname))
             else:
-                groups.append(self._qualified(node, qname))
+                qualified.append((node, qname))
+        groups.extend(self._qualified(uses) for uses in self._by_module_import(qualified))
         for binding, uses in by_import.items():
             if self._keeps_name(binding):
                 groups.append(self._imported(binding, uses))
             else:
                 # Each use on its own; the import goes with the last one.
-                groups.extend(self._qualified(node, qname) for node, qname in uses)
+                groups.extend(self._qualified([use]) for use in uses)
         # Imported but never used: still a finding, and the import can simply go.
         for scope in self.names.scopes:
             for bindings in scope.bindings.values():
@@ -180,30 +182,57 @@ class _Planner:
         found = [b for b in self.names.bindings_of(node) if b.kind == "from-import" and b.qname in self.mappings]
         return found[0] if len(found) == 1 else None
 
-    def _qualified(self, node: cst.CSTNode, qname: str) -> ClassGroup:
-        mapping = self.mappings[qname]
-        short = qname.rsplit(".", 1)[1]
-        group = ClassGroup([ClassSite(node, mapping.code, short)])
-        builder = FixBuilder("", SAFE, frozenset({mapping.code}))
+    def _by_module_import(self, uses: List[Tuple[cst.CSTNode, str]]) -> List[List[Tuple[cst.CSTNode, str]]]:
+        """Qualified uses (`apex.parallel.X`), each on its own, except that the uses of one module
+        import that has no other use go together: the fix that rewrites them removes the import,
+        which separate fixes applied in one round would each leave to the other."""
+        by_binding: Dict[Binding, List[Tuple[cst.CSTNode, str]]] = {}
+        alone: List[List[Tuple[cst.CSTNode, str]]] = []
+        for use in uses:
+            root = _root_name(use[0])
+            bindings = self.names.bindings_of(root) if isinstance(root, cst.Name) else []
+            if len(bindings) == 1 and bindings[0].kind in ("import", "from-import"):
+                by_binding.setdefault(bindings[0], []).append(use)
+            else:
+                alone.append([use])
+        for binding, grouped in by_binding.items():
+            if len(grouped) > 1 and unused_after(self.names, binding, [node for node, _ in grouped]):
+                alone.append(grouped)
+            else:
+                alone.extend([use] for use in grouped)
+        return alone
+
+    def _qualified(self, uses: List[Tuple[cst.CSTNode, str]]) -> ClassGroup:
+        group = ClassGroup([])
+        for node, qname in uses:
+            group.sites.append(ClassSite(node, self.mappings[qname].code, qname.rsplit(".", 1)[1]))
+        builder = FixBuilder("", SAFE, frozenset(site.code for site in group.sites))
         self.needs_torch = False
+        messages: List[str] = []
+        unsafe: List[str] = []
         try:
-            root = _root_name(node)
-            if isinstance(root, cst.Name) and not self.names.bindings_of(root):
-                raise _Unfixable(f"`{root.value}` comes from a `*` import; import it by name and the fix can follow it")
-            if not isinstance(root, cst.Name) or not any(
-                b.kind in ("import", "from-import") for b in self.names.bindings_of(root)
-            ):
-                raise _Unfixable(f"`{self.ctx.code(node)}` is bound by an assignment the fix does not follow")
-            message, unsafe = self._rewrite_use(builder, node, mapping, spell_torch=True)
+            for node, qname in uses:
+                root = _root_name(node)
+                if isinstance(root, cst.Name) and not self.names.bindings_of(root):
+                    raise _Unfixable(f"`{root.value}` comes from a `*` import; import it by name and the fix can follow it")
+                if not isinstance(root, cst.Name) or not any(
+                    b.kind in ("import", "from-import") for b in self.names.bindings_of(root)
+                ):
+                    raise _Unfixable(f"`{self.ctx.code(node)}` is bound by an assignment the fix does not follow")
+                message, why = self._rewrite_use(builder, node, self.mappings[qname], spell_torch=True)
+                messages.append(message)
+                if why:
+                    unsafe.append(why)
             removal = Removal(self.names)
+            root = _root_name(uses[0][0])
             for binding in self.names.bindings_of(root):
-                if binding.kind in ("import", "from-import") and unused_after(self.names, binding, [node]):
+                if binding.kind in ("import", "from-import") and unused_after(self.names, binding, [n for n, _ in uses]):
                     removal.remove_import_binding(binding)
             removal.emit(builder, import_torch=self.needs_torch)
         except _Unfixable as exc:
             group.reason = str(exc)
             return group
-        group.fix = self._finish(builder, message, unsafe)
+        group.fix = self._finish(builder, "; ".join(dict.fromkeys(messages)), "; ".join(dict.fromkeys(unsafe)) or None)
         return group
 
     def _imported(self, binding: Binding, uses: List[Tuple[cst.CSTNode, str]]) -> ClassGroup:
