@@ -83,6 +83,8 @@ class _Planner(StepRewrites, ForwardRegions):
             cast_refs = any(r.api in APEX_AMP_CAST_ANNOTATIONS for r in usage.refs)
             if not usage.import_bindings or cast_refs:
                 return plan
+            if any(self.ctx.reexported(b) for b in usage.import_bindings):
+                return plan  # handed on to other modules: AMP111 reports the import line
             plan.sites.append(Site(usage.import_bindings[0].node, CODE, "import"))
         self.usage = usage
         self.refs = refs
@@ -106,6 +108,12 @@ class _Planner(StepRewrites, ForwardRegions):
     # ------------------------------------------------------------------ the fix
     def _build(self, plan: AmpPlan) -> Fix:
         self._check_star_refs()
+        for binding in self.usage.import_bindings:
+            if self.ctx.reexported(binding):
+                raise Unfixable(
+                    f"`{binding.name}` is re-exported from here (`__all__` or a package `__init__`); the modules "
+                    "that import it must be migrated first"
+                )
         self._check_other_refs()
         inits = [r for r in self.refs if r.api in ("initialize", "init")]
         if not inits:

@@ -160,7 +160,8 @@ class _Planner:
             for bindings in scope.bindings.values():
                 for binding in bindings:
                     if binding.kind == "from-import" and binding.qname in self.mappings and binding not in by_import:
-                        if not self.names.references(binding):
+                        # A re-exported name is not unused: its import line is AMP111's finding.
+                        if not self.names.references(binding) and not self.ctx.reexported(binding):
                             groups.append(self._unused_import(binding))
         return groups
 
@@ -227,6 +228,7 @@ class _Planner:
             root = _root_name(uses[0][0])
             for binding in self.names.bindings_of(root):
                 if binding.kind in ("import", "from-import") and unused_after(self.names, binding, [n for n, _ in uses]):
+                    self._check_not_reexported(binding)
                     removal.remove_import_binding(binding)
             removal.emit(builder, import_torch=self.needs_torch)
         except _Unfixable as exc:
@@ -255,6 +257,7 @@ class _Planner:
                     raise _Unfixable(f"the uses of `{binding.name}` map to different torch classes")
                 self._rewrite_import(builder, binding, targets.pop())
             else:
+                self._check_not_reexported(binding)
                 removal = Removal(self.names)
                 removal.remove_import_binding(binding)
                 removal.emit(builder, import_torch=self.needs_torch)
@@ -279,6 +282,13 @@ class _Planner:
         removal.emit(builder)
         group.fix = builder.build()
         return group
+
+    def _check_not_reexported(self, binding: Binding) -> None:
+        if self.ctx.reexported(binding):
+            raise _Unfixable(
+                f"`{binding.name}` is re-exported from here (`__all__` or a package `__init__`); the modules that "
+                "import it must be migrated first"
+            )
 
     def _keeps_name(self, binding: Binding) -> bool:
         """Rewrite the import under the same name (rather than the uses) when a fallback also

@@ -136,6 +136,13 @@ def _reason(ctx, statement: cst.CSTNode, groups) -> str:
     if isinstance(statement, cst.ImportFrom) and isinstance(statement.names, cst.ImportStar):
         return "the names it brings in through `*` cannot be rewritten; import them by name, or migrate by hand"
     bound = _bound_names(ctx, statement)
+    for binding in ctx.names.scope_of(statement).bindings.values():
+        for b in binding:
+            if b.statement is statement and ctx.reexported(b):
+                return (
+                    f"`{b.name}` is re-exported from here (`__all__` or a package `__init__`); the modules that "
+                    "import it must be migrated first, then the import can go"
+                )
     related = [
         (sites, fix, reason)
         for sites, fix, reason in groups
