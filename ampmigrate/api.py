@@ -261,8 +261,16 @@ def _apex_names(module: str, submodules: Tuple[str, ...], names: Tuple[str, ...]
 
 
 APEX_AMP_MODULE = "apex.amp"
-# The apex packages PR #1896 removed: importing them fails on a current apex.
-APEX_REMOVED_MODULES: Tuple[str, ...] = ("apex.amp", "apex.fp16_utils", "apex.parallel")
+# apex packages that are gone, with when and by which apex PR: importing them fails on a current apex.
+APEX_REMOVED: Dict[str, str] = {
+    "apex.amp": "May 2025 (apex PR #1896)",
+    "apex.fp16_utils": "May 2025 (apex PR #1896)",
+    "apex.parallel": "May 2025 (apex PR #1896)",
+    "apex.RNN": "May 2025 (apex PR #1896)",
+    "apex.reparameterization": "June 2022 (apex PR #1404)",
+    "apex.pyprof": "June 2022 (apex PR #1404)",
+}
+APEX_REMOVED_MODULES: Tuple[str, ...] = tuple(APEX_REMOVED)
 # Every public apex.amp function, by qualified name (also as defined in its submodule).
 APEX_AMP_API: Dict[str, str] = _apex_names(
     APEX_AMP_MODULE,

@@ -25,6 +25,7 @@ from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args
 from ampmigrate.engine.names import Binding
 from ampmigrate.rules.apex._amp_options import bound_arguments, literal_value
+from ampmigrate.rules.apex._import_lines import fix_for, inside
 from ampmigrate.rules.apex._removal import Removal, unused_after
 
 _NO_SPACE = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
@@ -391,8 +392,43 @@ def _params_of(mapping: Mapping) -> Tuple[str, ...]:
     return getattr(mapping.convert, "params", ())
 
 
-def report_class_sites(ctx, mappings: Dict[str, Mapping], key: str, message: Callable[[ClassSite], str]) -> None:
-    for group in class_groups(ctx.file, mappings, key):
+def report_class_sites(
+    ctx,
+    mappings: Dict[str, Mapping],
+    key: str,
+    message: Callable[[ClassSite], str],
+    import_message: Optional[Callable[[str], str]] = None,
+) -> None:
+    """Report the rule's sites; with `import_message`, also each import statement of its names
+    that are used (an unused one is a site already), once, with the fix of the uses that changes it."""
+    groups = class_groups(ctx.file, mappings, key)
+    for group in groups:
         for site in group.sites:
             if site.code == ctx.rule_code:
                 ctx.report(site.node, message(site), fix=group.fix, no_fix_reason=None if group.fix else group.reason)
+    if import_message is None:
+        return
+    reported = [site.node for group in groups for site in group.sites]
+    done: Set[cst.CSTNode] = set()
+    for scope in ctx.names.scopes:
+        for bindings in scope.bindings.values():
+            for binding in bindings:
+                mapping = mappings.get(binding.qname) if binding.kind == "from-import" else None
+                statement = binding.statement
+                if mapping is None or mapping.code != ctx.rule_code or statement in done:
+                    continue
+                done.add(statement)
+                if any(inside(ctx, node, statement) for node in reported):
+                    continue  # an unused name of it is a site already
+                fix = fix_for(ctx, (g.fix for g in groups), statement)
+                related = [g for g in groups if any(_bound_by(ctx, site.node, statement) for site in g.sites)]
+                reason = next((g.reason for g in related if g.fix is None and g.reason), None)
+                if fix is None and reason is None:
+                    reason = "it goes with the fix of its last use"
+                ctx.report(statement, import_message(binding.qname.rsplit(".", 1)[1]), fix=fix,
+                           no_fix_reason=None if fix else reason)
+
+
+def _bound_by(ctx, node: cst.CSTNode, statement: cst.CSTNode) -> bool:
+    root = _root_name(node)
+    return isinstance(root, cst.Name) and any(b.statement is statement for b in ctx.names.bindings_of(root))

@@ -17,21 +17,24 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from ampmigrate.api import APEX_REMOVED_MODULES
+from ampmigrate.api import APEX_FP16_UTILS, APEX_REMOVED, APEX_REMOVED_MODULES
 from ampmigrate.diagnostics import Fix
 from ampmigrate.engine.names import dotted
 from ampmigrate.rules.apex._amp_migration import amp_plan
 from ampmigrate.rules.apex._class_migration import class_groups
+from ampmigrate.rules.apex._import_lines import fix_for, inside
 from ampmigrate.rules.base import Rule
 
 CODE = "AMP111"
 
 
 def _removed(qname: str) -> Optional[str]:
+    """The removed apex package `qname` is in or under (or the removed name itself: the old
+    `apex.optimizers.FP16_Optimizer`)."""
     for module in APEX_REMOVED_MODULES:
         if qname == module or qname.startswith(module + "."):
             return module
-    return None
+    return qname if qname in APEX_FP16_UTILS else None
 
 
 class ApexRemovedImport(Rule):
@@ -46,9 +49,9 @@ class ApexRemovedImport(Rule):
         groups = _use_groups(ctx)
         reported = {site for sites, _, _ in groups for site in sites}
         for statement, modules in statements:
-            if any(_inside(ctx, site, statement) for site in reported):
+            if any(inside(ctx, site, statement) for site in reported):
                 continue  # already a finding of the rule of what it imports (an unused import)
-            fix = next((fix for _, fix, _ in groups if fix is not None and _touches(ctx, fix, statement)), None)
+            fix = fix_for(ctx, (fix for _, fix, _ in groups), statement)
             reason = None if fix is not None else _reason(ctx, statement, groups)
             message = _message(statement, modules)
             ctx.report(statement, message, fix=fix, no_fix_reason=reason)
@@ -56,10 +59,11 @@ class ApexRemovedImport(Rule):
 
 def _message(statement: cst.CSTNode, modules: List[str]) -> str:
     spelled = ", ".join(f"`{m}`" for m in modules)
-    removed = f"{spelled} {'were' if len(modules) > 1 else 'was'} removed from apex in May 2025 (apex PR #1896)"
+    when = " and ".join(dict.fromkeys(APEX_REMOVED.get(m, APEX_REMOVED["apex.fp16_utils"]) for m in modules))
+    removed = f"{spelled} {'were' if len(modules) > 1 else 'was'} removed from apex in {when}"
     if isinstance(statement, cst.Import) and not any(_removed(dotted(a.name) or "") for a in statement.names):
         # `import apex` itself still works; what the file reaches through it does not.
-        return f"`apex` is imported here for {spelled}, which apex removed in May 2025 (apex PR #1896); migrate those uses"
+        return f"`apex` is imported here for {spelled}, which apex removed in {when}; migrate those uses"
     return f"{removed}, so this import fails on a current apex; migrate its uses to torch.amp / torch.nn and remove it"
 
 
@@ -117,19 +121,6 @@ def _use_groups(ctx) -> List[Tuple[Sequence[cst.CSTNode], Optional[Fix], Optiona
         for group in class_groups(ctx.file, mappings, key):
             groups.append(([site.node for site in group.sites], group.fix, group.reason))
     return groups
-
-
-def _inside(ctx, node: cst.CSTNode, statement: cst.CSTNode) -> bool:
-    return node is statement or any(a is statement for a in ctx.names.ancestors(node))
-
-
-def _touches(ctx, fix: Fix, statement: cst.CSTNode) -> bool:
-    """Whether the fix replaces or removes the statement, a part of it, or a block holding it."""
-    around = {id(statement), *(id(a) for a in ctx.names.ancestors(statement))}
-    for target, _ in fix.changes:
-        if id(target) in around or _inside(ctx, target, statement):
-            return True
-    return False
 
 
 def _reason(ctx, statement: cst.CSTNode, groups) -> str:
