@@ -333,7 +333,7 @@ APEX_NORMS: Dict[str, str] = _apex_names(
 APEX_PARALLEL: Dict[str, str] = _apex_names(
     "apex.parallel",
     ("distributed", "sync_batchnorm", "optimized_sync_batchnorm", "LARC"),
-    ("DistributedDataParallel", "Reducer", "convert_syncbn_model", "SyncBatchNorm", "LARC"),
+    ("DistributedDataParallel", "Reducer", "convert_syncbn_model", "SyncBatchNorm", "LARC", "create_syncbn_process_group"),
 )
 APEX_MULTI_TENSOR: Dict[str, str] = {
     "apex.multi_tensor_apply.multi_tensor_applier": "multi_tensor_applier",

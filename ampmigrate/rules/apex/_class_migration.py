@@ -154,8 +154,8 @@ class _Planner:
             if self._keeps_name(binding):
                 groups.append(self._imported(binding, uses))
             else:
-                # Each use on its own; the import goes with the last one.
-                groups.extend(self._qualified([use]) for use in uses)
+                # Each use on its own, or all together where that lets the import go (see _by_module_import).
+                groups.extend(self._qualified(together) for together in self._by_module_import(uses))
         # Imported but never used: still a finding, and the import can simply go.
         for scope in self.names.scopes:
             for bindings in scope.bindings.values():
@@ -185,9 +185,10 @@ class _Planner:
         return found[0] if len(found) == 1 else None
 
     def _by_module_import(self, uses: List[Tuple[cst.CSTNode, str]]) -> List[List[Tuple[cst.CSTNode, str]]]:
-        """Qualified uses (`apex.parallel.X`), each on its own, except that the uses of one module
-        import that has no other use go together: the fix that rewrites them removes the import,
-        which separate fixes applied in one round would each leave to the other."""
+        """Uses each on their own, except that the uses of one import (`import apex` then
+        `apex.parallel.X` twice, or an imported class called twice) that has no other use go
+        together: the fix that rewrites them removes the import, which separate fixes applied in
+        one round would each leave to the other."""
         by_binding: Dict[Binding, List[Tuple[cst.CSTNode, str]]] = {}
         alone: List[List[Tuple[cst.CSTNode, str]]] = []
         for use in uses:

@@ -40,7 +40,7 @@ def _removed(qname: str) -> Optional[str]:
 class ApexRemovedImport(Rule):
     code = CODE
     triggers = (r"\bapex\b",)  # the import statement spells apex
-    qualified_prefixes = APEX_REMOVED_MODULES
+    qualified_prefixes = (*APEX_REMOVED_MODULES, *(q for q in APEX_FP16_UTILS if q.startswith("apex.optimizers.")))
 
     def check(self, ctx) -> None:
         statements = list(_removed_imports(ctx))
