@@ -7,7 +7,7 @@ alias the resolver must recognise (say `torch.GradScaler` for `torch.amp.GradSca
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Tuple
+from typing import Dict, FrozenSet, Set, Tuple
 
 Version = Tuple[int, int]
 
@@ -266,6 +266,16 @@ def _apex_names(module: str, submodules: Tuple[str, ...], names: Tuple[str, ...]
 
 
 APEX_AMP_MODULE = "apex.amp"
+# apex packages that are gone, with when and by which apex PR: importing them fails on a current apex.
+APEX_REMOVED: Dict[str, str] = {
+    "apex.amp": "May 2025 (apex PR #1896)",
+    "apex.fp16_utils": "May 2025 (apex PR #1896)",
+    "apex.parallel": "May 2025 (apex PR #1896)",
+    "apex.RNN": "May 2025 (apex PR #1896)",
+    "apex.reparameterization": "June 2022 (apex PR #1404)",
+    "apex.pyprof": "June 2022 (apex PR #1404)",
+}
+APEX_REMOVED_MODULES: Tuple[str, ...] = tuple(APEX_REMOVED)
 # Every public apex.amp function, by qualified name (also as defined in its submodule).
 APEX_AMP_API: Dict[str, str] = _apex_names(
     APEX_AMP_MODULE,
@@ -328,7 +338,7 @@ APEX_NORMS: Dict[str, str] = _apex_names(
 APEX_PARALLEL: Dict[str, str] = _apex_names(
     "apex.parallel",
     ("distributed", "sync_batchnorm", "optimized_sync_batchnorm", "LARC"),
-    ("DistributedDataParallel", "Reducer", "convert_syncbn_model", "SyncBatchNorm", "LARC"),
+    ("DistributedDataParallel", "Reducer", "convert_syncbn_model", "SyncBatchNorm", "LARC", "create_syncbn_process_group"),
 )
 APEX_MULTI_TENSOR: Dict[str, str] = {
     "apex.multi_tensor_apply.multi_tensor_applier": "multi_tensor_applier",
@@ -341,3 +351,18 @@ TORCH_FUSED_ADAMW_SINCE: Version = (2, 0)
 TORCH_FUSED_SGD_SINCE: Version = (2, 3)
 TORCH_RMSNORM_SINCE: Version = (2, 4)
 TORCH_AMP_GRAD_SCALER_SINCE: Version = (2, 3)
+
+
+def _star_exports() -> Dict[str, FrozenSet[str]]:
+    """{module: names} for the modules whose `from M import *` the resolver follows: a free name
+    in such a file resolves to `M.name` only when M is known to export it."""
+    exports: Dict[str, Set[str]] = {}
+    for table in (APEX_AMP_API, APEX_FP16_UTILS, APEX_PARALLEL, APEX_OPTIMIZERS, APEX_NORMS):
+        for qname, short in table.items():
+            module, _, name = qname.rpartition(".")
+            if name == short and not name.startswith("_"):
+                exports.setdefault(module, set()).add(name)
+    return {module: frozenset(names) for module, names in exports.items()}
+
+
+STAR_EXPORTS: Dict[str, FrozenSet[str]] = _star_exports()

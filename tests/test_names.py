@@ -159,6 +159,30 @@ def test_relative_and_star_imports_resolve_to_nothing():
     assert index.has_star_import and not index.is_free("autocast", index.module_scope)
 
 
+def test_star_import_of_a_known_module_resolves_the_names_it_exports():
+    code = (
+        "from apex.fp16_utils import *\n"
+        "def f(loss, model):\n"
+        "    network_to_half(model)\n"
+        "    to_python_float(loss)\n"
+        "    print(loss)\n"
+        "    def to_python_float(x):\n"
+        "        return x\n"
+    )
+    found = _names_by_code(code)
+    assert found == {"network_to_half": {"apex.fp16_utils.network_to_half"}}
+    # a module whose exports are not known resolves nothing, and a star inside another
+    # function is not visible here
+    assert _names_by_code("from somewhere import *\nnetwork_to_half(m)\n") == {}
+    assert _names_by_code("def g():\n    from apex.fp16_utils import *\ndef f():\n    network_to_half(m)\n") == {}
+
+
+def test_dunder_all_lists_the_exported_names():
+    _, index = _index('from torch.cuda.amp import autocast\n__all__ = ["autocast", "x"]\n__all__ += ("y",)\n')
+    assert index.dunder_all() == {"autocast", "x", "y"}
+    assert _index("__all__ = make()\n")[1].dunder_all() == frozenset()
+
+
 # --------------------------------------------------------------------------- against LibCST
 def _libcst_import_names(module: cst.Module):
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)

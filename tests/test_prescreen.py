@@ -289,6 +289,15 @@ def test_filter_drops_no_finding_in_real_torch_files(path):
     assert_filter_drops_nothing(SourceFile.read(path).text, path)
 
 
+def test_star_imports_of_known_modules_reach_what_they_export():
+    assert reach("from apex.fp16_utils import *\nto_python_float(x)\n", ("apex",)) == {"apex"}
+    assert reach("from apex.fp16_utils import *\n", ("apex.fp16_utils.network_to_half",)) == {
+        "apex.fp16_utils.network_to_half"
+    }
+    assert reach("from somewhere import *\n", ("apex",)) == frozenset()
+    assert_filter_drops_nothing("from apex.fp16_utils import *\nmodel = network_to_half(model)\n")
+
+
 def test_a_prefix_that_leads_to_a_longer_prefix_is_still_followed():
     """`torch.cuda.amp` is one rule's prefix and on the way to another's (`torch.cuda.amp.autocast`)."""
     from ampmigrate.engine.prescreen import QualifiedNameScreen

@@ -9,11 +9,11 @@ Code that chooses between the old and new API on the torch version (`if torch.__
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Callable, Iterator, List, Optional
 
 import libcst as cst
 
-from ampmigrate.engine.names import NameIndex
+from ampmigrate.engine.names import NameIndex, dotted
 
 # Identifiers that name a version or a version comparison: TORCH_VERSION, _TORCH_GREATER_EQUAL_2_4,
 # is_torch_greater_or_equal_than_2_4, torch_version, PT_VERSION, _IS_TORCH_GE_2_3, ...
@@ -106,3 +106,88 @@ def version_gate(names: NameIndex, node: cst.CSTNode) -> Optional[cst.CSTNode]:
             return ancestor  # the fallback branch of a try-import
         child = ancestor
     return None
+
+
+def _branches(gate: cst.CSTNode) -> List[cst.CSTNode]:
+    """The alternatives a gate chooses between: an `if`/`elif`/`else` chain's bodies, a
+    ternary's two values, a `try`'s body and its handlers."""
+    if isinstance(gate, cst.IfExp):
+        return [gate.body, gate.orelse]
+    if isinstance(gate, cst.If):
+        found: List[cst.CSTNode] = []
+        node: Optional[cst.CSTNode] = gate
+        while isinstance(node, cst.If):
+            found.append(node.body)
+            node = node.orelse
+        if isinstance(node, cst.Else):
+            found.append(node.body)
+        return found
+    if isinstance(gate, cst.Try):
+        return [gate.body, *gate.handlers]
+    return []
+
+
+def _top_if(names: NameIndex, gate: cst.If) -> cst.If:
+    parent = names.parent(gate)
+    while isinstance(parent, cst.If) and parent.orelse is gate:
+        gate, parent = parent, names.parent(parent)
+    return gate
+
+
+def _feature_probe(names: NameIndex, test: cst.CSTNode, is_modern: Callable[[str], bool]) -> bool:
+    """`hasattr(torch.amp, "GradScaler")`, `hasattr(torch, "autocast")`: a probe for the modern API."""
+    for node in _walk(test):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "hasattr":
+            if len(node.args) == 2 and isinstance(node.args[1].value, cst.SimpleString):
+                attribute = node.args[1].value.evaluated_value
+                if any(is_modern(f"{q}.{attribute}") or is_modern(q) for q in names.qualified_names(node.args[0].value)):
+                    return True
+    return False
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(current.children)
+
+
+def _holds_modern(names: NameIndex, branch: cst.CSTNode, is_modern: Callable[[str], bool]) -> bool:
+    for node in _walk(branch):
+        if isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
+            module = dotted(node.module) or ""
+            aliases = node.names if not isinstance(node.names, cst.ImportStar) else ()
+            if is_modern(module) or any(is_modern(f"{module}.{dotted(a.name)}") for a in aliases):
+                return True
+        elif isinstance(node, cst.Import):
+            if any(is_modern(dotted(a.name) or "") for a in node.names):
+                return True
+        elif isinstance(node, (cst.Name, cst.Attribute)):
+            if any(is_modern(q) for q in names.qualified_names(node)):
+                return True
+    return False
+
+
+def chooses_modern(names: NameIndex, gate: cst.CSTNode, node: cst.CSTNode, is_modern: Callable[[str], bool]) -> bool:
+    """Whether `gate` (from `version_gate(names, node)`) chooses between the legacy spelling at
+    `node` and the modern API: another branch holds the modern API, or the condition probes for
+    it. A version check that chooses between mixed precision and none is not such a choice."""
+    if isinstance(gate, cst.ExceptHandler):
+        gate = names.parent(gate)  # the `try` whose body the handler is the fallback of
+    elif isinstance(gate, cst.If):
+        if _terminates(gate.body) and not any(a is gate for a in names.ancestors(node)):
+            # an early-return guard: the code after it is the other branch
+            return _holds_modern(names, gate.body, is_modern) or _feature_probe(names, gate.test, is_modern)
+        gate = _top_if(names, gate)
+    tests = []
+    current: Optional[cst.CSTNode] = gate
+    while isinstance(current, cst.If):
+        tests.append(current.test)
+        current = current.orelse
+    if isinstance(gate, (cst.IfExp, cst.While)):
+        tests.append(gate.test)
+    if any(_feature_probe(names, test, is_modern) for test in tests):
+        return True
+    others = [b for b in _branches(gate) if not (b is node or any(a is b for a in names.ancestors(node)))]
+    return any(_holds_modern(names, branch, is_modern) for branch in others)

@@ -51,6 +51,16 @@ class FileContext:
         """Whether another module of the project imports this module-level binding by name."""
         return binding.scope is self.names.module_scope and binding.name in self.imported_elsewhere
 
+    def reexported(self, binding) -> bool:
+        """Whether this module hands the module-level `binding` on to others: listed in `__all__`,
+        or an import of a package's `__init__.py` that the package itself does not use."""
+        if binding.scope is not self.names.module_scope:
+            return False
+        if binding.name in self.shared("names.dunder_all", self.names.dunder_all):
+            return True
+        is_package = self.path.replace("\\", "/").rsplit("/", 1)[-1] == "__init__.py"
+        return is_package and binding.kind in ("import", "from-import") and not self.names.references(binding)
+
     # ------------------------------------------------------------------ shared analyses
     def shared(self, key: Any, factory: Callable[[], Any]) -> Any:
         """Compute an analysis once per file for all the rules that need it."""

@@ -23,6 +23,7 @@ from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tup
 
 import libcst as cst
 
+from ampmigrate.api import STAR_EXPORTS
 from ampmigrate.engine.cst_walk import walk
 
 EMPTY: FrozenSet[str] = frozenset()
@@ -90,6 +91,8 @@ class NameIndex:
         self.scope_entries: Dict[cst.CSTNode, Scope] = {}
         self.scopes: List[Scope] = [self.module_scope]
         self.has_star_import = False
+        # `from M import *` of a module whose names are known (api.STAR_EXPORTS): (scope, M).
+        self.star_imports: List[Tuple[Scope, str]] = []
         # `x.attr` nodes: candidates for `self.attr` aliases assigned in methods.
         self.name_attributes: List[cst.Attribute] = []
         # Attribute nodes that are assignment targets (`self.x = ...`): stores, not references.
@@ -168,6 +171,20 @@ class NameIndex:
         """True when `name` is bound nowhere that a load in `scope` could see (nor by `*`)."""
         return not self.lookup(name, scope) and not self.has_star_import
 
+    def dunder_all(self) -> FrozenSet[str]:
+        """The names a module-level `__all__` lists (`=`, `+=` of string lists or tuples)."""
+        names: Set[str] = set()
+        for binding in self.module_scope.bindings.get("__all__", []):
+            statement = self.parents.get(binding.node)
+            while statement is not None and not isinstance(statement, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+                statement = self.parents.get(statement)
+            value = getattr(statement, "value", None)
+            if isinstance(value, (cst.List, cst.Tuple)):
+                for element in value.elements:
+                    if isinstance(element.value, cst.SimpleString):
+                        names.add(element.value.evaluated_value)
+        return frozenset(names)
+
     def references(self, binding: Binding) -> List[cst.Name]:
         """Every load that can see `binding`."""
         if self._references is None:
@@ -202,8 +219,11 @@ class NameIndex:
     def _compute_qualified_names(self, node: cst.CSTNode) -> FrozenSet[str]:
         if isinstance(node, cst.Name):
             result: Set[str] = set()
-            for binding in self.bindings_of(node):
+            bindings = self.bindings_of(node)
+            for binding in bindings:
                 result |= self.binding_qualified_names(binding)
+            if not bindings and self.star_imports and node in self.loads:
+                result |= self._star_names(node)
             return frozenset(result)
         if isinstance(node, cst.Attribute):
             base = self.qualified_names(node.value)
@@ -216,6 +236,20 @@ class NameIndex:
                 result |= self.binding_qualified_names(binding)
             return frozenset(result)
         return EMPTY
+
+    def _star_names(self, node: cst.Name) -> FrozenSet[str]:
+        """A name bound nowhere, in a scope that sees `from M import *` of a module known to
+        export it: `M.name`."""
+        visible = set()
+        scope: Optional[Scope] = self.loads[node]
+        while scope is not None:
+            visible.add(id(scope))
+            scope = scope.parent
+        return frozenset(
+            f"{module}.{node.value}"
+            for scope, module in self.star_imports
+            if id(scope) in visible and node.value in STAR_EXPORTS.get(module, ())
+        )
 
     def binding_qualified_names(self, binding: Binding) -> FrozenSet[str]:
         if binding.qname is not None:
@@ -525,6 +559,8 @@ class _Indexer(cst.CSTVisitor):
         relative = bool(node.relative)
         if isinstance(node.names, cst.ImportStar):
             self.ix.has_star_import = True
+            if module is not None and not relative and module in STAR_EXPORTS:
+                self.ix.star_imports.append((self.scope, module))
             return
         for alias in node.names:
             if not isinstance(alias.name, cst.Name):

@@ -30,6 +30,7 @@ import re
 import warnings
 from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
 
+from ampmigrate.api import STAR_EXPORTS
 from ampmigrate.engine.fast_regex import compile_trigger
 
 _Names = FrozenSet[str]
@@ -102,6 +103,10 @@ class QualifiedNameScreen:
                 found.add(prefix)
         return found
 
+    def hits_star(self, module: str) -> Set[str]:
+        """The prefixes a name under `module` may be, or be under."""
+        return {p for p in self.prefixes if p == module or p.startswith(module + ".") or module.startswith(p + ".")}
+
     def keep(self, qname: str) -> bool:
         return qname in self._partial
 
@@ -171,6 +176,8 @@ class _Search:
                 for alias in node.names:
                     if alias.name != "*":
                         self._bind(alias.asname or alias.name, f"{node.module}.{alias.name}")
+                    elif node.module in STAR_EXPORTS:  # the resolver may give a free name `module.<name>`
+                        self.found |= self.screen.hits_star(node.module)
             elif kind is ast.Assign:
                 for target in node.targets:
                     self._alias(target, node.value)

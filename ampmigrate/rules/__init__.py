@@ -19,6 +19,7 @@ def rule_classes() -> List[type]:
     from ampmigrate.rules.apex.amp108_apex_fused_norm import ApexFusedNorm
     from ampmigrate.rules.apex.amp109_apex_parallel import ApexParallel
     from ampmigrate.rules.apex.amp110_apex_no_equivalent import ApexNoTorchEquivalent
+    from ampmigrate.rules.apex.amp111_apex_removed_import import ApexRemovedImport
     from ampmigrate.rules.legacy_api.amp201_legacy_autocast import LegacyAutocast
     from ampmigrate.rules.legacy_api.amp202_legacy_grad_scaler import LegacyGradScaler
     from ampmigrate.rules.legacy_api.amp203_legacy_custom_fwd_bwd import LegacyCustomFwdBwd
@@ -26,6 +27,7 @@ def rule_classes() -> List[type]:
     from ampmigrate.rules.legacy_api.amp205_legacy_autocast_state import LegacyAutocastState
     from ampmigrate.rules.legacy_api.amp206_version_gated_legacy_api import VersionGatedLegacyApi
     from ampmigrate.rules.legacy_api.amp207_autocast_positional_enabled import AutocastPositionalEnabled
+    from ampmigrate.rules.legacy_api.amp208_legacy_amp_import import LegacyAmpImport
     from ampmigrate.rules.grad_scaler.amp301_clip_without_unscale import ClipWithoutUnscale
     from ampmigrate.rules.grad_scaler.amp302_unscale_without_step import UnscaleWithoutStep
     from ampmigrate.rules.grad_scaler.amp303_optimizer_step_bypasses_scaler import OptimizerStepBypassesScaler
@@ -57,6 +59,7 @@ def rule_classes() -> List[type]:
         ApexFusedNorm,
         ApexParallel,
         ApexNoTorchEquivalent,
+        ApexRemovedImport,
         LegacyAutocast,
         LegacyGradScaler,
         LegacyCustomFwdBwd,
@@ -64,6 +67,7 @@ def rule_classes() -> List[type]:
         LegacyAutocastState,
         VersionGatedLegacyApi,
         AutocastPositionalEnabled,
+        LegacyAmpImport,
         ClipWithoutUnscale,
         UnscaleWithoutStep,
         OptimizerStepBypassesScaler,

@@ -83,6 +83,8 @@ class _Planner(StepRewrites, ForwardRegions):
             cast_refs = any(r.api in APEX_AMP_CAST_ANNOTATIONS for r in usage.refs)
             if not usage.import_bindings or cast_refs:
                 return plan
+            if any(self.ctx.reexported(b) for b in usage.import_bindings):
+                return plan  # handed on to other modules: AMP111 reports the import line
             plan.sites.append(Site(usage.import_bindings[0].node, CODE, "import"))
         self.usage = usage
         self.refs = refs
@@ -105,6 +107,13 @@ class _Planner(StepRewrites, ForwardRegions):
 
     # ------------------------------------------------------------------ the fix
     def _build(self, plan: AmpPlan) -> Fix:
+        self._check_star_refs()
+        for binding in self.usage.import_bindings:
+            if self.ctx.reexported(binding):
+                raise Unfixable(
+                    f"`{binding.name}` is re-exported from here (`__all__` or a package `__init__`); the modules "
+                    "that import it must be migrated first"
+                )
         self._check_other_refs()
         inits = [r for r in self.refs if r.api in ("initialize", "init")]
         if not inits:
@@ -605,6 +614,15 @@ class _Planner(StepRewrites, ForwardRegions):
                         f"two parts of the migration overlap at line {self._line(target)} (the fix would have to "
                         "change a statement it also moves)"
                     )
+
+    def _check_star_refs(self) -> None:
+        """A name reached through `from apex.amp import *` has no import the fix could remove."""
+        for ref in self.refs:
+            root = ref.node
+            while isinstance(root, cst.Attribute):
+                root = root.value
+            if isinstance(root, cst.Name) and not self.names.bindings_of(root):
+                raise Unfixable(f"`{root.value}` comes from a `*` import; import it by name and the fix can follow it")
 
     # ------------------------------------------------------------------ helpers
     def _torch(self, at: cst.CSTNode) -> str:

@@ -25,6 +25,7 @@ from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args
 from ampmigrate.engine.names import Binding
 from ampmigrate.rules.apex._amp_options import bound_arguments, literal_value
+from ampmigrate.rules.apex._import_lines import fix_for, inside
 from ampmigrate.rules.apex._removal import Removal, unused_after
 
 _NO_SPACE = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
@@ -138,59 +139,104 @@ class _Planner:
     def plan(self) -> List[ClassGroup]:
         groups: List[ClassGroup] = []
         by_import: Dict[Binding, List[Tuple[cst.CSTNode, str]]] = {}
+        qualified: List[Tuple[cst.CSTNode, str]] = []
         for node, qnames in self.names.find(self.mappings):
-            if node in self.names.store_attributes:
+            if node in self.names.store_attributes or self._through_assignment(node):
                 continue
             qname = sorted(qnames)[0]
             binding = self._from_import(node)
             if binding is not None:
                 by_import.setdefault(binding, []).append((node, qname))
             else:
-                groups.append(self._qualified(node, qname))
+                qualified.append((node, qname))
+        groups.extend(self._qualified(uses) for uses in self._by_module_import(qualified))
         for binding, uses in by_import.items():
             if self._keeps_name(binding):
                 groups.append(self._imported(binding, uses))
             else:
-                # Each use on its own; the import goes with the last one.
-                groups.extend(self._qualified(node, qname) for node, qname in uses)
+                # Each use on its own, or all together where that lets the import go (see _by_module_import).
+                groups.extend(self._qualified(together) for together in self._by_module_import(uses))
         # Imported but never used: still a finding, and the import can simply go.
         for scope in self.names.scopes:
             for bindings in scope.bindings.values():
                 for binding in bindings:
                     if binding.kind == "from-import" and binding.qname in self.mappings and binding not in by_import:
-                        if not self.names.references(binding):
+                        # A re-exported name is not unused: its import line is AMP111's finding.
+                        if not self.names.references(binding) and not self.ctx.reexported(binding):
                             groups.append(self._unused_import(binding))
         return groups
 
     # ------------------------------------------------------------------ routes
+    def _through_assignment(self, node: cst.CSTNode) -> bool:
+        """`optimizer_cls` after `optimizer_cls = FusedAdam`: the value is reported where it is
+        bound (the right-hand side is a use of its own), not again at every read of the variable."""
+        root = _root_name(node)
+        if not isinstance(root, cst.Name):
+            return False
+        bindings = self.names.bindings_of(root)
+        if not bindings or any(b.kind in ("import", "from-import") for b in bindings):
+            return False
+        return root is node and any(self.names.binding_qualified_names(b) & self.mappings.keys() for b in bindings)
+
     def _from_import(self, node: cst.CSTNode) -> Optional[Binding]:
         if not isinstance(node, cst.Name):
             return None
         found = [b for b in self.names.bindings_of(node) if b.kind == "from-import" and b.qname in self.mappings]
         return found[0] if len(found) == 1 else None
 
-    def _qualified(self, node: cst.CSTNode, qname: str) -> ClassGroup:
-        mapping = self.mappings[qname]
-        short = qname.rsplit(".", 1)[1]
-        group = ClassGroup([ClassSite(node, mapping.code, short)])
-        builder = FixBuilder("", SAFE, frozenset({mapping.code}))
+    def _by_module_import(self, uses: List[Tuple[cst.CSTNode, str]]) -> List[List[Tuple[cst.CSTNode, str]]]:
+        """Uses each on their own, except that the uses of one import (`import apex` then
+        `apex.parallel.X` twice, or an imported class called twice) that has no other use go
+        together: the fix that rewrites them removes the import, which separate fixes applied in
+        one round would each leave to the other."""
+        by_binding: Dict[Binding, List[Tuple[cst.CSTNode, str]]] = {}
+        alone: List[List[Tuple[cst.CSTNode, str]]] = []
+        for use in uses:
+            root = _root_name(use[0])
+            bindings = self.names.bindings_of(root) if isinstance(root, cst.Name) else []
+            if len(bindings) == 1 and bindings[0].kind in ("import", "from-import"):
+                by_binding.setdefault(bindings[0], []).append(use)
+            else:
+                alone.append([use])
+        for binding, grouped in by_binding.items():
+            if len(grouped) > 1 and unused_after(self.names, binding, [node for node, _ in grouped]):
+                alone.append(grouped)
+            else:
+                alone.extend([use] for use in grouped)
+        return alone
+
+    def _qualified(self, uses: List[Tuple[cst.CSTNode, str]]) -> ClassGroup:
+        group = ClassGroup([])
+        for node, qname in uses:
+            group.sites.append(ClassSite(node, self.mappings[qname].code, qname.rsplit(".", 1)[1]))
+        builder = FixBuilder("", SAFE, frozenset(site.code for site in group.sites))
         self.needs_torch = False
+        messages: List[str] = []
+        unsafe: List[str] = []
         try:
-            root = _root_name(node)
-            if not isinstance(root, cst.Name) or not any(
-                b.kind in ("import", "from-import") for b in self.names.bindings_of(root)
-            ):
-                raise _Unfixable(f"`{self.ctx.code(node)}` is bound by an assignment the fix does not follow")
-            message, unsafe = self._rewrite_use(builder, node, mapping, spell_torch=True)
+            for node, qname in uses:
+                root = _root_name(node)
+                if isinstance(root, cst.Name) and not self.names.bindings_of(root):
+                    raise _Unfixable(f"`{root.value}` comes from a `*` import; import it by name and the fix can follow it")
+                if not isinstance(root, cst.Name) or not any(
+                    b.kind in ("import", "from-import") for b in self.names.bindings_of(root)
+                ):
+                    raise _Unfixable(f"`{self.ctx.code(node)}` is bound by an assignment the fix does not follow")
+                message, why = self._rewrite_use(builder, node, self.mappings[qname], spell_torch=True)
+                messages.append(message)
+                if why:
+                    unsafe.append(why)
             removal = Removal(self.names)
+            root = _root_name(uses[0][0])
             for binding in self.names.bindings_of(root):
-                if binding.kind in ("import", "from-import") and unused_after(self.names, binding, [node]):
+                if binding.kind in ("import", "from-import") and unused_after(self.names, binding, [n for n, _ in uses]):
+                    self._check_not_reexported(binding)
                     removal.remove_import_binding(binding)
             removal.emit(builder, import_torch=self.needs_torch)
         except _Unfixable as exc:
             group.reason = str(exc)
             return group
-        group.fix = self._finish(builder, message, unsafe)
+        group.fix = self._finish(builder, "; ".join(dict.fromkeys(messages)), "; ".join(dict.fromkeys(unsafe)) or None)
         return group
 
     def _imported(self, binding: Binding, uses: List[Tuple[cst.CSTNode, str]]) -> ClassGroup:
@@ -213,6 +259,7 @@ class _Planner:
                     raise _Unfixable(f"the uses of `{binding.name}` map to different torch classes")
                 self._rewrite_import(builder, binding, targets.pop())
             else:
+                self._check_not_reexported(binding)
                 removal = Removal(self.names)
                 removal.remove_import_binding(binding)
                 removal.emit(builder, import_torch=self.needs_torch)
@@ -237,6 +284,13 @@ class _Planner:
         removal.emit(builder)
         group.fix = builder.build()
         return group
+
+    def _check_not_reexported(self, binding: Binding) -> None:
+        if self.ctx.reexported(binding):
+            raise _Unfixable(
+                f"`{binding.name}` is re-exported from here (`__all__` or a package `__init__`); the modules that "
+                "import it must be migrated first"
+            )
 
     def _keeps_name(self, binding: Binding) -> bool:
         """Rewrite the import under the same name (rather than the uses) when a fallback also
@@ -339,8 +393,43 @@ def _params_of(mapping: Mapping) -> Tuple[str, ...]:
     return getattr(mapping.convert, "params", ())
 
 
-def report_class_sites(ctx, mappings: Dict[str, Mapping], key: str, message: Callable[[ClassSite], str]) -> None:
-    for group in class_groups(ctx.file, mappings, key):
+def report_class_sites(
+    ctx,
+    mappings: Dict[str, Mapping],
+    key: str,
+    message: Callable[[ClassSite], str],
+    import_message: Optional[Callable[[str], str]] = None,
+) -> None:
+    """Report the rule's sites; with `import_message`, also each import statement of its names
+    that are used (an unused one is a site already), once, with the fix of the uses that changes it."""
+    groups = class_groups(ctx.file, mappings, key)
+    for group in groups:
         for site in group.sites:
             if site.code == ctx.rule_code:
                 ctx.report(site.node, message(site), fix=group.fix, no_fix_reason=None if group.fix else group.reason)
+    if import_message is None:
+        return
+    reported = [site.node for group in groups for site in group.sites]
+    done: Set[cst.CSTNode] = set()
+    for scope in ctx.names.scopes:
+        for bindings in scope.bindings.values():
+            for binding in bindings:
+                mapping = mappings.get(binding.qname) if binding.kind == "from-import" else None
+                statement = binding.statement
+                if mapping is None or mapping.code != ctx.rule_code or statement in done:
+                    continue
+                done.add(statement)
+                if any(inside(ctx, node, statement) for node in reported):
+                    continue  # an unused name of it is a site already
+                fix = fix_for(ctx, (g.fix for g in groups), statement)
+                related = [g for g in groups if any(_bound_by(ctx, site.node, statement) for site in g.sites)]
+                reason = next((g.reason for g in related if g.fix is None and g.reason), None)
+                if fix is None and reason is None:
+                    reason = "it goes with the fix of its last use"
+                ctx.report(statement, import_message(binding.qname.rsplit(".", 1)[1]), fix=fix,
+                           no_fix_reason=None if fix else reason)
+
+
+def _bound_by(ctx, node: cst.CSTNode, statement: cst.CSTNode) -> bool:
+    root = _root_name(node)
+    return isinstance(root, cst.Name) and any(b.statement is statement for b in ctx.names.bindings_of(root))

@@ -51,7 +51,11 @@ class ApexFusedOptimizer(Rule):
     qualified_prefixes = ("apex",)  # every finding is on a name imported from apex
 
     def check(self, ctx) -> None:
-        report_class_sites(ctx, MAPPINGS, "optimizers", self.message)
+        report_class_sites(ctx, MAPPINGS, "optimizers", self.message, self.import_message)
+
+    @staticmethod
+    def import_message(short: str) -> str:
+        return f"imports apex's `{short}`, which needs apex's CUDA extensions; torch.optim has the same fused kernel"
 
     @staticmethod
     def message(site: ClassSite) -> str:

@@ -42,7 +42,11 @@ class ApexFusedNorm(Rule):
     qualified_prefixes = ("apex",)  # every finding is on a name imported from apex
 
     def check(self, ctx) -> None:
-        report_class_sites(ctx, MAPPINGS, "norms", self.message)
+        report_class_sites(ctx, MAPPINGS, "norms", self.message, self.import_message)
+
+    @staticmethod
+    def import_message(short: str) -> str:
+        return f"imports apex's `{short}`, which needs apex's CUDA extensions; torch.nn has fused norm kernels"
 
     @staticmethod
     def message(site: ClassSite) -> str:

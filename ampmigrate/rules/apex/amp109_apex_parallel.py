@@ -45,6 +45,8 @@ sync_bn.params = ("num_features", "eps", "momentum", "affine", "track_running_st
 _NO_EQUIVALENT = {
     "LARC": "apex.parallel.LARC (layer-wise adaptive rate clipping) has no torch equivalent; vendor it or drop it",
     "Reducer": "apex.parallel.Reducer has no torch equivalent; use torch.distributed.all_reduce on the gradients",
+    "create_syncbn_process_group": "apex.parallel.create_syncbn_process_group has no torch equivalent; build the "
+    "group with torch.distributed.new_group(ranks) and pass it to torch.nn.SyncBatchNorm.convert_sync_batchnorm",
 }
 
 MAPPINGS = {}

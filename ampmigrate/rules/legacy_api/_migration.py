@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from ampmigrate.analysis.string_annotations import rewritten, text_annotations
-from ampmigrate.analysis.version_gates import version_gate
+from ampmigrate.analysis.version_gates import chooses_modern, version_gate
 from ampmigrate.api import AUTOCAST, GRAD_SCALER, LEGACY_AMP_MODULES, LEGACY_API, LEGACY_REEXPORTS, LegacyApi, format_version
 from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args
@@ -33,6 +33,9 @@ from ampmigrate.engine.names import Binding
 from ampmigrate.rules.base import Rule
 
 CODE_FOR_KIND = {"autocast": "AMP201", "grad_scaler": "AMP202", "custom_fwd": "AMP203", "custom_bwd": "AMP203"}
+IMPORT_CODE = "AMP208"
+# `torch.amp` itself (the module a legacy module import moves to) exists since torch 1.12.
+_TORCH_AMP_SINCE = (1, 12)
 ISINSTANCE_CODE = "AMP204"
 GATED_CODE = "AMP206"
 # Every finding of the family is on a name under one of these (the rules' `qualified_prefixes`).
@@ -82,6 +85,7 @@ class Group:
     reason: Optional[str] = None
     gate: Optional[cst.CSTNode] = None  # set when the code is a deliberate compatibility branch
     min_since: Tuple[int, int] = (0, 0)  # the newest torch any modern spelling here needs
+    statement: Optional[cst.CSTNode] = None  # the legacy import the fix rewrites (AMP208's finding)
 
 
 class _Unfixable(Exception):
@@ -134,7 +138,7 @@ class _Planner:
                 if site.usage == "call" and site.api.kind in ("autocast", "grad_scaler"):
                     device = misplaced_device(self.names, self.names.parent(site.ref))
                     site.misplaced_device = self.ctx.code(device) if device is not None else None
-        return [g for g in groups if g.sites]
+        return [g for g in groups if g.sites or g.statement is not None]
 
     def _text_annotation_groups(self) -> List[Group]:
         """`"torch.cuda.amp.GradScaler"` in a string annotation or a type comment. Names reached
@@ -215,7 +219,7 @@ class _Planner:
 
     # ------------------------------------------------------------------ imports
     def _import_group(self, statement: cst.CSTNode, route: str) -> Group:
-        group = Group([])
+        group = Group([], statement=statement)
         builder = FixBuilder("", SAFE, frozenset())
         try:
             if isinstance(statement, cst.ImportFrom) and route == "from-import":
@@ -230,6 +234,12 @@ class _Planner:
             builder.message = f"Move {', '.join(f'`{a}`' for a in apis)} to `torch.amp` with the device made explicit{note}"
             builder.requires = frozenset(s.code for s in group.sites) | builder.requires
             group.fix = builder.build()
+        elif group.reason is None and builder.targets():
+            # Nothing the fix changes is reported but the import itself (AMP208).
+            group.min_since = max(group.min_since, _TORCH_AMP_SINCE)
+            builder.message = "Import from `torch.amp`"
+            builder.requires = frozenset({IMPORT_CODE}) | builder.requires
+            group.fix = builder.build()
         return group
 
     def _check_not_exported(self, binding: Binding) -> None:
@@ -237,6 +247,11 @@ class _Planner:
             raise _Unfixable(
                 f"other modules of the project import `{binding.name}` from this one; "
                 "their calls would need the device argument too"
+            )
+        if self.ctx.reexported(binding):
+            raise _Unfixable(
+                f"`{binding.name}` is re-exported from here (`__all__` or a package `__init__`); "
+                "wherever it is called, the device argument must be added by hand"
             )
 
     def _binding_for(self, node: cst.CSTNode) -> Binding:
@@ -287,7 +302,8 @@ class _Planner:
             group.min_since = max(group.min_since, api.since)
             refs = self.names.references(binding)
             if not refs:
-                group.sites.append(Site(alias, api, "import"))
+                if not self.ctx.reexported(binding):  # re-exported: the import line is AMP208's finding
+                    group.sites.append(Site(alias, api, "import"))
                 continue
             for ref in refs:
                 usage = self._usage(ref)
@@ -597,24 +613,37 @@ class _Planner:
     # ------------------------------------------------------------------ compatibility code
     def _check_gate(self, group: Group) -> None:
         if group.gate is None:
+            nodes: List[cst.CSTNode] = [group.statement] if group.statement is not None else []
             for site in group.sites:
-                binding_statements = []
+                nodes.append(site.ref)
                 if isinstance(site.ref, cst.Name):
-                    binding_statements = [
+                    nodes.extend(
                         b.statement
                         for b in self.names.bindings_of(site.ref)
                         if b.statement is not None and b.qname in LEGACY_API
-                    ]
-                for node in (site.ref, *binding_statements):
-                    gate = version_gate(self.names, node)
-                    if gate is not None:
-                        group.gate = gate
-                        break
-                if group.gate is not None:
-                    break
+                    )
+            group.gate = next((gate for gate in map(self._compat_gate, nodes) if gate is not None), None)
         if group.gate is not None:
             group.fix = None
             group.reason = "kept behind a torch version check on purpose"
+
+    def _compat_gate(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        """The version check or try-import that chooses between `node`'s legacy spelling and the
+        modern API. One that chooses between mixed precision and none is not a gate: under a
+        min-torch that makes its legacy branch always taken, that branch is fixed as any other."""
+        start = node
+        for _ in range(8):  # nested checks; a bound against pathological nesting
+            gate = version_gate(self.names, start)
+            if gate is None:
+                return None
+            if chooses_modern(self.names, gate, node, _is_modern):
+                return gate
+            start = gate
+        return None
+
+
+def _is_modern(qname: str) -> bool:
+    return qname in _MODERN_API or qname == "torch.amp" or qname.startswith("torch.amp.")
 
 
 # torch.amp's parameters after the device (AMP_FACTS §1, §2.2).
