@@ -7,7 +7,6 @@ errors, bad configuration, files that could not be checked, or internal errors.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import sys
 import time
@@ -22,9 +21,9 @@ from ampmigrate.diagnostics import FileError
 from ampmigrate.discovery import discover
 from ampmigrate.engine.project import ProjectImports
 from ampmigrate.engine.cache import Cache, default_directory
-from ampmigrate.engine.runner import Job, RunResult, run_files, write_changes
+from ampmigrate.engine.runner import READ_LIMIT_FACTOR, Job, RunResult, run_files, write_changes
 from ampmigrate.output import FORMATS, Report, renderer, summary
-from ampmigrate.source import split_lines
+from ampmigrate.output.diff import unified_diff
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -181,7 +180,7 @@ def _run(paths: Sequence[str], settings: Settings, job: Job, jobs: Optional[int]
         root = _project_root(settings)
         scope = [root] if root else list(paths) or ["."]
         project_files = discover(scope, settings).files
-        project = ProjectImports.scan(root or settings.root, [*project_files, *found.files])
+        project = ProjectImports.scan(root or settings.root, [*project_files, *found.files], settings.max_file_size * READ_LIMIT_FACTOR)
     progress = _Progress(len(found.files))
     try:
         result = run_files(found.files, settings, job, jobs=jobs, on_result=progress, cache=cache, project=project)
@@ -262,17 +261,7 @@ def fix(paths, select, extend_select, ignore, target_dtype, min_torch, config_pa
     changed = result.changed
     if diff:
         for outcome in changed:
-            click.echo(
-                "".join(
-                    difflib.unified_diff(
-                        split_lines(outcome.old_text, keepends=True),
-                        split_lines(outcome.new_text, keepends=True),
-                        fromfile=outcome.path,
-                        tofile=outcome.path,
-                    )
-                ),
-                nl=False,
-            )
+            click.echo(unified_diff(outcome.path, outcome.old_text, outcome.new_text), nl=False)
         errors = result.all_errors
         _print_errors(errors)
         noun = "finding" if result.fixed == 1 else "findings"
