@@ -132,7 +132,9 @@ def _decode(raw: bytes, encoding: str) -> str:
     try:
         return raw.decode(encoding)
     except UnicodeDecodeError as exc:
-        raise SourceError(f"not valid {encoding} text at byte {exc.start} ({exc.reason})") from None
+        # The offset in the file: utf-8-sig counts from after the BOM it strips.
+        start = exc.start + (len(codecs.BOM_UTF8) if encoding == "utf-8-sig" and raw.startswith(codecs.BOM_UTF8) else 0)
+        raise SourceError(f"not valid {encoding} text at byte {start} ({exc.reason})") from None
     except LookupError as exc:
         raise SourceError(f"not valid {encoding} text ({exc})") from None
 

@@ -16,6 +16,7 @@ at a time, atomically.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
@@ -23,7 +24,7 @@ from ampmigrate.config import Settings
 from ampmigrate.diagnostics import FileError, Finding
 from ampmigrate.engine import workers
 from ampmigrate.engine.cache import Cache, content_hash, has_fix_to_apply
-from ampmigrate.engine.pipeline import TOO_DEEP, Engine, FileResult
+from ampmigrate.engine.pipeline import TOO_DEEP, Engine, FileResult, python_rejects
 from ampmigrate.engine.project import ProjectImports
 from ampmigrate.source import FileTooLarge, SourceError, SourceFile, read_regular_file, write_atomic
 
@@ -34,6 +35,9 @@ LARGE_FILE = 32 * 1024
 # A file over max-file-size is still scanned by the trigger regexes (reported only when one
 # matches); one over this many times the limit is not even read.
 READ_LIMIT_FACTOR = 8
+# Control characters Python's tokenizer refuses outside strings and comments (NUL is refused
+# by SourceFile already; tab, line feed, form feed and carriage return are whitespace).
+_CONTROL_CHARACTER = re.compile(rb"[\x01-\x08\x0b\x0e-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,12 @@ def _process_unguarded(
         text = source.text
     except SourceError as exc:
         return FileResult(path, errors=[FileError(path, str(exc))])
+    if _CONTROL_CHARACTER.search(source.raw) is not None:
+        # Binary data that happens to decode: Python accepts these bytes only inside strings
+        # and comments, so a file with one is reported unless Python's parser accepts it.
+        rejected = python_rejects(text)
+        if rejected is not None:
+            return FileResult(path, errors=[FileError(path, f"not Python source: {rejected}")])
     too_large = len(source.raw) > engine.settings.max_file_size
     if screened is not None and screened.digest == digest:
         rules = [rule for rule in engine.rules if rule.code in screened.codes]
