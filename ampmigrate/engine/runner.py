@@ -132,17 +132,11 @@ def _process_unguarded(
         return FileResult(path, errors=[FileError(path, _too_large(exc.size, engine.settings))])
     except SourceError as exc:
         return FileResult(path, errors=[FileError(path, str(exc))])
-    digest = content_hash(source.raw) if cache is not None or defer_large or screened else ""
-    imported = engine.project.imported_from(path) if digest and engine.project is not None else ()
-    if imported:
-        # Fix mode withholds fixes of names other modules import from this one: part of the result.
-        digest += ":" + ",".join(sorted(imported))
+    digest = _digest(source.raw, path, engine.project) if cache is not None or defer_large or screened else ""
     if cache is not None:
-        cached = cache.load(path, job.cache_kind, digest)
+        cached = _cached(cache, path, job, digest)
         if cached is not None:
-            findings, errors, parsed = cached
-            if job.mode == "check" or not has_fix_to_apply(findings, job.unsafe):
-                return FileResult(path, findings=findings, errors=errors, parsed=parsed)
+            return cached
     try:
         text = source.text
     except SourceError as exc:
@@ -170,6 +164,37 @@ def _process_unguarded(
     if cache is not None and _cacheable(result, job):
         cache.store(path, job.cache_kind, digest, result.findings, result.errors, result.parsed)
     return result
+
+
+def _digest(raw: bytes, path: str, project: Optional[ProjectImports]) -> str:
+    """What a file's result depends on besides the run's settings: its bytes, and in fix mode
+    the names other modules import from it (their fixes are withheld)."""
+    digest = content_hash(raw)
+    imported = project.imported_from(path) if project is not None else ()
+    if imported:
+        digest += ":" + ",".join(sorted(imported))
+    return digest
+
+
+def _cached(cache: Cache, path: str, job: Job, digest: str) -> Optional[FileResult]:
+    cached = cache.load(path, job.cache_kind, digest)
+    if cached is not None:
+        findings, errors, parsed = cached
+        if job.mode == "check" or not has_fix_to_apply(findings, job.unsafe):
+            return FileResult(path, findings=findings, errors=errors, parsed=parsed)
+    return None
+
+
+def _from_cache(path: str, job: Job, cache: Cache, settings: Settings, project: Optional[ProjectImports]) -> Optional[FileResult]:
+    """In the parent, before any worker: a stored result, or the error of a file that cannot be
+    read. A warm run so needs no worker at all."""
+    try:
+        raw = read_regular_file(path, settings.max_file_size * READ_LIMIT_FACTOR)
+    except FileTooLarge as exc:
+        return FileResult(path, errors=[FileError(path, _too_large(exc.size, settings))])
+    except SourceError as exc:
+        return FileResult(path, errors=[FileError(path, str(exc))])
+    return _cached(cache, path, job, _digest(raw, path, project))
 
 
 def _too_large(size: int, settings: Settings) -> str:
@@ -255,16 +280,7 @@ def run_files(
     crashes the parser, or goes over its time or memory budget, is that file's error."""
     jobs = max(1, jobs or os.cpu_count() or 1)
     result = RunResult()
-    if not files:
-        return result
-    size = 1 if len(files) < PARALLEL_THRESHOLD else min(jobs, len(files))
     slots: List[Optional[FileResult]] = [None] * len(files)
-    # With one worker nothing waits on a large file: no second round.
-    defer = size > 1
-    chunksize = max(1, min(64, len(files) // (size * 8)))
-    numbered = [(index, (path, defer, None)) for index, path in enumerate(files)]
-    chunks = [numbered[start : start + chunksize] for start in range(0, len(numbered), chunksize)]
-    deferred: List[Tuple[int, int, _Deferred]] = []  # (size, index, round one's answer)
 
     def done(index: int, outcome: Union[FileResult, workers.Failure]) -> None:
         if isinstance(outcome, workers.Failure):
@@ -273,6 +289,37 @@ def run_files(
         if on_result:
             on_result(outcome)
 
+    todo: List[int] = []
+    for index, path in enumerate(files):
+        stored = _from_cache(path, job, cache, settings, project) if cache is not None else None
+        if stored is not None:
+            done(index, stored)
+        else:
+            todo.append(index)
+    if todo:
+        _run_in_workers(files, todo, settings, job, jobs, cache, project, done)
+    result.results = [outcome for outcome in slots if outcome is not None]
+    return result
+
+
+def _run_in_workers(
+    files: Sequence[str],
+    todo: List[int],
+    settings: Settings,
+    job: Job,
+    jobs: int,
+    cache: Optional[Cache],
+    project: Optional[ProjectImports],
+    done: Callable[[int, Union[FileResult, workers.Failure]], None],
+) -> None:
+    """The files at the indices `todo`, in a pool of watched workers (two rounds, see above)."""
+    size = 1 if len(todo) < PARALLEL_THRESHOLD else min(jobs, len(todo))
+    # With one worker nothing waits on a large file: no second round.
+    defer = size > 1
+    chunksize = max(1, min(64, len(todo) // (size * 8)))
+    numbered = [(index, (files[index], defer, None)) for index in todo]
+    chunks = [numbered[start : start + chunksize] for start in range(0, len(numbered), chunksize)]
+    deferred: List[Tuple[int, int, _Deferred]] = []  # (size, index, round one's answer)
     pool = workers.WorkerPool(size, _init_worker, (settings, cache, project, job), _worker_item, limits(settings))
     with pool:
         for index, outcome in pool.run(chunks):
@@ -284,8 +331,6 @@ def run_files(
         second = [[(index, (files[index], False, screened))] for _, index, screened in deferred]
         for index, outcome in pool.run(second):
             done(index, outcome)
-    result.results = [outcome for outcome in slots if outcome is not None]
-    return result
 
 
 def write_changes(result: RunResult) -> List[FileError]:
