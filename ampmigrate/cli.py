@@ -6,7 +6,6 @@ errors, bad configuration, files that could not be checked, or internal errors.
 
 from __future__ import annotations
 
-import difflib
 import os
 import sys
 import time
@@ -20,13 +19,13 @@ from ampmigrate.diagnostics import FileError
 from ampmigrate.discovery import discover
 from ampmigrate.engine.project import ProjectImports
 from ampmigrate.engine.cache import Cache, default_directory
-from ampmigrate.engine.runner import Job, RunResult, run_files, write_changes
+from ampmigrate.engine.runner import READ_LIMIT_FACTOR, Job, RunResult, run_files, write_changes
 from ampmigrate.engine.noqa_writer import add_noqa_comments
 from ampmigrate.output import FORMATS, Report, renderer
+from ampmigrate.output.diff import unified_diff
 from ampmigrate.output.statistics import show_fixes, statistics
 from ampmigrate.stdin import run_stdin, stdin_output
 from ampmigrate.watch import watch
-from ampmigrate.source import split_lines
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -193,7 +192,7 @@ def _run(
         root = _project_root(settings)
         scope = [root] if root else list(paths) or ["."]
         project_files = discover(scope, settings).files
-        project = ProjectImports.scan(root or settings.root, [*project_files, *found.files])
+        project = ProjectImports.scan(root or settings.root, [*project_files, *found.files], settings.max_file_size * READ_LIMIT_FACTOR)
     progress = _Progress(found.files)
     try:
         result = run_files(found.files, settings, job, jobs=jobs, on_result=progress, cache=cache, project=project)
@@ -348,17 +347,7 @@ def fix(**options):
     changed = result.changed
     if options["diff"]:
         for outcome in changed:
-            click.echo(
-                "".join(
-                    difflib.unified_diff(
-                        split_lines(outcome.old_text, keepends=True),
-                        split_lines(outcome.new_text, keepends=True),
-                        fromfile=outcome.path,
-                        tofile=outcome.path,
-                    )
-                ),
-                nl=False,
-            )
+            click.echo(unified_diff(outcome.path, outcome.old_text, outcome.new_text), nl=False)
         errors = result.all_errors
         _print_errors(errors)
         noun = "finding" if result.fixed == 1 else "findings"

@@ -30,6 +30,10 @@ else:  # pragma: no cover - exercised on Python < 3.11 only
 TARGET_DTYPES = ("bfloat16", "float16")
 DEFAULT_MIN_TORCH: Version = (2, 4)
 DEFAULT_MAX_FILE_SIZE = 2 * 1024 * 1024
+# What analysing one file may cost (each LibCST parse of it starts the count afresh): CPU
+# seconds and MiB of resident memory of the worker process. A file over either is skipped.
+DEFAULT_FILE_TIME_LIMIT = 10
+DEFAULT_FILE_MEMORY_LIMIT = 2048
 
 # Like ruff's defaults: directories no one wants linted.
 DEFAULT_EXCLUDE: Tuple[str, ...] = (
@@ -56,6 +60,8 @@ class Settings:
     respect_gitignore: bool = True
     unsafe_fixes: bool = False
     max_file_size: int = DEFAULT_MAX_FILE_SIZE
+    file_time_limit: int = DEFAULT_FILE_TIME_LIMIT
+    file_memory_limit: int = DEFAULT_FILE_MEMORY_LIMIT
     cache_dir: Optional[str] = None
     # (glob, codes): codes switched off in the files a glob matches (relative to `root`, or a name).
     per_file_ignores: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
@@ -100,7 +106,10 @@ class Settings:
 
 
 # Settings that decide which files a run looks at, or where the cache is, not what a file yields.
-_NOT_IN_FINGERPRINT = frozenset({"exclude", "extend_exclude", "respect_gitignore", "cache_dir", "root", "config_path"})
+# (A file over its time or memory budget has no cache entry: the budgets are not in it either.)
+_NOT_IN_FINGERPRINT = frozenset(
+    {"exclude", "extend_exclude", "respect_gitignore", "cache_dir", "root", "config_path", "file_time_limit", "file_memory_limit"}
+)
 
 
 def _longest_prefix(code: str, prefixes: Sequence[str]) -> int:
@@ -142,6 +151,8 @@ _KEYS = {
     "respect-gitignore": "bool",
     "unsafe-fixes": "bool",
     "max-file-size": "int",
+    "file-time-limit": "int",
+    "file-memory-limit": "int",
     "cache-dir": "string",
     "per-file-ignores": "per-file",
 }

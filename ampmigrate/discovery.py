@@ -35,9 +35,18 @@ class Discovery:
 
 def _git_root(start: Path) -> Path:
     for directory in (start, *start.parents):
-        if (directory / ".git").exists():
+        if _exists(directory / ".git"):
             return directory
     return start
+
+
+def _exists(path: Path, regular_file: bool = False) -> bool:
+    """`path.exists()` / `path.is_file()`, False where it cannot be looked at: in a directory
+    that can be listed but not entered, `stat` fails with EACCES, which pathlib re-raises."""
+    try:
+        return path.is_file() if regular_file else path.exists()
+    except OSError:
+        return False
 
 
 def _read_ignore(path: Path) -> str:
@@ -148,7 +157,7 @@ class _Walker:
         ancestors = ancestors | {real}
         if self.settings.respect_gitignore:
             ignore_file = absolute / ".gitignore"
-            if ignore_file.is_file():
+            if _exists(ignore_file, regular_file=True):
                 try:
                     base = absolute.relative_to(repo).as_posix()
                 except ValueError:

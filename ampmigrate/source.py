@@ -17,7 +17,7 @@ import stat
 import tempfile
 import tokenize
 from dataclasses import dataclass
-from typing import List
+from typing import List, Optional
 
 
 # Python's line breaks: `str.splitlines` also splits at form feeds, \x1c-\x1e, \x85 and
@@ -46,10 +46,22 @@ class SourceError(Exception):
     """A file that cannot be read or decoded; the message is one line and names no path."""
 
 
-def read_bytes(path: str) -> bytes:
-    """A regular file's bytes, or SourceError with a one-line reason."""
+class FileTooLarge(SourceError):
+    """A regular file larger than the limit it was read with; nothing was read."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"{size / (1024 * 1024):.1f} MiB exceeds the {limit / (1024 * 1024):.1f} MiB read limit")
+        self.size = size
+
+
+def read_regular_file(path: str, limit: Optional[int] = None) -> bytes:
+    """The bytes of the regular file at `path`, or SourceError with a one-line reason.
+
+    The one way ampmigrate reads a source file: it never blocks (a named pipe is opened
+    non-blocking and refused), never reads a device (`/dev/zero` is refused before a byte is
+    read), and with `limit`, never reads more than that (FileTooLarge, by the file's size).
+    """
     try:
-        # Non-blocking, so that a named pipe called `x.py` cannot hang the run.
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except IsADirectoryError:
         raise SourceError("is a directory, not a file") from None
@@ -57,17 +69,28 @@ def read_bytes(path: str) -> bytes:
         if exc.errno == errno.ELOOP:
             raise SourceError("symlink loop") from None
         raise SourceError(f"cannot read file: {exc.strerror or exc}") from None
-    mode = os.fstat(fd).st_mode  # before fdopen, which refuses directories itself
-    if not stat.S_ISREG(mode):
+    try:
+        info = os.fstat(fd)  # before fdopen, which refuses directories itself
+    except OSError as exc:
         os.close(fd)
-        if stat.S_ISDIR(mode):
+        raise SourceError(f"cannot read file: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        if stat.S_ISDIR(info.st_mode):
             raise SourceError("is a directory, not a file")
         raise SourceError("not a regular file (a pipe, socket or device)")
+    if limit is not None and info.st_size > limit:
+        os.close(fd)
+        raise FileTooLarge(info.st_size, limit)
     with os.fdopen(fd, "rb") as handle:
         try:
-            return handle.read()
+            # A file that grew since fstat is read only up to the limit (and one byte to tell).
+            data = handle.read() if limit is None else handle.read(limit + 1)
         except OSError as exc:
             raise SourceError(f"cannot read file: {exc.strerror or exc}") from None
+    if limit is not None and len(data) > limit:
+        raise FileTooLarge(len(data), limit)
+    return data
 
 
 @dataclass(frozen=True)
@@ -80,7 +103,7 @@ class SourceFile:
 
     @classmethod
     def read(cls, path: str) -> "SourceFile":
-        return cls.from_bytes(path, read_bytes(path))
+        return cls.from_bytes(path, read_regular_file(path))
 
     @classmethod
     def from_bytes(cls, path: str, raw: bytes) -> "SourceFile":
@@ -109,7 +132,9 @@ def _decode(raw: bytes, encoding: str) -> str:
     try:
         return raw.decode(encoding)
     except UnicodeDecodeError as exc:
-        raise SourceError(f"not valid {encoding} text at byte {exc.start} ({exc.reason})") from None
+        # The offset in the file: utf-8-sig counts from after the BOM it strips.
+        start = exc.start + (len(codecs.BOM_UTF8) if encoding == "utf-8-sig" and raw.startswith(codecs.BOM_UTF8) else 0)
+        raise SourceError(f"not valid {encoding} text at byte {start} ({exc.reason})") from None
     except LookupError as exc:
         raise SourceError(f"not valid {encoding} text ({exc})") from None
 
@@ -130,7 +155,11 @@ def write_atomic(path: str, data: bytes, expected: bytes) -> None:
     if current != expected:
         raise SourceError("file changed on disk while it was being fixed; not written")
     directory = os.path.dirname(target) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".ampmigrate-", suffix=".tmp", dir=directory)
+    try:
+        # In the error handling too: a read-only directory is this file's error, not the run's.
+        fd, tmp = tempfile.mkstemp(prefix=".ampmigrate-", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise SourceError(f"cannot write file: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

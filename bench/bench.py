@@ -22,10 +22,16 @@ What it measures, in this order, all in the same run:
    reference migrations) copied, each with its own name, directory and a line of its own, to
    `--synthetic` files (default 10,000) and to a tenth of that; cold and warm time, peak RSS of
    both sizes (the goal: 10x the files within 2x the memory);
-6. TorchFix on the same tree when a `torchfix` executable is given, on PATH, or importable.
+6. TorchFix on the same tree when a `torchfix` executable is given, on PATH, or importable;
+7. ruff (`ruff check --select ALL`, cold with `--no-cache` and warm) on the same tree, when a
+   `ruff` executable is given, on PATH or beside this Python (`pip install ruff`; it is not a
+   dependency of ampmigrate);
+8. one large file full of legacy AMP code (bench/big_amp_file.py, `--big-file` lines): CPU time
+   of `check` on it against LibCST's parse of it (every per-file stage must be linear).
 
-The goals (issue 6) are printed as ratios: cold default <= 0.2 x parse floor, warm default <=
-0.05 x parse floor, `-j 2` >= 1.6x faster than `-j 1` cold, peak RSS(10k) <= 2 x peak RSS(1k).
+The goals (issues 6 and 14) are printed as ratios: cold default <= 0.15 x parse floor, warm
+default <= 0.04 x parse floor, cold default no slower than ruff cold, `-j 2` >= 1.6x faster than
+`-j 1` cold, peak RSS(10k) <= 2 x peak RSS(1k), the large file's check <= 3 x its parse.
 The tree is checked with `respect-gitignore = false` (an installed package usually sits in an
 ignored virtual environment); nothing is cached between bench runs.
 """
@@ -57,7 +63,9 @@ from ampmigrate.engine.cache import code_fingerprint  # noqa: E402
 from ampmigrate.engine.pipeline import Engine  # noqa: E402
 from ampmigrate.source import SourceError, SourceFile  # noqa: E402
 
-GOALS = {"cold_vs_floor": 0.2, "warm_vs_floor": 0.05, "j2_speedup": 1.6, "rss_10x_files": 2.0}
+# Issue 14 tightened issue 6's goals and added ruff and the per-file linearity goal.
+GOALS = {"cold_vs_floor": 0.15, "warm_vs_floor": 0.04, "j2_speedup": 1.6, "rss_10x_files": 2.0,
+         "cold_vs_ruff": 1.0, "big_file_vs_parse": 3.0}
 
 _FLOOR_SCRIPT = r"""
 import json, sys, time
@@ -73,6 +81,31 @@ for path in paths:
     except Exception:
         failed += 1
 print(json.dumps({"seconds": time.perf_counter() - start, "files": len(paths), "failed": failed}))
+"""
+
+# One large legacy-AMP file (bench/big_amp_file.py): CPU time of LibCST's parse of it against
+# the CPU time of checking it (pre-filter, parse, name pass, rules, positions), one process.
+_BIG_FILE_SCRIPT = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[1] + "/bench")
+import libcst
+from big_amp_file import big_file
+from ampmigrate.config import Settings
+from ampmigrate.engine.pipeline import Engine
+text = big_file(int(sys.argv[2]))
+engine = Engine(Settings())
+engine.check_text("x = 1\n", "warmup.py")
+parse = check = float("inf")
+for _ in range(int(sys.argv[3])):
+    start = time.process_time()
+    libcst.parse_module(text)
+    parse = min(parse, time.process_time() - start)
+    start = time.process_time()
+    result = engine.check_text(text, "big.py", rules=engine.rules_for(text))
+    check = min(check, time.process_time() - start)
+print(json.dumps({"lines": text.count("\n"), "parse_cpu_seconds": parse, "check_cpu_seconds": check,
+                  "findings": len(result.findings), "errors": [str(e) for e in result.errors]}))
 """
 
 
@@ -234,7 +267,9 @@ class Bench:
         run = run_command([sys.executable, "-c", _FLOOR_SCRIPT, str(REPO)], stdout_path=out, stdin="\n".join(files))
         if run["exit"] != 0:
             raise SystemExit(f"parse floor failed: {Path(out + '.stderr').read_text()}")
-        return json.loads(Path(out).read_text())
+        floor = json.loads(Path(out).read_text())
+        floor["cpu_seconds"] = run["cpu_seconds"]  # the whole process, start-up included
+        return floor
 
     def check(self, tree: str, *, jobs: Optional[int], cache_dir: str, sample_rss: bool = False) -> Dict[str, object]:
         self._runs += 1
@@ -273,6 +308,7 @@ class Bench:
                 "cold_seconds": min(r["seconds"] for r in colds),
                 "warm_seconds": min(r["seconds"] for r in warms),
                 "cold_cpu_seconds": min(r["cpu_seconds"] for r in colds),
+                "warm_cpu_seconds": min(r["cpu_seconds"] for r in warms),
                 "cold_runs": [round(r["seconds"], 3) for r in colds],
                 "warm_runs": [round(r["seconds"], 3) for r in warms],
                 "max_process_rss_mib": max(r["max_process_rss_mib"] for r in colds),
@@ -280,6 +316,30 @@ class Bench:
         results["findings"] = len(reference or [])
         results["file_errors"] = colds[0]["errors"] if job_counts else 0
         return results
+
+    def ruff(self, tree: str, command: str, repeat: int) -> Dict[str, object]:
+        """`ruff check --select ALL` on the tree: cold (no cache) and warm (its cache filled)."""
+        cold, warm = [], []
+        cache_dir = tempfile.mkdtemp(prefix="ruff-cache-", dir=self.work)
+        base = [command, "check", "--select", "ALL", "--exit-zero", "--quiet", "--isolated", tree]
+        for attempt in range(repeat):
+            log(f"ruff cold #{attempt + 1}")
+            cold.append(run_command([*base, "--no-cache"], stdout_path=os.path.join(self.work, "ruff.txt")))
+            log(f"ruff warm #{attempt + 1}")
+            run_command([*base, "--cache-dir", cache_dir], stdout_path=os.path.join(self.work, "ruff.txt"))
+            warm.append(run_command([*base, "--cache-dir", cache_dir], stdout_path=os.path.join(self.work, "ruff.txt")))
+        version = subprocess.run([command, "--version"], capture_output=True, text=True).stdout.strip()
+        return {"version": version, "cold_seconds": min(r["seconds"] for r in cold),
+                "cold_cpu_seconds": min(r["cpu_seconds"] for r in cold), "warm_seconds": min(r["seconds"] for r in warm),
+                "cold_runs": [round(r["seconds"], 3) for r in cold], "warm_runs": [round(r["seconds"], 3) for r in warm]}
+
+    def big_file(self, lines: int, repeat: int) -> Dict[str, object]:
+        out = os.path.join(self.work, "big.json")
+        log(f"one {lines}-line legacy-AMP file: parse vs check")
+        run = run_command([sys.executable, "-c", _BIG_FILE_SCRIPT, str(REPO), str(lines), str(repeat)], stdout_path=out)
+        if run["exit"] != 0:
+            raise SystemExit(f"big file failed: {Path(out + '.stderr').read_text()[-2000:]}")
+        return json.loads(Path(out).read_text())
 
     def peak_tree_rss(self, tree: str) -> float:
         cache_dir = tempfile.mkdtemp(prefix="cache-", dir=self.work)
@@ -350,7 +410,7 @@ def render(results: Dict[str, object]) -> str:
         f"| files | {t['files']} ({t['lines']:,} lines) |",
         f"| files passing the trigger regexes | {t['prefilter']['passed_triggers']} |",
         f"| files passing the `ast` name screen (parsed by LibCST) | {t['prefilter']['passed_name_screen']} |",
-        f"| parse floor: `libcst.parse_module` over every file, one process | {fmt(t['floor']['seconds'], ' s')} |",
+        f"| parse floor: `libcst.parse_module` over every file, one process | {fmt(t['floor']['seconds'], ' s')} (CPU {fmt(t['floor'].get('cpu_seconds'), ' s')}) |",
     ]
     for label in ("j1", "j2", "default"):
         if label in c and not (label == "default" and c[label] is c.get("j2")) and not (
@@ -360,15 +420,28 @@ def render(results: Dict[str, object]) -> str:
                     "default": f"default jobs ({m['cpus']})"}[label]
             cpu = c[label].get("cold_cpu_seconds")
             lines.append(f"| `check` cold, {name} | {fmt(c[label]['cold_seconds'], ' s')} (CPU {fmt(cpu, ' s')}) |")
-            lines.append(f"| `check` warm, {name} | {fmt(c[label]['warm_seconds'], ' s')} |")
+            lines.append(f"| `check` warm, {name} | {fmt(c[label]['warm_seconds'], ' s')} (CPU {fmt(c[label].get('warm_cpu_seconds'), ' s')}) |")
     lines.append(f"| findings | {c['findings']} |")
     lines.append(f"| peak RSS, cold default: largest process / all processes | {fmt(default['max_process_rss_mib'], ' MiB', 0)} / {fmt(t.get('tree_rss_mib'), ' MiB', 0)} |")
     r = results.get("ratios") or {}
     lines += [
         f"| cold default / parse floor (goal <= {GOALS['cold_vs_floor']}) | {fmt(r.get('cold_vs_floor'), '', 3)} {verdict(r.get('cold_vs_floor'), GOALS['cold_vs_floor'])} |",
         f"| warm default / parse floor (goal <= {GOALS['warm_vs_floor']}) | {fmt(r.get('warm_vs_floor'), '', 3)} {verdict(r.get('warm_vs_floor'), GOALS['warm_vs_floor'])} |",
+        f"| the same in CPU time: cold / floor, warm / floor | {fmt(r.get('cold_cpu_vs_floor_cpu'), '', 3)}, {fmt(r.get('warm_cpu_vs_floor_cpu'), '', 3)} |",
         f"| cold `-j 1` / cold `-j 2` (goal >= {GOALS['j2_speedup']}) | {fmt(r.get('j2_speedup'))} {verdict(r.get('j2_speedup'), GOALS['j2_speedup'], at_most=False)} |",
     ]
+    rf = results.get("ruff")
+    if rf:
+        lines += [
+            f"| {rf['version']} `check --select ALL`: cold (no cache) / warm | {fmt(rf['cold_seconds'], ' s')} (CPU {fmt(rf['cold_cpu_seconds'], ' s')}) / {fmt(rf['warm_seconds'], ' s')} |",
+            f"| cold default / ruff cold (goal <= {GOALS['cold_vs_ruff']}) | {fmt(r.get('cold_vs_ruff'))} {verdict(r.get('cold_vs_ruff'), GOALS['cold_vs_ruff'])} (CPU: {fmt(r.get('cold_cpu_vs_ruff_cpu'))}) |",
+        ]
+    big = results.get("big_file")
+    if big:
+        lines += [
+            f"| one {big['lines']}-line legacy-AMP file: LibCST parse / `check` (CPU, best of runs) | {fmt(big['parse_cpu_seconds'], ' s')} / {fmt(big['check_cpu_seconds'], ' s')} ({big['findings']} findings) |",
+            f"| that file: check / parse (goal <= {GOALS['big_file_vs_parse']}) | {fmt(r.get('big_file_vs_parse'))} {verdict(r.get('big_file_vs_parse'), GOALS['big_file_vs_parse'])} |",
+        ]
     tf = results.get("torchfix")
     if tf:
         lines.append(f"| TorchFix {tf.get('version', '')} on the same tree (default jobs) | {fmt(tf['seconds'], ' s')} ({tf['findings']} findings) |")
@@ -395,6 +468,15 @@ def torchfix_command(args: argparse.Namespace) -> Optional[List[str]]:
     return None
 
 
+def ruff_command(args: argparse.Namespace) -> Optional[str]:
+    if args.no_ruff:
+        return None
+    if args.ruff:
+        return args.ruff
+    beside = Path(sys.executable).parent / "ruff"
+    return shutil.which("ruff") or (str(beside) if beside.exists() else None)
+
+
 def compute_ratios(results: Dict[str, Any]) -> Dict[str, Optional[float]]:
     tree = results["tree"]
     check, floor = tree["check"], tree["floor"]["seconds"]
@@ -402,7 +484,17 @@ def compute_ratios(results: Dict[str, Any]) -> Dict[str, Optional[float]]:
         "cold_vs_floor": ratio(check["default"]["cold_seconds"], floor),
         "warm_vs_floor": ratio(check["default"]["warm_seconds"], floor),
         "j2_speedup": ratio(check["j1"]["cold_seconds"], check["j2"]["cold_seconds"]),
+        # The same in CPU time (the command and its workers against the floor's process): what
+        # a busy machine, shared with other work, does not distort.
+        "cold_cpu_vs_floor_cpu": ratio(check["default"]["cold_cpu_seconds"], tree["floor"].get("cpu_seconds")),
+        "warm_cpu_vs_floor_cpu": ratio(check["default"].get("warm_cpu_seconds"), tree["floor"].get("cpu_seconds")),
     }
+    if results.get("ruff"):
+        ratios["cold_vs_ruff"] = ratio(check["default"]["cold_seconds"], results["ruff"]["cold_seconds"])
+        ratios["cold_cpu_vs_ruff_cpu"] = ratio(check["default"]["cold_cpu_seconds"], results["ruff"]["cold_cpu_seconds"])
+    if results.get("big_file"):
+        big = results["big_file"]
+        ratios["big_file_vs_parse"] = ratio(big["check_cpu_seconds"], big["parse_cpu_seconds"])
     synthetic = results.get("synthetic")
     if synthetic:
         ratios["rss_10x_files"] = ratio(synthetic["large"]["tree_rss_mib"], synthetic["small"]["tree_rss_mib"])
@@ -416,6 +508,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--repeat", type=int, default=2, help="runs per check configuration; the fastest counts")
     parser.add_argument("--torchfix", help="a torchfix executable (default: on PATH or importable, if any)")
     parser.add_argument("--no-torchfix", action="store_true", help="do not time TorchFix")
+    parser.add_argument("--ruff", help="a ruff executable to time beside (default: on PATH or next to this Python)")
+    parser.add_argument("--no-ruff", action="store_true", help="do not time ruff")
+    parser.add_argument("--big-file", type=int, default=6500, help="lines of the one large legacy-AMP file (0: skip)")
     parser.add_argument("--json", default=str(REPO / "bench" / "results.json"), help="where to write the results")
     parser.add_argument("--resume", action="store_true",
                         help="keep the stages already in --json (same tree, same ampmigrate source) and run the rest")
@@ -427,7 +522,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if tree is None:
         parser.error("torch is not installed; pass --tree")
     tree = os.path.abspath(tree)
-    identity = {"tree": tree, "code": code_fingerprint(), "synthetic_files": args.synthetic}
+    identity = {"tree": tree, "code": code_fingerprint(), "synthetic_files": args.synthetic, "big_file": args.big_file}
     results: Dict[str, Any] = {}
     if args.resume and Path(args.json).exists():
         previous = json.loads(Path(args.json).read_text(encoding="utf-8"))
@@ -467,8 +562,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 check["default"] = check["j2"]
             t["check"] = check
             save()
+        ruff = ruff_command(args)
+        if ruff and "ruff" not in results:
+            results["ruff"] = bench.ruff(tree, ruff, args.repeat)
+            save()
         if "tree_rss_mib" not in t:
             t["tree_rss_mib"] = bench.peak_tree_rss(tree)
+            save()
+        if args.big_file and "big_file" not in results:
+            results["big_file"] = bench.big_file(args.big_file, max(2, args.repeat))
             save()
         results["ratios"] = compute_ratios(results)
         if args.synthetic and "synthetic" not in results:

@@ -69,27 +69,43 @@ def project(tmp_path: Path) -> Path:
 
 
 class Spy:
-    """Counts the files the engine really analyses (cache misses)."""
+    """Counts the files the engine really analyses (cache misses). Files are analysed in worker
+    processes, so each call is noted in a log file they share."""
 
-    def __init__(self, monkeypatch) -> None:
-        self.checked = []
-        self.fixed = []
+    def __init__(self, monkeypatch, log: Path) -> None:
+        self.log = log
+        self.reset()
         check_text, fix_text = Engine.check_text, Engine.fix_text
 
+        def note(kind, path):
+            with open(self.log, "a", encoding="utf-8") as handle:
+                handle.write(f"{kind} {os.path.basename(path)}\n")
+
         def spy_check(engine, text, path, **kwargs):
-            self.checked.append(os.path.basename(path))
+            note("check", path)
             return check_text(engine, text, path, **kwargs)
 
         def spy_fix(engine, text, path, **kwargs):
-            self.fixed.append(os.path.basename(path))
+            note("fix", path)
             return fix_text(engine, text, path, **kwargs)
 
         monkeypatch.setattr(Engine, "check_text", spy_check)
         monkeypatch.setattr(Engine, "fix_text", spy_fix)
 
+    def _calls(self, kind):
+        lines = self.log.read_text(encoding="utf-8").splitlines()
+        return [line.split(" ", 1)[1] for line in lines if line.split(" ", 1)[0] == kind]
+
+    @property
+    def checked(self):
+        return self._calls("check")
+
+    @property
+    def fixed(self):
+        return self._calls("fix")
+
     def reset(self) -> None:
-        self.checked.clear()
-        self.fixed.clear()
+        self.log.write_text("", encoding="utf-8")
 
 
 def run(project: Path, *args: str, command: str = "check"):
@@ -107,8 +123,8 @@ def entries(directory: Path):
 
 
 # ---------------------------------------------------------------------------------- hits
-def test_warm_run_is_served_from_the_cache(project, monkeypatch):
-    spy = Spy(monkeypatch)
+def test_warm_run_is_served_from_the_cache(project, monkeypatch, tmp_path):
+    spy = Spy(monkeypatch, tmp_path / "spy.log")
     cold = run(project)
     assert cold[0] == 1 and "AMP201" in cold[1] and "AMP202" in cold[1]
     assert sorted(spy.checked) == ["clean.py", "train.py", "value_use.py"]
@@ -138,8 +154,8 @@ def test_cache_dir_option_environment_and_setting(project, tmp_path, monkeypatch
     assert not (project / ".ampmigrate_cache").exists()
 
 
-def test_no_cache_neither_reads_nor_writes(project, monkeypatch):
-    spy = Spy(monkeypatch)
+def test_no_cache_neither_reads_nor_writes(project, monkeypatch, tmp_path):
+    spy = Spy(monkeypatch, tmp_path / "spy.log")
     run(project)
     spy.reset()
     before = entries(project / ".ampmigrate_cache")
@@ -150,8 +166,8 @@ def test_no_cache_neither_reads_nor_writes(project, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------- invalidation
-def test_editing_a_file_invalidates_its_entry_only(project, monkeypatch):
-    spy = Spy(monkeypatch)
+def test_editing_a_file_invalidates_its_entry_only(project, monkeypatch, tmp_path):
+    spy = Spy(monkeypatch, tmp_path / "spy.log")
     run(project)
     spy.reset()
     train = project / "src" / "train.py"
@@ -166,8 +182,8 @@ def test_editing_a_file_invalidates_its_entry_only(project, monkeypatch):
     assert spy.checked == ["train.py"]
 
 
-def test_changing_the_configuration_invalidates(project, monkeypatch):
-    spy = Spy(monkeypatch)
+def test_changing_the_configuration_invalidates(project, monkeypatch, tmp_path):
+    spy = Spy(monkeypatch, tmp_path / "spy.log")
     run(project)
     spy.reset()
     (project / "pyproject.toml").write_text('[tool.ampmigrate]\nignore = ["AMP202"]\n', encoding="utf-8")
@@ -183,8 +199,8 @@ def test_changing_the_configuration_invalidates(project, monkeypatch):
     assert spy.checked == []
 
 
-def test_upgrading_ampmigrate_invalidates(project, monkeypatch):
-    spy = Spy(monkeypatch)
+def test_upgrading_ampmigrate_invalidates(project, monkeypatch, tmp_path):
+    spy = Spy(monkeypatch, tmp_path / "spy.log")
     run(project)
     spy.reset()
     monkeypatch.setattr(cache_module, "__version__", "999.0.0")
@@ -192,7 +208,7 @@ def test_upgrading_ampmigrate_invalidates(project, monkeypatch):
     assert len(spy.checked) == 3
 
 
-def test_run_keys_unused_for_a_month_are_pruned(project, monkeypatch):
+def test_run_keys_unused_for_a_month_are_pruned(project, monkeypatch, tmp_path):
     run(project)
     keys = project / ".ampmigrate_cache" / "v1"
     (old_key,) = [d.name for d in keys.iterdir()]
@@ -201,7 +217,7 @@ def test_run_keys_unused_for_a_month_are_pruned(project, monkeypatch):
     assert len(list(keys.iterdir())) == 2  # the old key was used today: kept (a second config may use it)
     month_ago = time.time() - (cache_module.STALE_AFTER_DAYS + 1) * 86400
     os.utime(keys / old_key, (month_ago, month_ago))
-    spy = Spy(monkeypatch)
+    spy = Spy(monkeypatch, tmp_path / "spy.log")
     run(project)
     assert spy.checked == []  # the current key's entries still serve this run
     assert old_key not in [d.name for d in keys.iterdir()] and len(list(keys.iterdir())) == 1
@@ -237,7 +253,7 @@ def test_editing_a_rule_or_the_catalogue_invalidates(project, monkeypatch, tmp_p
     assert code_fingerprint(package, catalogue) not in (original, edited_rule)
 
     # ... and the run key follows the fingerprint.
-    spy = Spy(monkeypatch)
+    spy = Spy(monkeypatch, tmp_path / "spy.log")
     run(project)
     spy.reset()
     monkeypatch.setattr(cache_module, "code_fingerprint", lambda: "another implementation")
@@ -257,9 +273,9 @@ def test_editing_a_rule_or_the_catalogue_invalidates(project, monkeypatch, tmp_p
         b'{"path": null, "content": null, "result": null}',
     ],
 )
-def test_corrupt_entries_are_ignored_and_rewritten(project, monkeypatch, garbage):
+def test_corrupt_entries_are_ignored_and_rewritten(project, monkeypatch, garbage, tmp_path):
     reference = run(project)
-    spy = Spy(monkeypatch)
+    spy = Spy(monkeypatch, tmp_path / "spy.log")
     for entry in entries(project / ".ampmigrate_cache"):
         entry.write_bytes(garbage)
     assert run(project) == reference
@@ -269,9 +285,9 @@ def test_corrupt_entries_are_ignored_and_rewritten(project, monkeypatch, garbage
     assert spy.checked == []
 
 
-def test_entries_with_a_wrong_shape_are_ignored(project, monkeypatch):
+def test_entries_with_a_wrong_shape_are_ignored(project, monkeypatch, tmp_path):
     reference = run(project)
-    spy = Spy(monkeypatch)
+    spy = Spy(monkeypatch, tmp_path / "spy.log")
     for entry in entries(project / ".ampmigrate_cache"):
         data = json.loads(entry.read_text(encoding="utf-8"))
         data["result"]["findings"] = [["AMP201"]]  # right content hash, malformed result
@@ -287,9 +303,9 @@ def test_an_unwritable_cache_directory_is_not_an_error(project, tmp_path):
     assert run(project, "--cache-dir", str(blocker / "cache")) == reference
 
 
-def test_json_output_has_its_own_entries_with_edits(project, monkeypatch):
+def test_json_output_has_its_own_entries_with_edits(project, monkeypatch, tmp_path):
     run(project)  # concise output: entries without fix edits
-    spy = Spy(monkeypatch)
+    spy = Spy(monkeypatch, tmp_path / "spy.log")
     code, output = run(project, "--output-format", "json")
     assert len(spy.checked) == 3
     edits = [f["fix"]["edits"] for f in json.loads(output) if f["fix"]]
@@ -331,9 +347,9 @@ def test_two_processes_at_once(project, tmp_path):
 
 
 # ---------------------------------------------------------------------------------- fix
-def test_fix_is_never_served_a_stale_no_change(project, monkeypatch):
+def test_fix_is_never_served_a_stale_no_change(project, monkeypatch, tmp_path):
     run(project)  # check fills the cache: train.py has safe fixes
-    spy = Spy(monkeypatch)
+    spy = Spy(monkeypatch, tmp_path / "spy.log")
     code, output = run(project, command="fix")
     assert "Fixed" in output and spy.fixed == ["train.py"]  # value_use.py, clean.py: from the cache
     fixed = (project / "src" / "train.py").read_text(encoding="utf-8")
@@ -344,8 +360,8 @@ def test_fix_is_never_served_a_stale_no_change(project, monkeypatch):
     assert spy.checked == ["train.py"]  # new bytes: a miss
 
 
-def test_fix_stores_what_it_found_in_files_it_left_alone(project, monkeypatch):
-    spy = Spy(monkeypatch)
+def test_fix_stores_what_it_found_in_files_it_left_alone(project, monkeypatch, tmp_path):
+    spy = Spy(monkeypatch, tmp_path / "spy.log")
     run(project, command="fix")
     assert sorted(spy.fixed) == ["clean.py", "train.py", "value_use.py"]
     spy.reset()

@@ -8,7 +8,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from ampmigrate.engine.cst_walk import walk
+from ampmigrate.engine.cst_walk import nodes_of_type, walk
 
 from conftest import FIXTURES
 
@@ -83,3 +83,23 @@ def test_a_field_visited_only_when_set_is_learned_when_met(monkeypatch):
     monkeypatch.setattr(cst_walk, "_ORDERS", {})
     # The first f-string expression has no format spec, the second has one (itself an f-string).
     assert_same_walk(cst.parse_module("x = f'{a!r}'\ny = f'{b:{c}>{d!s}}'\nz = f'{e}'\n"))
+
+
+class _AllNodes(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.nodes = []
+
+    def on_visit(self, node):
+        self.nodes.append(node)
+        return True
+
+
+@pytest.mark.parametrize("text", SNIPPETS, ids=[f"snippet{i}" for i in range(len(SNIPPETS))])
+def test_nodes_of_type_finds_what_a_visitor_finds(text):
+    module = cst.parse_module(text)
+    visitor = _AllNodes()
+    module.visit(visitor)
+    for kind in {type(node) for node in visitor.nodes}:
+        expected = [id(node) for node in visitor.nodes if type(node) is kind]
+        assert sorted(id(node) for node in nodes_of_type(module, kind)) == sorted(expected), kind.__name__

@@ -39,6 +39,7 @@ from typing import Callable, Dict, FrozenSet, Generic, Iterable, List, Optional,
 
 import libcst as cst
 
+from ampmigrate.engine.cst_walk import nodes_of_type, walk
 from ampmigrate.engine.names import NameIndex, dotted
 
 F = TypeVar("F")
@@ -189,7 +190,7 @@ def _reads(expr: cst.CSTNode) -> Tuple[Set[str], bool]:
         def visit_Lambda(self, node: cst.Lambda) -> bool:
             return False
 
-    expr.visit(_Visitor())
+    walk(expr, _Visitor())
     return names, volatile
 
 
@@ -231,12 +232,9 @@ def bound_names(node: cst.CSTNode) -> Set[str]:
         return out
 
     # Walrus targets inside the statement.
-    class _Walrus(cst.CSTVisitor):
-        def visit_NamedExpr(self, walrus: cst.NamedExpr) -> None:
-            targets(walrus.target)
-
     if not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-        node.visit(_Walrus())
+        for walrus in nodes_of_type(node, cst.NamedExpr):
+            targets(walrus.target)
     return out
 
 

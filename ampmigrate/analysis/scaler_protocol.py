@@ -50,6 +50,7 @@ from ampmigrate.api import (
     SELF_UNSCALING,
 )
 from ampmigrate.engine.context import FileContext
+from ampmigrate.engine.cst_walk import walk
 from ampmigrate.engine.names import NameIndex
 
 SCALED_BACKWARD = "scaled_backward"
@@ -243,7 +244,7 @@ class EventReader:
         """Every event of the function, in evaluation order (one pass over its body)."""
         if self._all is None:
             collector = _EventCollector(self)
-            (self.owner.body if isinstance(self.owner, cst.FunctionDef) else self.owner).visit(collector)
+            walk(self.owner.body if isinstance(self.owner, cst.FunctionDef) else self.owner, collector)
             self._all = collector.events
         return self._all
 
@@ -787,5 +788,5 @@ class _Analyzer:
                 if grads == "clip" or (grads == "read" and summary.grads is None):
                     summary.grads = grads
 
-        func.visit(_Visitor())
+        walk(func, _Visitor())
         return summary

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from ampmigrate.engine.context import FileContext
+from ampmigrate.engine.cst_walk import walk
 from ampmigrate.engine.names import Binding
 
 UNKNOWN: Any = object()  # a leaf that is not a value this follower knows
@@ -324,7 +325,7 @@ def _returns_parse_result(ctx: FileContext, function: cst.FunctionDef, depth: in
             else:
                 found = found or _is_parse_result(ctx, value, depth)
 
-    function.visit(_Returns())
+    walk(function, _Returns())
     return found
 
 

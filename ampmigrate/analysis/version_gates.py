@@ -9,10 +9,12 @@ Code that chooses between the old and new API on the torch version (`if torch.__
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterator, List, Optional
+import weakref
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
+from ampmigrate.engine.cst_walk import walk
 from ampmigrate.engine.names import NameIndex, dotted
 
 # Identifiers that name a version or a version comparison: TORCH_VERSION, _TORCH_GREATER_EQUAL_2_4,
@@ -46,7 +48,7 @@ def mentions_version(names: NameIndex, expression: cst.CSTNode) -> bool:
             if re.fullmatch(r"[rbuRBU]*['\"]\d+\.\d+(\.\d+)?['\"]", node.value):
                 found = True  # compared against a literal version such as "2.4"
 
-    expression.visit(_Finder())
+    walk(expression, _Finder())
     return found
 
 
@@ -77,12 +79,29 @@ def _early_return_guard(names: NameIndex, statement: cst.CSTNode) -> Optional[cs
     body = getattr(block, "body", None)
     if not isinstance(body, (list, tuple)):
         return None
-    for sibling in body:
-        if sibling is statement:
-            break
-        if isinstance(sibling, cst.If) and _terminates(sibling.body) and mentions_version(names, sibling.test):
-            return sibling
-    return None
+    # The first guard of each block, found once: asked for every statement of a block, a scan
+    # of the siblings before it each time is quadratic in a long module.
+    guards = _FIRST_GUARDS.setdefault(names, {})
+    key = id(block)
+    if key not in guards:
+        first = next(
+            (
+                (index, sibling)
+                for index, sibling in enumerate(body)
+                if isinstance(sibling, cst.If) and _terminates(sibling.body) and mentions_version(names, sibling.test)
+            ),
+            None,
+        )
+        guards[key] = None if first is None else (first[0], first[1], {id(s): i for i, s in enumerate(body)})
+    found = guards[key]
+    if found is None:
+        return None
+    index, guard, positions = found
+    return guard if positions.get(id(statement), -1) > index else None
+
+
+_Guard = Optional[Tuple[int, cst.If, Dict[int, int]]]  # (its index, the `if`, statement positions)
+_FIRST_GUARDS: "weakref.WeakKeyDictionary[NameIndex, Dict[int, _Guard]]" = weakref.WeakKeyDictionary()
 
 
 def version_gate(names: NameIndex, node: cst.CSTNode) -> Optional[cst.CSTNode]:

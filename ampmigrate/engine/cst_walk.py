@@ -65,12 +65,14 @@ def _learn(node: cst.CSTNode) -> _Order:
 
 
 def _has_attribute_hooks(visitor: cst.CSTVisitor) -> bool:
-    """Whether the visitor overrides a `visit_<Node>_<attribute>` / `leave_...` hook."""
-    cls = type(visitor)
-    for name in dir(cls):
-        parts = name.split("_", 2)
-        if len(parts) == 3 and parts[0] in ("visit", "leave") and isinstance(getattr(cst, parts[1], None), type):
-            if getattr(cls, name) is not getattr(cst.CSTVisitor, name, None):
+    """Whether the visitor overrides a `visit_<Node>_<attribute>` / `leave_...` hook (only the
+    classes between it and CSTVisitor are looked at: visitors are often defined per call)."""
+    for cls in type(visitor).__mro__:
+        if cls is cst.CSTVisitor:
+            break
+        for name in vars(cls):
+            parts = name.split("_", 2)
+            if len(parts) == 3 and parts[0] in ("visit", "leave") and isinstance(getattr(cst, parts[1], None), type):
                 return True
     return False
 
@@ -98,3 +100,24 @@ def _walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
                     if isinstance(item, cst.CSTNode):
                         _walk(item, visitor)
     visitor.on_leave(node)
+
+
+def nodes_of_type(node: cst.CSTNode, kind: type) -> List[cst.CSTNode]:
+    """The nodes of exactly type `kind` in the tree under `node` (itself included), found with
+    the same field orders as `walk` but without a visitor's calls per node."""
+    found: List[cst.CSTNode] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if type(current) is kind:
+            found.append(current)
+        order = _ORDERS.get(type(current))
+        if order is None or (order[1] and any(getattr(current, name) is not None for name in order[1])):
+            order = _learn(current)
+        for name in order[0]:
+            value = getattr(current, name)
+            if isinstance(value, cst.CSTNode):
+                stack.append(value)
+            elif isinstance(value, (list, tuple)):
+                stack.extend(item for item in value if isinstance(item, cst.CSTNode))
+    return found

@@ -8,14 +8,15 @@ returns text that fails to parse.
 from __future__ import annotations
 
 import ast
+import warnings
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
 from ampmigrate.config import Settings
 from ampmigrate.diagnostics import UNSAFE, FileError, Finding, Fix, Location
-from ampmigrate.engine import fixer
+from ampmigrate.engine import fixer, prescreen
 from ampmigrate.engine.context import FileContext, RuleContext
 from ampmigrate.engine.noqa import file_suppressions, parse_suppressions
 from ampmigrate.engine.prefilter import Prefilter
@@ -81,6 +82,8 @@ class Engine:
         self.known_codes = frozenset(cls.code for cls in rule_classes()) | {r.code for r in candidates}
         # prefilter=False parses every file for every rule (tests compare it with the filter).
         self.prefilter: Optional[Prefilter] = Prefilter(self.rules) if prefilter else None
+        # Called before each LibCST parse (a worker restarts the file's time budget there).
+        self.before_parse: Optional[Callable[[], None]] = None
 
     # ------------------------------------------------------------------ entry points
     def check_text(
@@ -190,10 +193,18 @@ class Engine:
         *,
         unsafe: bool = False,
     ) -> Optional[_Analysis]:
+        # What CPython's own parser rejects never reaches LibCST, whose native parser can crash
+        # on it (thousands of nested brackets) or take minutes.
+        rejected = python_rejects(text)
+        if rejected is not None:
+            result.errors.append(FileError(path, rejected))
+            return None
+        if self.before_parse is not None:
+            self.before_parse()
         try:
             module = cst.parse_module(text)
         except cst.ParserSyntaxError as exc:
-            result.errors.append(FileError(path, _syntax_error(text, exc)))
+            result.errors.append(FileError(path, _syntax_error(exc)))
             return None
         except RecursionError:
             result.errors.append(FileError(path, TOO_DEEP))
@@ -288,14 +299,26 @@ class Engine:
         return None
 
 
-def _syntax_error(text: str, exc: cst.ParserSyntaxError) -> str:
-    """One line for a file libcst cannot parse: CPython's own message where it rejects it too."""
+def python_rejects(text: str) -> Optional[str]:
+    """The one-line error for a text `ast` cannot parse, else None (no second parse of a text
+    the pre-filter's screen has just parsed)."""
+    if prescreen.parsed_last(text):
+        return None
     try:
-        ast.parse(text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarning for odd escapes is not ours to show
+            ast.parse(text)
     except SyntaxError as python:  # also IndentationError and TabError
         where = f" at {python.lineno}:{python.offset}" if python.lineno else ""
         return f"syntax error{where}: {python.msg}"
-    except (ValueError, MemoryError, RecursionError):
-        pass
+    except (RecursionError, MemoryError):
+        return TOO_DEEP
+    except ValueError as exc:  # e.g. a NUL byte, which SourceFile refuses before this
+        return f"syntax error: {exc}"
+    return None
+
+
+def _syntax_error(exc: cst.ParserSyntaxError) -> str:
+    """One line for a file libcst cannot parse (though CPython's parser accepts it)."""
     detail = str(exc.message).strip().splitlines()[0] if exc.message else "invalid syntax"
     return f"cannot parse at {exc.raw_line}:{exc.raw_column + 1} (libcst: {detail})"

@@ -41,14 +41,27 @@ _NEWLINE = re.compile(r"\r\n?|\n")
 _BLOCK_FIELDS = frozenset({"body", "orelse", "finalbody", "handlers", "cases"})
 
 
+# The last text `parse` accepted (the text only, not its tree): the pipeline's check that
+# CPython's parser accepts a file before LibCST sees it need not parse it a second time.
+_last_parsed: Optional[str] = None
+
+
 def parse(text: str) -> Optional[ast.Module]:
-    """`text` parsed with `ast`, or None where it cannot be (LibCST will decide and report)."""
+    """`text` parsed with `ast`, or None where it cannot be (the pipeline reports it)."""
+    global _last_parsed
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # SyntaxWarning for odd escapes is not ours to show
-            return ast.parse(text)
+            tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
         return None
+    _last_parsed = text
+    return tree
+
+
+def parsed_last(text: str) -> bool:
+    """Whether `text` is the text `parse` last accepted."""
+    return text is _last_parsed or (_last_parsed is not None and text == _last_parsed)
 
 
 class QualifiedNameScreen:

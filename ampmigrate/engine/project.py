@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Dict, FrozenSet, Iterable, Set
+from typing import Dict, FrozenSet, Iterable, Optional, Set
+
+from ampmigrate.source import SourceError, read_regular_file
 
 _FROM_IMPORT = re.compile(
     rb"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*(?:\\\n[^\n#;]*)*)", re.MULTILINE
@@ -25,13 +27,13 @@ class ProjectImports:
         self._specs_by_name: Dict[str, Set[str]] = {}
 
     @classmethod
-    def scan(cls, root: str, files: Iterable[str]) -> "ProjectImports":
+    def scan(cls, root: str, files: Iterable[str], max_size: Optional[int] = None) -> "ProjectImports":
+        """`max_size`: files larger than this are not read (the run reports them as too large)."""
         index = cls(root)
         for path in files:
             try:
-                with open(path, "rb") as handle:
-                    data = handle.read()
-            except OSError:
+                data = read_regular_file(path, max_size)
+            except SourceError:  # a pipe, a device, too large, unreadable: `check` reports it
                 continue
             if b"import" in data:
                 index.add_source(data)

@@ -15,26 +15,31 @@ at a time, atomically.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import sys
-from concurrent.futures import ProcessPoolExecutor
+import re
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 from ampmigrate.config import Settings
 from ampmigrate.diagnostics import FileError, Finding
+from ampmigrate.engine import workers
 from ampmigrate.engine.cache import Cache, content_hash, has_fix_to_apply
 from ampmigrate.engine.notebooks import process_notebook
-from ampmigrate.engine.pipeline import TOO_DEEP, Engine, FileResult
+from ampmigrate.engine.pipeline import TOO_DEEP, Engine, FileResult, python_rejects
 from ampmigrate.engine.project import ProjectImports
 from ampmigrate.notebook import is_notebook
-from ampmigrate.source import SourceError, SourceFile, read_bytes, write_atomic
+from ampmigrate.source import FileTooLarge, SourceError, SourceFile, read_regular_file, write_atomic
 
 # Below this many files, worker start-up costs more than it saves.
 PARALLEL_THRESHOLD = 8
 # Files at least this large that need LibCST are analysed in the second round, largest first.
 LARGE_FILE = 32 * 1024
+# A file over max-file-size is still scanned by the trigger regexes (reported only when one
+# matches); one over this many times the limit is not even read.
+READ_LIMIT_FACTOR = 8
+# Control characters Python's tokenizer refuses outside strings and comments (NUL is refused
+# by SourceFile already; tab, line feed, form feed and carriage return are whitespace).
+_CONTROL_CHARACTER = re.compile(rb"[\x01-\x08\x0b\x0e-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -124,20 +129,16 @@ def _process_unguarded(
     screened: Optional[_Deferred] = None,
 ) -> Union[FileResult, _Deferred]:
     try:
-        source = _read(path)
+        source = _read(path, engine.settings.max_file_size * READ_LIMIT_FACTOR)
+    except FileTooLarge as exc:
+        return FileResult(path, errors=[FileError(path, _too_large(exc.size, engine.settings))])
     except SourceError as exc:
         return FileResult(path, errors=[FileError(path, str(exc))])
-    digest = content_hash(source.raw) if cache is not None or defer_large or screened else ""
-    imported = engine.project.imported_from(path) if digest and engine.project is not None else ()
-    if imported:
-        # Fix mode withholds fixes of names other modules import from this one: part of the result.
-        digest += ":" + ",".join(sorted(imported))
+    digest = _digest(source.raw, path, engine.project) if cache is not None or defer_large or screened else ""
     if cache is not None:
-        cached = cache.load(path, job.cache_kind, digest)
+        cached = _cached(cache, path, job, digest)
         if cached is not None:
-            findings, errors, parsed = cached
-            if job.mode == "check" or not has_fix_to_apply(findings, job.unsafe):
-                return FileResult(path, findings=findings, errors=errors, parsed=parsed)
+            return cached
     try:
         text = source.text
     except SourceError as exc:
@@ -147,6 +148,12 @@ def _process_unguarded(
         if cache is not None and _cacheable(result, job):
             cache.store(path, job.cache_kind, digest, result.findings, result.errors, result.parsed)
         return result
+    if _CONTROL_CHARACTER.search(source.raw) is not None:
+        # Binary data that happens to decode: Python accepts these bytes only inside strings
+        # and comments, so a file with one is reported unless Python's parser accepts it.
+        rejected = python_rejects(text)
+        if rejected is not None:
+            return FileResult(path, errors=[FileError(path, f"not Python source: {rejected}")])
     too_large = len(source.raw) > engine.settings.max_file_size
     if screened is not None and screened.digest == digest:
         rules = [rule for rule in engine.rules if rule.code in screened.codes]
@@ -154,9 +161,7 @@ def _process_unguarded(
         # An oversized file is only reported when a trigger matches; it is not even parsed by `ast`.
         rules = engine.rules_for(text, screen=not too_large)
     if rules and too_large:
-        size = len(source.raw) / (1024 * 1024)
-        limit = engine.settings.max_file_size / (1024 * 1024)
-        result = FileResult(path, errors=[FileError(path, f"skipped: {size:.1f} MiB exceeds max-file-size ({limit:.1f} MiB)")])
+        result = FileResult(path, errors=[FileError(path, _too_large(len(source.raw), engine.settings))])
     elif rules and defer_large and len(source.raw) >= LARGE_FILE:
         return _Deferred(len(source.raw), digest, tuple(rule.code for rule in rules))
     elif job.mode == "check":
@@ -166,6 +171,41 @@ def _process_unguarded(
     if cache is not None and _cacheable(result, job):
         cache.store(path, job.cache_kind, digest, result.findings, result.errors, result.parsed)
     return result
+
+
+def _digest(raw: bytes, path: str, project: Optional[ProjectImports]) -> str:
+    """What a file's result depends on besides the run's settings: its bytes, and in fix mode
+    the names other modules import from it (their fixes are withheld)."""
+    digest = content_hash(raw)
+    imported = project.imported_from(path) if project is not None else ()
+    if imported:
+        digest += ":" + ",".join(sorted(imported))
+    return digest
+
+
+def _cached(cache: Cache, path: str, job: Job, digest: str) -> Optional[FileResult]:
+    cached = cache.load(path, job.cache_kind, digest)
+    if cached is not None:
+        findings, errors, parsed = cached
+        if job.mode == "check" or not has_fix_to_apply(findings, job.unsafe):
+            return FileResult(path, findings=findings, errors=errors, parsed=parsed)
+    return None
+
+
+def _from_cache(path: str, job: Job, cache: Cache, settings: Settings, project: Optional[ProjectImports]) -> Optional[FileResult]:
+    """In the parent, before any worker: a stored result, or the error of a file that cannot be
+    read. A warm run so needs no worker at all."""
+    try:
+        raw = read_regular_file(path, settings.max_file_size * READ_LIMIT_FACTOR)
+    except FileTooLarge as exc:
+        return FileResult(path, errors=[FileError(path, _too_large(exc.size, settings))])
+    except SourceError as exc:
+        return FileResult(path, errors=[FileError(path, str(exc))])
+    return _cached(cache, path, job, _digest(raw, path, project))
+
+
+def _too_large(size: int, settings: Settings) -> str:
+    return f"skipped: {size / (1024 * 1024):.1f} MiB exceeds max-file-size ({settings.max_file_size / (1024 * 1024):.1f} MiB)"
 
 
 def _fix(engine: Engine, source: SourceFile, path: str, job: Job, rules) -> FileResult:
@@ -205,31 +245,31 @@ class _LazySource:
         return self.decoded.text
 
 
-def _read(path: str) -> _LazySource:
-    return _LazySource(path, read_bytes(path))
+def _read(path: str, limit: int) -> _LazySource:
+    return _LazySource(path, read_regular_file(path, limit))
 
 
 # ---------------------------------------------------------------------------------- workers
-_WORKER: Optional[Tuple[Engine, Optional[Cache]]] = None
+_WORKER: Optional[Tuple[Engine, Optional[Cache], Job]] = None
 
 
-def _init_worker(settings: Settings, cache: Optional[Cache], project: Optional[ProjectImports]) -> None:
+def _init_worker(settings: Settings, cache: Optional[Cache], project: Optional[ProjectImports], job: Job) -> None:
     global _WORKER
-    _WORKER = (Engine(settings, project=project), cache)
+    engine = Engine(settings, project=project)
+    engine.before_parse = workers.new_parse  # each LibCST parse gets the whole budget
+    _WORKER = (engine, cache, job)
 
 
-def _worker_round_one(chunk: List[Tuple[int, str]], job: Job) -> List[Tuple[int, Union[FileResult, _Deferred]]]:
+def _worker_item(item: Tuple[str, bool, Optional[_Deferred]]) -> Union[FileResult, _Deferred]:
+    """One file in a worker: round one (`defer_large`) or round two (`screened` given)."""
     assert _WORKER is not None
-    engine, cache = _WORKER
-    return [(index, _process(engine, path, job, cache, defer_large=True)) for index, path in chunk]
+    engine, cache, job = _WORKER
+    path, defer_large, screened = item
+    return _process(engine, path, job, cache, defer_large=defer_large, screened=screened)
 
 
-def _worker_round_two(index: int, path: str, job: Job, screened: _Deferred) -> Tuple[int, FileResult]:
-    assert _WORKER is not None
-    engine, cache = _WORKER
-    outcome = _process(engine, path, job, cache, defer_large=False, screened=screened)
-    assert isinstance(outcome, FileResult)
-    return index, outcome
+def limits(settings: Settings) -> workers.Limits:
+    return workers.Limits(cpu_seconds=settings.file_time_limit, memory_mib=settings.file_memory_limit)
 
 
 # ---------------------------------------------------------------------------------- many files
@@ -243,42 +283,61 @@ def run_files(
     cache: Optional[Cache] = None,
     project: Optional[ProjectImports] = None,
 ) -> RunResult:
+    """Every file in worker processes (engine/workers.py), also with one job: a file that
+    crashes the parser, or goes over its time or memory budget, is that file's error."""
     jobs = max(1, jobs or os.cpu_count() or 1)
     result = RunResult()
-    if jobs == 1 or len(files) < PARALLEL_THRESHOLD:
-        engine = Engine(settings, project=project)
-        for path in files:
-            outcome = process_file(engine, path, job, cache)
-            result.results.append(outcome)
-            if on_result:
-                on_result(outcome)
-        return result
     slots: List[Optional[FileResult]] = [None] * len(files)
-    context = multiprocessing.get_context("fork" if sys.platform == "linux" else None)
-    workers = min(jobs, len(files))
-    chunksize = max(1, min(64, len(files) // (workers * 8)))
-    numbered = list(enumerate(files))
-    chunks = [numbered[start : start + chunksize] for start in range(0, len(numbered), chunksize)]
-    deferred: List[Tuple[int, int, _Deferred]] = []  # (size, index, round one's answer)
 
-    def done(index: int, outcome: FileResult) -> None:
+    def done(index: int, outcome: Union[FileResult, workers.Failure]) -> None:
+        if isinstance(outcome, workers.Failure):
+            outcome = FileResult(files[index], errors=[FileError(files[index], outcome.reason)])
         slots[index] = outcome
         if on_result:
             on_result(outcome)
 
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(settings, cache, project)) as pool:
-        for answers in pool.map(_worker_round_one, chunks, [job] * len(chunks)):
-            for index, outcome in answers:
-                if isinstance(outcome, _Deferred):
-                    deferred.append((outcome.size, index, outcome))
-                else:
-                    done(index, outcome)
-        deferred.sort(key=lambda item: (-item[0], item[1]))  # largest first
-        futures = [pool.submit(_worker_round_two, index, files[index], job, screened) for _, index, screened in deferred]
-        for future in futures:
-            done(*future.result())
+    todo: List[int] = []
+    for index, path in enumerate(files):
+        stored = _from_cache(path, job, cache, settings, project) if cache is not None else None
+        if stored is not None:
+            done(index, stored)
+        else:
+            todo.append(index)
+    if todo:
+        _run_in_workers(files, todo, settings, job, jobs, cache, project, done)
     result.results = [outcome for outcome in slots if outcome is not None]
     return result
+
+
+def _run_in_workers(
+    files: Sequence[str],
+    todo: List[int],
+    settings: Settings,
+    job: Job,
+    jobs: int,
+    cache: Optional[Cache],
+    project: Optional[ProjectImports],
+    done: Callable[[int, Union[FileResult, workers.Failure]], None],
+) -> None:
+    """The files at the indices `todo`, in a pool of watched workers (two rounds, see above)."""
+    size = 1 if len(todo) < PARALLEL_THRESHOLD else min(jobs, len(todo))
+    # With one worker nothing waits on a large file: no second round.
+    defer = size > 1
+    chunksize = max(1, min(64, len(todo) // (size * 8)))
+    numbered = [(index, (files[index], defer, None)) for index in todo]
+    chunks = [numbered[start : start + chunksize] for start in range(0, len(numbered), chunksize)]
+    deferred: List[Tuple[int, int, _Deferred]] = []  # (size, index, round one's answer)
+    pool = workers.WorkerPool(size, _init_worker, (settings, cache, project, job), _worker_item, limits(settings))
+    with pool:
+        for index, outcome in pool.run(chunks):
+            if isinstance(outcome, _Deferred):
+                deferred.append((outcome.size, index, outcome))
+            else:
+                done(index, outcome)
+        deferred.sort(key=lambda item: (-item[0], item[1]))  # largest first
+        second = [[(index, (files[index], False, screened))] for _, index, screened in deferred]
+        for index, outcome in pool.run(second):
+            done(index, outcome)
 
 
 def write_changes(result: RunResult) -> List[FileError]:

@@ -8,7 +8,7 @@ over. Informational: the checkpoint format is the user's to change.
 
 from __future__ import annotations
 
-from typing import List, Set
+from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -28,6 +28,7 @@ class CheckpointWithoutScalerState(Rule):
         names = ctx.names
         seen: List[int] = []
         reported: Set[cst.CSTNode] = set()
+        state_dict_calls: Optional[List[Tuple[cst.Call, object]]] = None  # (call, its receiver's key), found once
         for scaler in find_scalers(ctx.file):
             members = family(scaler)
             if id(members[0]) in seen:
@@ -43,9 +44,10 @@ class CheckpointWithoutScalerState(Rule):
             if not optimizers:
                 continue
             display = members[0].display
-            for call in _state_dict_calls(names):
-                receiver = call.func.value
-                if call in reported or optimizer_key(names, receiver) not in optimizers:
+            if state_dict_calls is None:
+                state_dict_calls = [(call, optimizer_key(names, call.func.value)) for call in _state_dict_calls(names)]
+            for call, receiver_key in state_dict_calls:
+                if call in reported or receiver_key not in optimizers:
                     continue
                 reported.add(call)
                 ctx.report(
@@ -59,9 +61,8 @@ class CheckpointWithoutScalerState(Rule):
 def _state_dict_calls(names) -> List[cst.Call]:
     return [
         node
-        for node in names.parents  # every node of the module, in source order
-        if isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Attribute)
+        for node in names.nodes_of_type(cst.Call)
+        if isinstance(node.func, cst.Attribute)
         and node.func.attr.value == "state_dict"
         and not node.args
     ]

@@ -8,6 +8,7 @@ Lightning 1.x accepts only `64, 32, 16, "bf16"`, so code that passes an argument
 
 from __future__ import annotations
 
+import ast
 from typing import List, Optional, Tuple
 
 from ampmigrate.api import LIGHTNING_FABRIC, LIGHTNING_TRAINER
@@ -62,6 +63,21 @@ def precision_settings(ctx) -> List[Tuple[Setting, List[Setting], bool]]:
         lightning_1 = any(s.name in LIGHTNING_1_ONLY for s in settings)
         found.append((precision, settings, lightning_1))
     return found
+
+
+def spells_a_value(tree: ast.Module, values: Tuple[object, ...]) -> bool:
+    """Whether a literal of the file equals one of `values`: what a `screen` asks of a rule that
+    reports only a `precision` followed to such a literal (values.literal_value: a string or
+    number literal; `ast` folds `0x10` to 16 and joins "1" "6", so this over-approximates)."""
+    wanted = set(values)
+    return any(type(node) is ast.Constant and _hashable_in(node.value, wanted) for node in ast.walk(tree))
+
+
+def _hashable_in(value: object, wanted: set) -> bool:
+    try:
+        return value in wanted
+    except TypeError:
+        return False
 
 
 def bf16_mixed(lightning_1: bool) -> str:

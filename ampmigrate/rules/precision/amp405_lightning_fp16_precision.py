@@ -6,7 +6,14 @@ from ampmigrate.analysis.values import literal_value
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.precision._common import AMPERE, recommends_bf16
 from ampmigrate.rules.precision._frameworks import chosen_by_hardware, describe_sources, follow_setting, respell_sources
-from ampmigrate.rules.precision._lightning import BF16_VALUES, FP16_MIXED, bf16_mixed, precision_settings, setting_named
+from ampmigrate.rules.precision._lightning import (
+    BF16_VALUES,
+    FP16_MIXED,
+    bf16_mixed,
+    precision_settings,
+    setting_named,
+    spells_a_value,
+)
 from ampmigrate.api import LIGHTNING_FABRIC, LIGHTNING_TRAINER
 
 
@@ -19,6 +26,9 @@ class LightningFp16Precision(Rule):
     # `precision=` or a quoted "precision" (a config key); the look-behind keeps the literal first.
     triggers = (r"precision\s*=", r"precision(?<=[\"']precision)[\"']")
     qualified_prefixes = tuple(sorted(LIGHTNING_TRAINER | LIGHTNING_FABRIC))
+
+    def screen(self, tree) -> bool:
+        return spells_a_value(tree, FP16_MIXED)  # the precision is followed to such a literal
 
     def check(self, ctx) -> None:
         if not recommends_bf16(ctx):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.precision._common import recommends_bf16
 from ampmigrate.rules.precision._frameworks import follow_setting, respell_sources
-from ampmigrate.rules.precision._lightning import FP16_ALIASES, precision_settings
+from ampmigrate.rules.precision._lightning import FP16_ALIASES, precision_settings, spells_a_value
 from ampmigrate.api import LIGHTNING_FABRIC, LIGHTNING_TRAINER
 
 
@@ -15,6 +15,9 @@ class LightningPrecisionAlias(Rule):
     # `precision=` or a quoted "precision" (a config key); the look-behind keeps the literal first.
     triggers = (r"precision\s*=", r"precision(?<=[\"']precision)[\"']")
     qualified_prefixes = tuple(sorted(LIGHTNING_TRAINER | LIGHTNING_FABRIC))
+
+    def screen(self, tree) -> bool:
+        return spells_a_value(tree, (*FP16_ALIASES, "bf16"))  # an alias, followed to its literal
 
     def check(self, ctx) -> None:
         aliases = {"bf16": "bf16-mixed"}
