@@ -111,7 +111,7 @@ def test_github_output_from_the_cli_is_one_valid_command_per_finding(project, cl
     result = cli("check", "--output-format", "github", ".")
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
-    assert len(lines) == 2
+    assert len(lines) == 3  # the import line (AMP208) and two uses
     for line in lines:
         command, properties, message = _parse_workflow_command(line)
         assert command == "warning"
@@ -167,7 +167,7 @@ def test_sarif_required_properties_and_cross_references(project, cli):
     base = run["originalUriBaseIds"]["%SRCROOT%"]["uri"]
     assert base == Path.cwd().as_uri() + "/"
 
-    assert [r["ruleId"] for r in run["results"]] == ["AMP202", "AMP201"]
+    assert [r["ruleId"] for r in run["results"]] == ["AMP208", "AMP202", "AMP201"]
     for result in run["results"]:
         assert rules[result["ruleIndex"]]["id"] == result["ruleId"]
         assert result["level"] == "warning" and result["message"]["text"]
@@ -180,12 +180,12 @@ def test_sarif_required_properties_and_cross_references(project, cli):
         assert region["startLine"] >= 1 and region["startColumn"] >= 1
         # The region covers the reported code, in characters, endColumn one past its end.
         line = LEGACY.splitlines()[region["startLine"] - 1]
-        assert line[region["startColumn"] - 1 : region["endColumn"] - 1].startswith(("torch.cuda.amp", "autocast"))
+        assert line[region["startColumn"] - 1 : region["endColumn"] - 1].startswith(("torch.cuda.amp", "autocast", "from torch.cuda.amp"))
         (fix,) = result["fixes"]
         (change,) = fix["artifactChanges"]
         assert change["artifactLocation"] == artifact and change["replacements"]
     # The AMP201 fix moves the import and its use together: one fix, two replacements.
-    assert len(run["results"][1]["fixes"][0]["artifactChanges"][0]["replacements"]) == 2
+    assert len(run["results"][2]["fixes"][0]["artifactChanges"][0]["replacements"]) == 2
 
 
 def _apply_replacements(text: str, replacements: List[dict]) -> str:
