@@ -37,7 +37,7 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from ampmigrate.analysis import flow
-from ampmigrate.analysis.scalers import Scaler, callee_definitions, escapes, family, find_scalers, local_bases
+from ampmigrate.analysis.scalers import Scaler, callee_definitions, escapes, family, local_bases, protocol_scalers
 from ampmigrate.api import (
     CLIP_GRAD,
     CLIP_GRAD_METHODS,
@@ -529,7 +529,7 @@ class _Analyzer:
         self.ctx = ctx
         self.names = ctx.names
         self.module = ctx.module
-        self.scalers = [s for s in find_scalers(ctx) if not s.disabled]
+        self.scalers = [s for s in protocol_scalers(ctx) if not s.disabled]
         self._owners: Dict[int, cst.CSTNode] = {}
         self._summaries: Dict[int, _Summary] = {}
         self._in_progress: Set[int] = set()

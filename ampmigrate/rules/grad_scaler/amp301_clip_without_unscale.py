@@ -16,22 +16,18 @@ import libcst as cst
 
 from ampmigrate.analysis import flow
 from ampmigrate.analysis.scaler_protocol import ClipFinding, UnitAnalysis, analyses
-from ampmigrate.rules.base import Rule
 from ampmigrate.rules.grad_scaler._shared import (
-    TRIGGERS,
     callee,
     in_block,
     line_of,
     simple_expression,
     step_classifier,
 )
-from ampmigrate.rules.grad_scaler._shared import SCALER_PREFIXES
+from ampmigrate.rules.grad_scaler._shared import ProtocolRule
 
 
-class ClipWithoutUnscale(Rule):
+class ClipWithoutUnscale(ProtocolRule):
     code = "AMP301"
-    triggers = TRIGGERS
-    qualified_prefixes = SCALER_PREFIXES
 
     def check(self, ctx) -> None:
         for unit in analyses(ctx.file):
