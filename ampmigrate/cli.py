@@ -21,6 +21,7 @@ from ampmigrate.config import ConfigError, Settings, check_target_dtype, load_se
 from ampmigrate.diagnostics import FileError
 from ampmigrate.discovery import discover
 from ampmigrate.engine.project import ProjectImports
+from ampmigrate.engine.project_index import ProjectIndex
 from ampmigrate.engine.cache import Cache, default_directory
 from ampmigrate.engine.runner import Job, RunResult, run_files, write_changes
 from ampmigrate.output import FORMATS, Report, renderer, summary
@@ -176,15 +177,25 @@ def _cache(settings: Settings, no_cache: bool, cache_dir: Optional[str]) -> Opti
 def _run(paths: Sequence[str], settings: Settings, job: Job, jobs: Optional[int], cache: Optional[Cache]) -> RunResult:
     found = discover(list(paths) or ["."], settings)
     project = None
+    root = None
     if job.mode == "fix":
         # Fixes must not break other modules that import a rewritten name (see engine/project.py).
         root = _project_root(settings)
         scope = [root] if root else list(paths) or ["."]
         project_files = discover(scope, settings).files
         project = ProjectImports.scan(root or settings.root, [*project_files, *found.files])
+    # What each file of the run does for training, for rules that look across files.
+    index = ProjectIndex.build(
+        root or _project_root(settings) or settings.root,
+        found.files,
+        cache_path=cache.index_path if cache is not None else None,
+        max_size=settings.max_file_size,
+    )
     progress = _Progress(len(found.files))
     try:
-        result = run_files(found.files, settings, job, jobs=jobs, on_result=progress, cache=cache, project=project)
+        result = run_files(
+            found.files, settings, job, jobs=jobs, on_result=progress, cache=cache, project=project, index=index
+        )
     finally:
         progress.close()
     if cache is not None:

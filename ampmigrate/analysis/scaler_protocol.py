@@ -119,6 +119,7 @@ class Event:
     detail: str = ""  # clip: "clip" | "read"; opaque: why
     receiver: Optional[cst.BaseExpression] = None  # how the scaler is named here (`scaler`, `self.scaler`)
     scaled: Optional[cst.BaseExpression] = None  # scaled_backward: what was scaled (`loss` in `scaler.scale(loss)`)
+    elsewhere: str = ""  # clip: the other file of the run defining the helper called here
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,7 @@ class ClipFinding:
     clip: cst.Call  # the clip (or read, or helper) call
     kind: str  # "clip" | "read"
     detail: str  # what is called, for the message
+    elsewhere: str = ""  # the other file defining the helper called, if it is one
     steps: List[Event] = field(default_factory=list)  # the scaler.step events it precedes, in order
 
     def optimizers(self) -> List[Event]:
@@ -447,7 +449,7 @@ class _ProtocolClient(flow.FlowClient):
                         finding = unit.clip_findings.get(clip)
                         if finding is None:
                             kind_, detail = _clip_kind(unit, clip)
-                            finding = unit.clip_findings[clip] = ClipFinding(clip, kind_, detail)
+                            finding = unit.clip_findings[clip] = ClipFinding(clip, kind_, detail, _elsewhere(unit, clip))
                         if event not in finding.steps:
                             finding.steps.append(event)
                 if opt.stable and (opt, event.node) in facts.stepped:
@@ -505,6 +507,10 @@ class _ProtocolClient(flow.FlowClient):
 def _compatible(a: flow.Assignment, b: flow.Assignment) -> bool:
     values = dict(a)
     return all(values.get(key, value) == value for key, value in b)
+
+
+def _elsewhere(unit: UnitAnalysis, clip: cst.CSTNode) -> str:
+    return next((e.elsewhere for e in unit.events.of(clip) if e.node is clip and e.kind == CLIP), "")
 
 
 def _clip_kind(unit: UnitAnalysis, clip: cst.CSTNode) -> Tuple[str, str]:
@@ -693,7 +699,7 @@ class _Analyzer:
                 return Event(OPAQUE, call, detail="a method of this object that is not defined here")
             if attribute_group and any(self._is_self(arg.value) for arg in call.args):
                 return Event(OPAQUE, call, detail="the object holding the scaler is passed to a call")
-            return None
+            return self._project_helper(call)
         summaries = [self.summary(func) for func, _ in definitions]
         group_ids = {id(s) for s in group}
         reachable = attribute_group or any(b.scope.kind == "module" for s in group for b in s.bindings)
@@ -703,6 +709,20 @@ class _Analyzer:
             kind = "read" if all(s.grads == "read" for s in summaries) else "clip"
             name = self.code(call.func)
             return Event(CLIP, call, detail=("read:" if kind == "read" else "") + name)
+        return None
+
+    def _project_helper(self, call: cst.Call) -> Optional[Event]:
+        """A function of another file of the run that clips (or reads) gradients and never
+        unscales (engine/project_index.py): a clip here, as a helper of this file would be."""
+        index = self.ctx.project_index
+        if index is None:
+            return None
+        for qname in sorted(self.names.qualified_names(call.func)):
+            found = index.clip_helper(qname)
+            if found is not None:
+                kind, path = found
+                detail = ("read:" if kind == "read" else "") + self.code(call.func)
+                return Event(CLIP, call, detail=detail, elsewhere=index.relative(path))
         return None
 
     def _is_self(self, expr: cst.BaseExpression) -> bool:

@@ -27,6 +27,7 @@ from ampmigrate.diagnostics import FileError, Finding
 from ampmigrate.engine.cache import Cache, content_hash, has_fix_to_apply
 from ampmigrate.engine.pipeline import TOO_DEEP, Engine, FileResult
 from ampmigrate.engine.project import ProjectImports
+from ampmigrate.engine.project_index import ProjectIndex
 from ampmigrate.source import SourceError, SourceFile, read_bytes, write_atomic
 
 # Below this many files, worker start-up costs more than it saves.
@@ -130,6 +131,11 @@ def _process_unguarded(
     if imported:
         # Fix mode withholds fixes of names other modules import from this one: part of the result.
         digest += ":" + ",".join(sorted(imported))
+    if digest and engine.index is not None:
+        # What rules learn from other files (the project index) is part of the result too.
+        depends = engine.index.dependency_key(path)
+        if depends:
+            digest += "@" + depends
     if cache is not None:
         cached = cache.load(path, job.cache_kind, digest)
         if cached is not None:
@@ -206,9 +212,11 @@ def _read(path: str) -> _LazySource:
 _WORKER: Optional[Tuple[Engine, Optional[Cache]]] = None
 
 
-def _init_worker(settings: Settings, cache: Optional[Cache], project: Optional[ProjectImports]) -> None:
+def _init_worker(
+    settings: Settings, cache: Optional[Cache], project: Optional[ProjectImports], index: Optional[ProjectIndex]
+) -> None:
     global _WORKER
-    _WORKER = (Engine(settings, project=project), cache)
+    _WORKER = (Engine(settings, project=project, index=index), cache)
 
 
 def _worker_round_one(chunk: List[Tuple[int, str]], job: Job) -> List[Tuple[int, Union[FileResult, _Deferred]]]:
@@ -235,11 +243,12 @@ def run_files(
     on_result: Optional[Callable[[FileResult], None]] = None,
     cache: Optional[Cache] = None,
     project: Optional[ProjectImports] = None,
+    index: Optional[ProjectIndex] = None,
 ) -> RunResult:
     jobs = max(1, jobs or os.cpu_count() or 1)
     result = RunResult()
     if jobs == 1 or len(files) < PARALLEL_THRESHOLD:
-        engine = Engine(settings, project=project)
+        engine = Engine(settings, project=project, index=index)
         for path in files:
             outcome = process_file(engine, path, job, cache)
             result.results.append(outcome)
@@ -259,7 +268,7 @@ def run_files(
         if on_result:
             on_result(outcome)
 
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(settings, cache, project)) as pool:
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(settings, cache, project, index)) as pool:
         for answers in pool.map(_worker_round_one, chunks, [job] * len(chunks)):
             for index, outcome in answers:
                 if isinstance(outcome, _Deferred):

@@ -40,6 +40,8 @@ class ClipWithoutUnscale(ProtocolRule):
         optimizers = [ctx.code(step.optimizer_expr) for step in steps]
         unscales = " and ".join(f"`{scaler}.unscale_({opt})`" for opt in optimizers)
         what = f"`{finding.detail}`" if finding.detail else "this call"
+        if finding.elsewhere:
+            what += f" (defined in {finding.elsewhere})"
         if finding.kind == "read":
             message = (
                 f"{what} reads gradients still multiplied by the loss scale: "
