@@ -24,8 +24,9 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
+from ampmigrate.engine.project import ProjectImports
 from ampmigrate.source import SourceError, read_bytes
 
 # A file spelling none of these cannot train, clip or pass a scaler: not parsed at all.
@@ -54,6 +55,9 @@ class ProjectIndex:
         self.modules: Dict[str, ModuleSummary] = {}  # absolute path -> summary
         self._by_name: Dict[str, List[str]] = {}  # dotted module name (and its suffixes) -> paths
         self._importers: Dict[str, List[str]] = {}  # path -> the files of the run importing it
+        self._trained_names: Dict[str, Dict[str, str]] = {}  # path -> name -> a training file importing it
+        # `from X import a, b` of every file (a byte regex, engine/project.py): who imports what by name.
+        self.imports = ProjectImports(root)
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -73,6 +77,8 @@ class ProjectIndex:
             else:
                 data = asdict(summarize(raw, index.module_names(absolute)))
             fresh[absolute] = (digest, data)
+            if b"import" in raw:
+                index.imports.add_source(raw)
             index._add(absolute, ModuleSummary(**{k: v for k, v in data.items()}))
         if cache_path is not None and fresh != cached:
             _store(cache_path, fresh)
@@ -82,11 +88,19 @@ class ProjectIndex:
     def _link(self) -> None:
         """Who imports whom, once (queries are per file; a scan per query would be quadratic)."""
         self._importers: Dict[str, List[str]] = {}
+        self._trained_names: Dict[str, Dict[str, str]] = {}
         for path, summary in sorted(self.modules.items()):
             targets = {self.module_for(spec) for spec in summary.imports}
             for target in targets:
                 if target is not None and target != path:
                     self._importers.setdefault(target, []).append(path)
+            if not summary.trains:
+                continue
+            for spec in summary.imports:  # `from model import Net`: recorded as "model" and "model.Net"
+                module, _, name = spec.rpartition(".")
+                target = self.module_for(module) if module else None
+                if target is not None and target != path:
+                    self._trained_names.setdefault(target, {}).setdefault(name, path)
 
     def _add(self, path: str, summary: ModuleSummary) -> None:
         summary.scaler_passed_to = [tuple(item) for item in summary.scaler_passed_to]
@@ -128,12 +142,10 @@ class ProjectIndex:
         kind = self.modules[path].clip_helpers.get(name)
         return (kind, path) if kind else None
 
-    def trained_by(self, path: str) -> Optional[str]:
-        """Another file of the run that trains and imports the module at `path`, if any."""
-        for other in self._importers.get(os.path.abspath(path), ()):
-            if self.modules[other].trains:
-                return other
-        return None
+    def trained_with(self, path: str, name: str) -> Optional[str]:
+        """Another file of the run that trains (calls `.backward()`, makes a GradScaler, ...) and
+        imports `name` (a function or class) from the module at `path` by name, if any."""
+        return self._trained_names.get(os.path.abspath(path), {}).get(name)
 
     def scaler_made_in(self, path: str, function: str) -> Optional[str]:
         """A file of the run that passes a GradScaler it makes to `function` of the module at `path`."""
@@ -141,6 +153,10 @@ class ProjectIndex:
             if any(callee.rpartition(".")[2] == function for callee, _ in self.modules[other].scaler_passed_to):
                 return other
         return None
+
+    def imported_from(self, path: str) -> FrozenSet[str]:
+        """Names other files of the run import from the module at `path`."""
+        return self.imports.imported_from(path)
 
     def dependency_key(self, path: str) -> str:
         """What of the index a file's result may depend on, as a short hash ("" if nothing)."""
@@ -152,9 +168,11 @@ class ProjectIndex:
                 other = self.module_for(spec)
                 if other is not None and other != absolute:
                     parts.append(f"{spec}={json.dumps(asdict(self.modules[other]), sort_keys=True)}")
-        trainer = self.trained_by(absolute)
-        if trainer:
-            parts.append(f"trained_by={trainer}")
+        exported = self.imported_from(absolute)
+        if exported:
+            parts.append("exports=" + ",".join(sorted(exported)))
+        for name, trainer in sorted(self._trained_names.get(absolute, {}).items()):
+            parts.append(f"trained:{name}={trainer}")
         for other in self._importers.get(absolute, ()):
             if self.modules[other].scaler_passed_to:
                 parts.append(f"scaler_from={other}:{self.modules[other].scaler_passed_to}")
