@@ -57,7 +57,7 @@ from ampmigrate.engine.cache import code_fingerprint  # noqa: E402
 from ampmigrate.engine.pipeline import Engine  # noqa: E402
 from ampmigrate.source import SourceError, SourceFile  # noqa: E402
 
-GOALS = {"cold_vs_floor": 0.2, "warm_vs_floor": 0.05, "j2_speedup": 1.6, "rss_10x_files": 2.0}
+GOALS = {"cold_vs_floor": 0.2, "warm_vs_floor": 0.05, "j2_speedup": 1.6, "rss_10x_files": 2.0, "index_overhead": 0.10}
 
 _FLOOR_SCRIPT = r"""
 import json, sys, time
@@ -281,6 +281,22 @@ class Bench:
         results["file_errors"] = colds[0]["errors"] if job_counts else 0
         return results
 
+    def project_index(self, tree: str, files: Sequence[str], repeat: int) -> Dict[str, float]:
+        """The project index `check` builds before its per-file pass (engine/project_index.py):
+        cold (no cache file) and warm (its cache file written), in this process, fastest of `repeat`."""
+        from ampmigrate.engine.project_index import ProjectIndex
+
+        colds, warms = [], []
+        for _ in range(repeat):
+            cache_path = os.path.join(tempfile.mkdtemp(prefix="index-", dir=self.work), "project-index.json")
+            start = time.perf_counter()
+            ProjectIndex.build(tree, files, cache_path=cache_path, max_size=self.settings.max_file_size)
+            colds.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            ProjectIndex.build(tree, files, cache_path=cache_path, max_size=self.settings.max_file_size)
+            warms.append(time.perf_counter() - start)
+        return {"cold_seconds": min(colds), "warm_seconds": min(warms)}
+
     def peak_tree_rss(self, tree: str) -> float:
         cache_dir = tempfile.mkdtemp(prefix="cache-", dir=self.work)
         log("peak RSS run (cold, default jobs, sampled)")
@@ -369,6 +385,12 @@ def render(results: Dict[str, object]) -> str:
         f"| warm default / parse floor (goal <= {GOALS['warm_vs_floor']}) | {fmt(r.get('warm_vs_floor'), '', 3)} {verdict(r.get('warm_vs_floor'), GOALS['warm_vs_floor'])} |",
         f"| cold `-j 1` / cold `-j 2` (goal >= {GOALS['j2_speedup']}) | {fmt(r.get('j2_speedup'))} {verdict(r.get('j2_speedup'), GOALS['j2_speedup'], at_most=False)} |",
     ]
+    index = t.get("index")
+    if index:
+        lines += [
+            f"| project index, cold / warm (in-process) | {fmt(index['cold_seconds'], ' s', 3)} / {fmt(index['warm_seconds'], ' s', 3)} |",
+            f"| project index / rest of a cold `-j 1` check (goal <= {GOALS['index_overhead']}) | {fmt(r.get('index_overhead'), '', 3)} {verdict(r.get('index_overhead'), GOALS['index_overhead'])} |",
+        ]
     tf = results.get("torchfix")
     if tf:
         lines.append(f"| TorchFix {tf.get('version', '')} on the same tree (default jobs) | {fmt(tf['seconds'], ' s')} ({tf['findings']} findings) |")
@@ -403,6 +425,10 @@ def compute_ratios(results: Dict[str, Any]) -> Dict[str, Optional[float]]:
         "warm_vs_floor": ratio(check["default"]["warm_seconds"], floor),
         "j2_speedup": ratio(check["j1"]["cold_seconds"], check["j2"]["cold_seconds"]),
     }
+    index = tree.get("index")
+    if index:
+        # What the index adds to a cold `-j 1` check (whose time includes it): index / (check - index).
+        ratios["index_overhead"] = ratio(index["cold_seconds"], check["j1"]["cold_seconds"] - index["cold_seconds"])
     synthetic = results.get("synthetic")
     if synthetic:
         ratios["rss_10x_files"] = ratio(synthetic["large"]["tree_rss_mib"], synthetic["small"]["tree_rss_mib"])
@@ -466,6 +492,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if "default" not in check:
                 check["default"] = check["j2"]
             t["check"] = check
+            save()
+        if "index" not in t:
+            log("project index, cold and warm")
+            t["index"] = bench.project_index(tree, files, args.repeat)
             save()
         if "tree_rss_mib" not in t:
             t["tree_rss_mib"] = bench.peak_tree_rss(tree)

@@ -26,11 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
-from ampmigrate.engine.project import ProjectImports
 from ampmigrate.source import SourceError, read_bytes
 
-# A file spelling none of these cannot train, clip or pass a scaler: not parsed at all.
-_RELEVANT = re.compile(rb"backward|GradScaler|clip_grad|training_step")
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
 _FORMAT = 1
@@ -56,8 +53,8 @@ class ProjectIndex:
         self._by_name: Dict[str, List[str]] = {}  # dotted module name (and its suffixes) -> paths
         self._importers: Dict[str, List[str]] = {}  # path -> the files of the run importing it
         self._trained_names: Dict[str, Dict[str, str]] = {}  # path -> name -> a training file importing it
-        # `from X import a, b` of every file (a byte regex, engine/project.py): who imports what by name.
-        self.imports = ProjectImports(root)
+        # `from X import a, b` of every file (a byte regex): module -> the names imported from it.
+        self._exports: Dict[str, Set[str]] = {}
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -75,10 +72,11 @@ class ProjectIndex:
             if entry is not None and entry[0] == digest:
                 data = entry[1]
             else:
-                data = asdict(summarize(raw, index.module_names(absolute)))
+                data = asdict(summarize(raw, index.package_of(absolute)))
             fresh[absolute] = (digest, data)
             if b"import" in raw:
-                index.imports.add_source(raw)
+                for module, name in _from_imports(raw, index.package_of(absolute)):
+                    index._exports.setdefault(module, set()).add(name)
             index._add(absolute, ModuleSummary(**{k: v for k, v in data.items()}))
         if cache_path is not None and fresh != cached:
             _store(cache_path, fresh)
@@ -119,6 +117,13 @@ class ProjectIndex:
             parts = parts[:-1]
         return [".".join(parts[i:]) for i in range(len(parts))]
 
+    def package_of(self, path: str) -> str:
+        """The package relative imports of the file at `path` start from."""
+        names = self.module_names(path)
+        if not names:
+            return ""
+        return names[0] if os.path.basename(path) == "__init__.py" else names[0].rpartition(".")[0]
+
     # ------------------------------------------------------------------ queries
     def module_for(self, dotted: str) -> Optional[str]:
         """The one file of the run that `dotted` (a module name as imported) denotes."""
@@ -155,8 +160,11 @@ class ProjectIndex:
         return None
 
     def imported_from(self, path: str) -> FrozenSet[str]:
-        """Names other files of the run import from the module at `path`."""
-        return self.imports.imported_from(path)
+        """Names files of the run import from the module at `path` (`from .x import name` counts)."""
+        names: Set[str] = set()
+        for module in self.module_names(path):
+            names |= self._exports.get(module, set())
+        return frozenset(names)
 
     def dependency_key(self, path: str) -> str:
         """What of the index a file's result may depend on, as a short hash ("" if nothing)."""
@@ -164,10 +172,10 @@ class ProjectIndex:
         summary = self.modules.get(absolute)
         parts: List[str] = []
         if summary is not None:
-            for spec in sorted(set(summary.imports)):
+            for spec in summary.imports:
                 other = self.module_for(spec)
-                if other is not None and other != absolute:
-                    parts.append(f"{spec}={json.dumps(asdict(self.modules[other]), sort_keys=True)}")
+                if other is not None and other != absolute and self.modules[other].clip_helpers:
+                    parts.append(f"{spec}={sorted(self.modules[other].clip_helpers.items())}")
         exported = self.imported_from(absolute)
         if exported:
             parts.append("exports=" + ",".join(sorted(exported)))
@@ -224,133 +232,160 @@ def _store(cache_path: str, modules: Dict[str, Tuple[str, dict]]) -> None:
 
 
 # ---------------------------------------------------------------------------------- one module
-def summarize(raw: bytes, module_names: List[str]) -> ModuleSummary:
+# Byte regexes first: most files of a framework tree say none of these, and only the files that
+# may define a clip helper or pass a GradScaler are parsed (with `ast`, once).
+_TRAINS = re.compile(rb"\.backward\(|GradScaler\(|def[ \t]+training_step\b")
+_NEEDS_AST = re.compile(rb"clip_grad_(?:norm|value)|\.scale\(|GradScaler\(")
+_IMPORT = re.compile(rb"^[ \t]*import[ \t]+([\w.]+(?:[ \t]*,[ \t]*[\w.]+)*)", re.MULTILINE)
+_FROM = re.compile(rb"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)", re.MULTILINE)
+
+
+def summarize(raw: bytes, package: str) -> ModuleSummary:
     summary = ModuleSummary()
-    if not _RELEVANT.search(raw):
+    needs_ast = _NEEDS_AST.search(raw) is not None
+    summary.trains = _TRAINS.search(raw) is not None
+    if not (summary.trains or needs_ast):
+        return summary
+    summary.imports = _imports(raw, package)
+    if not needs_ast:
         return summary
     try:
         tree = ast.parse(raw)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return summary
-    package = module_names[0].rpartition(".")[0] if module_names else ""
     try:
-        _Summarizer(summary, package).run(tree)
+        _Summarizer(summary).run(tree)
     except RecursionError:
-        return ModuleSummary()
+        return ModuleSummary(trains=summary.trains, imports=summary.imports)
     return summary
 
 
-class _Summarizer:
-    def __init__(self, summary: ModuleSummary, package: str) -> None:
-        self.summary = summary
-        self.package = package
-        self.clip_imports: Set[str] = set()  # bare names imported from torch.nn.utils
-        self.grad_scaler_names: Set[str] = {"GradScaler", "ShardedGradScaler"}
-
-    def run(self, tree: ast.Module) -> None:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom):
-                module = self._absolute(node)
-                if module:
-                    self.summary.imports.append(module)
-                    self.summary.imports.extend(f"{module}.{a.name}" for a in node.names)
-                if (node.module or "").startswith("torch.nn.utils"):
-                    self.clip_imports.update(a.asname or a.name for a in node.names if a.name in _CLIP_CALLEES)
-            elif isinstance(node, ast.Import):
-                self.summary.imports.extend(a.name for a in node.names)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "training_step":
-                self.summary.trains = True
-            elif isinstance(node, ast.Call):
-                callee = _dotted(node.func)
-                if callee.endswith(".backward") or callee.rpartition(".")[2] in self.grad_scaler_names:
-                    self.summary.trains = True
-        self.summary.imports = sorted(set(self.summary.imports))
-        for name, function in _functions(tree):
-            self._function(name, function)
-        self._scaler_calls(tree)
-
-    def _absolute(self, node: ast.ImportFrom) -> str:
-        if not node.level:
-            return node.module or ""
-        parts = self.package.split(".") if self.package else []
-        base = parts[: len(parts) - (node.level - 1)] if node.level > 1 else parts
-        return ".".join([*base, *([node.module] if node.module else [])])
-
-    def _function(self, name: str, function: ast.AST) -> None:
-        clips: Optional[str] = None
-        unscales = False
-        scaled: Set[str] = set()
-        followed: Set[str] = set()
-        params = {a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]}
-        for node in _own_nodes(function):
-            if not isinstance(node, ast.Call) or not isinstance(node.func, (ast.Attribute, ast.Name)):
-                continue
-            callee = _dotted(node.func)
-            last = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
-            if last == "unscale_" or last == "scale":
-                unscales = True  # knows the protocol (or a scaler is at hand): not a plain clip
-            if (last in _CLIP_CALLEES and callee.rpartition(".")[0] in _CLIP_MODULES) or callee in self.clip_imports:
-                clips = "clip"
-            if last == "backward" and isinstance(node.func, ast.Attribute):
-                inner = node.func.value
-                if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "scale":
-                    receiver = inner.func.value
-                    if isinstance(receiver, ast.Name) and receiver.id in params:
-                        scaled.add(receiver.id)
-            if last in ("step", "unscale_", "update") and isinstance(node.func, ast.Attribute):
-                receiver = node.func.value
-                if isinstance(receiver, ast.Name):
-                    followed.add(receiver.id)
-        if clips and not unscales:
-            self.summary.clip_helpers[name] = clips
-        typed = sorted(scaled & followed)
-        if typed:
-            self.summary.scaler_params[name] = typed
-
-    def _scaler_calls(self, tree: ast.Module) -> None:
-        """`train_one_epoch(..., scaler, ...)` where `scaler = GradScaler(...)` in the same function."""
-        for _, function in [("", tree), *_functions(tree)]:
-            made: Set[str] = set()
-            calls: List[ast.Call] = []
-            for node in _own_nodes(function):
-                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-                    if _dotted(node.value.func).rpartition(".")[2] in self.grad_scaler_names:
-                        made.update(t.id for t in node.targets if isinstance(t, ast.Name))
-                elif isinstance(node, ast.Call):
-                    calls.append(node)
-            if not made:
-                continue
-            for call in calls:
-                values = [*call.args, *(k.value for k in call.keywords)]
-                if any(isinstance(v, ast.Name) and v.id in made for v in values):
-                    callee = _dotted(call.func)
-                    if callee and callee.rpartition(".")[2] not in self.grad_scaler_names:
-                        self.summary.scaler_passed_to.append((callee, call.lineno))
+def _imports(raw: bytes, package: str) -> List[str]:
+    """Modules a file imports (and `module.name` for each name imported from one), by regex."""
+    found: Set[str] = set()
+    for match in _IMPORT.finditer(raw):
+        for part in match.group(1).decode("utf-8", "replace").split(","):
+            found.add(part.strip())
+    for module, name in _from_imports(raw, package):
+        found.add(module)
+        if name:
+            found.add(f"{module}.{name}")
+    return sorted(found)
 
 
-def _functions(tree: ast.Module) -> List[Tuple[str, ast.AST]]:
-    """Top-level functions by name, methods as `Class.method`."""
-    found: List[Tuple[str, ast.AST]] = []
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            found.append((node.name, node))
-        elif isinstance(node, ast.ClassDef):
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    found.append((f"{node.name}.{item.name}", item))
+def _from_imports(raw: bytes, package: str) -> List[Tuple[str, str]]:
+    """(absolute module, name) of each `from module import name` (relative ones resolved against
+    `package`); ("module", "") for a star import or a line the regex cannot split."""
+    found: List[Tuple[str, str]] = []
+    for match in _FROM.finditer(raw):
+        spec = match.group(1).decode("utf-8", "replace")
+        level = len(spec) - len(spec.lstrip("."))
+        module = spec[level:]
+        if level:
+            parts = package.split(".") if package else []
+            parts = parts[: len(parts) - (level - 1)] if level > 1 else parts
+            module = ".".join([*parts, *([module] if module else [])])
+        if not module:
+            continue
+        names = [
+            part.split(" as ")[0].strip(" ()\t\r")
+            for part in re.split(r"[,\n\\]", match.group(2).decode("utf-8", "replace").strip("()"))
+        ]
+        found.extend((module, name) for name in names if name.isidentifier())
+        found.append((module, ""))
     return found
 
 
-def _own_nodes(function: ast.AST) -> Iterable[ast.AST]:
-    """The nodes of a function's body (or a module's top level), not of functions nested in it."""
-    nested = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
-    stack = [node for node in getattr(function, "body", ()) if not isinstance(node, nested)]
-    while stack:
-        node = stack.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if not isinstance(child, nested):
-                stack.append(child)
+@dataclass
+class _Scope:
+    """What one function (or the module's top level) does, gathered in the one walk."""
+
+    name: str
+    params: Set[str]
+    clips: bool = False
+    unscales: bool = False  # calls `.unscale_` or `.scale`: it knows the protocol
+    scaled: Set[str] = field(default_factory=set)  # parameters with `p.scale(x).backward()`
+    followed: Set[str] = field(default_factory=set)  # names with `.step`/`.unscale_`/`.update` calls
+    made: Set[str] = field(default_factory=set)  # names assigned a GradScaler(...)
+    calls: List[ast.Call] = field(default_factory=list)  # calls with a bare name among their arguments
+
+
+class _Summarizer:
+    def __init__(self, summary: ModuleSummary) -> None:
+        self.summary = summary
+        self.clip_imports: Set[str] = set()  # names imported from torch.nn.utils (any alias)
+
+    def run(self, tree: ast.Module) -> None:
+        scopes: List[_Scope] = []
+        module = _Scope("", set())
+        scopes.append(module)
+        # (node, its scope, the enclosing class name for a direct method)
+        stack: List[Tuple[ast.AST, _Scope, str]] = [(child, module, "") for child in reversed(tree.body)]
+        while stack:
+            node, scope, class_name = stack.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+                named = f"{class_name}.{node.name}" if class_name else node.name
+                inner = _Scope(named if scope is module else "", params)
+                scopes.append(inner)
+                stack.extend((child, inner, "") for child in reversed(node.body))
+                continue
+            if isinstance(node, ast.ClassDef):
+                direct = node.name if scope is module else ""
+                stack.extend((child, scope, direct) for child in reversed(node.body))
+                continue
+            if isinstance(node, ast.Lambda):
+                continue
+            self._node(node, scope)
+            stack.extend((child, scope, "") for child in ast.iter_child_nodes(node))
+        for scope in scopes:
+            if scope.name and scope.clips and not scope.unscales:
+                self.summary.clip_helpers[scope.name] = "clip"
+            typed = sorted(scope.scaled & scope.followed & scope.params)
+            if scope.name and typed:
+                self.summary.scaler_params[scope.name] = typed
+            for call in scope.calls if scope.made else ():
+                values = [*call.args, *(k.value for k in call.keywords)]
+                if any(isinstance(v, ast.Name) and v.id in scope.made for v in values):
+                    callee = _dotted(call.func)
+                    if callee and callee.rpartition(".")[2] not in _GRAD_SCALERS:
+                        self.summary.scaler_passed_to.append((callee, call.lineno))
+        self.summary.scaler_passed_to.sort(key=lambda item: item[1])
+
+    def _node(self, node: ast.AST, scope: _Scope) -> None:
+        if isinstance(node, ast.ImportFrom):
+            if (node.module or "").startswith("torch.nn.utils"):
+                self.clip_imports.update(a.asname or a.name for a in node.names if a.name in _CLIP_CALLEES)
+            return
+        if isinstance(node, ast.Assign):
+            value = node.value
+            if isinstance(value, ast.Call) and _dotted(value.func).rpartition(".")[2] in _GRAD_SCALERS:
+                scope.made.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            return
+        if not isinstance(node, ast.Call):
+            return
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            last = func.attr
+            if last in ("unscale_", "scale"):
+                scope.unscales = True
+            if last in _CLIP_CALLEES and _dotted(func.value) in _CLIP_MODULES:
+                scope.clips = True
+            elif last == "backward":
+                inner = func.value
+                if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "scale":
+                    if isinstance(inner.func.value, ast.Name):
+                        scope.scaled.add(inner.func.value.id)
+            elif last in ("step", "unscale_", "update") and isinstance(func.value, ast.Name):
+                scope.followed.add(func.value.id)
+        elif isinstance(func, ast.Name) and func.id in self.clip_imports:
+            scope.clips = True
+        if any(isinstance(a, ast.Name) for a in node.args) or any(isinstance(k.value, ast.Name) for k in node.keywords):
+            scope.calls.append(node)
+
+
+_GRAD_SCALERS = frozenset({"GradScaler", "ShardedGradScaler"})
 
 
 def _dotted(node: ast.AST) -> str:
