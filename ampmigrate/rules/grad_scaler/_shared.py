@@ -154,3 +154,14 @@ def remove_statement(fix, names: NameIndex, statement: cst.SimpleStatementLine, 
     if any(line.comment is None for line in following.leading_lines[:1]):
         return  # it is already set apart
     fix.replace(following, following.with_changes(leading_lines=[*blank, *following.leading_lines]))
+
+
+def scaler_origin(ctx, unit) -> str:
+    """" (the GradScaler comes from main.py)" when the unit's scaler is made in no place of this
+    file but another file of the run passes one it makes to this function (the project index)."""
+    index = ctx.file.project_index
+    owner = unit.owner
+    if index is None or not isinstance(owner, cst.FunctionDef) or any(s.creations for s in unit.scalers):
+        return ""
+    made_in = index.scaler_made_in(ctx.path, owner.name.value)
+    return f" (the GradScaler comes from {index.relative(made_in)})" if made_in else ""

@@ -23,7 +23,7 @@ from ampmigrate.rules.grad_scaler._shared import (
     simple_expression,
     step_classifier,
 )
-from ampmigrate.rules.grad_scaler._shared import ProtocolRule
+from ampmigrate.rules.grad_scaler._shared import ProtocolRule, scaler_origin
 
 
 class ClipWithoutUnscale(ProtocolRule):
@@ -52,6 +52,7 @@ class ClipWithoutUnscale(ProtocolRule):
                 f"{what} clips gradients still multiplied by the loss scale: "
                 f"call {unscales} first, or the threshold applies to scaled gradients"
             )
+        message += scaler_origin(ctx, unit)
         reason, statement = self._fix_blocker(ctx, unit, finding)
         if reason is not None:
             ctx.report(callee(finding.clip), message, no_fix_reason=reason)
