@@ -30,7 +30,7 @@ from ampmigrate.source import SourceError, read_bytes
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 1
+_FORMAT = 2
 
 
 @dataclass
@@ -44,6 +44,9 @@ class ModuleSummary:
     scaler_params: Dict[str, List[str]] = field(default_factory=dict)
     # Calls passing a GradScaler this module makes: (callee as written, its line).
     scaler_passed_to: List[Tuple[str, int]] = field(default_factory=list)
+    # Every `from module import name` of the file (any file, not only training code): who
+    # imports what by name, for values a call in another file may pass.
+    from_imports: List[Tuple[str, str]] = field(default_factory=list)
 
 
 class ProjectIndex:
@@ -74,10 +77,7 @@ class ProjectIndex:
             else:
                 data = asdict(summarize(raw, index.package_of(absolute)))
             fresh[absolute] = (digest, data)
-            if b"import" in raw:
-                for module, name in _from_imports(raw, index.package_of(absolute)):
-                    index._exports.setdefault(module, set()).add(name)
-            index._add(absolute, ModuleSummary(**{k: v for k, v in data.items()}))
+            index._add(absolute, ModuleSummary(**data))
         if cache_path is not None and fresh != cached:
             _store(cache_path, fresh)
         index._link()
@@ -102,6 +102,8 @@ class ProjectIndex:
 
     def _add(self, path: str, summary: ModuleSummary) -> None:
         summary.scaler_passed_to = [tuple(item) for item in summary.scaler_passed_to]
+        for module, name in summary.from_imports:
+            self._exports.setdefault(module, set()).add(name)
         self.modules[path] = summary
         for name in self.module_names(path):
             self._by_name.setdefault(name, []).append(path)
@@ -242,11 +244,13 @@ _FROM = re.compile(rb"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[
 
 def summarize(raw: bytes, package: str) -> ModuleSummary:
     summary = ModuleSummary()
+    from_imports = _from_imports(raw, package) if b"import" in raw else []
+    summary.from_imports = [(module, name) for module, name in from_imports if name]
     needs_ast = _NEEDS_AST.search(raw) is not None
     summary.trains = _TRAINS.search(raw) is not None
     if not (summary.trains or needs_ast):
         return summary
-    summary.imports = _imports(raw, package)
+    summary.imports = _imports(raw, from_imports)
     if not needs_ast:
         return summary
     try:
@@ -260,13 +264,13 @@ def summarize(raw: bytes, package: str) -> ModuleSummary:
     return summary
 
 
-def _imports(raw: bytes, package: str) -> List[str]:
+def _imports(raw: bytes, from_imports: List[Tuple[str, str]]) -> List[str]:
     """Modules a file imports (and `module.name` for each name imported from one), by regex."""
     found: Set[str] = set()
     for match in _IMPORT.finditer(raw):
         for part in match.group(1).decode("utf-8", "replace").split(","):
             found.add(part.strip())
-    for module, name in _from_imports(raw, package):
+    for module, name in from_imports:
         found.add(module)
         if name:
             found.add(f"{module}.{name}")
