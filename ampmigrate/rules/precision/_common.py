@@ -62,10 +62,29 @@ def trained_elsewhere(ctx: FileContext, node: cst.CSTNode) -> Optional[str]:
     for ancestor in ctx.names.ancestors(node):
         if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
             top = ancestor
-    if top is None:
+    if top is None or _wraps_for_caller(ctx, node):
         return None
     trainer = index.trained_with(ctx.path, top.name.value)
     return index.relative(trainer) if trainer else None
+
+
+def _wraps_for_caller(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """`node` is in a context-manager wrapper (`with autocast(...): yield`, `@contextmanager`):
+    the precision is its caller's choice, not this module's."""
+    for ancestor in ctx.names.ancestors(node):
+        if isinstance(ancestor, cst.FunctionDef):
+            if any(_decorator_name(d.decorator) in ("contextmanager", "asynccontextmanager") for d in ancestor.decorators):
+                return True
+            return any(isinstance(n, (cst.Yield)) and ctx.names.enclosing(n, cst.FunctionDef) is ancestor for n in ctx.names.nodes_of_type(cst.Yield))
+    return False
+
+
+def _decorator_name(decorator: cst.BaseExpression) -> str:
+    if isinstance(decorator, cst.Call):
+        decorator = decorator.func
+    if isinstance(decorator, cst.Attribute):
+        return decorator.attr.value
+    return decorator.value if isinstance(decorator, cst.Name) else ""
 
 
 _NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"})
