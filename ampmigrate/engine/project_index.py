@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
+from ampmigrate.engine.project import module_names
 from ampmigrate.source import SourceError, read_bytes
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
@@ -110,14 +111,7 @@ class ProjectIndex:
 
     def module_names(self, path: str) -> List[str]:
         """Dotted names a file can be imported under: a/b/c.py -> a.b.c, b.c, c."""
-        absolute = Path(os.path.abspath(path))
-        try:
-            parts = list(absolute.relative_to(self.root).with_suffix("").parts)
-        except ValueError:
-            parts = [absolute.stem]
-        if parts and parts[-1] == "__init__":
-            parts = parts[:-1]
-        return [".".join(parts[i:]) for i in range(len(parts))]
+        return module_names(self.root, path)
 
     def package_of(self, path: str) -> str:
         """The package relative imports of the file at `path` start from."""
