@@ -457,10 +457,25 @@ def _called_elsewhere(ctx: FileContext, function: cst.FunctionDef) -> bool:
     return name in index.imported_from(ctx.path) or name in ctx.imported_elsewhere
 
 
+def _used_as_value(ctx: FileContext, function: cst.FunctionDef) -> bool:
+    """The function's name is used other than called directly (`name(...)`)."""
+    scope = ctx.names.scope_of(function)
+    for binding in scope.bindings.get(function.name.value, []):
+        if binding.kind != "def" or binding.node is not function:
+            continue
+        for ref in ctx.names.references(binding):
+            parent = ctx.names.parent(ref)
+            if not (isinstance(parent, cst.Call) and parent.func is ref):
+                return True
+    return False
+
+
 def _passed_by_some_call(ctx: FileContext, function: cst.FunctionDef, param: cst.Param) -> bool:
     """Whether a call in this file may pass `param` of `function`: any call by the function's
     name (or as a method) that has a `*`/`**` argument, the keyword, or enough positions."""
     name = _callable_name(ctx, function)
+    if _used_as_value(ctx, function):
+        return True  # `partial(train, dtype=...)`, `Fire(main)`, a callback: called with anything
     params = function.params
     positional = [*params.posonly_params, *params.params]
     position = positional.index(param) if param in positional else None
