@@ -143,3 +143,14 @@ def test_messages_name_the_other_file():
     assert [f.message for f in origin if "(the GradScaler comes from main.py)" in f.message]
     model = _check(FIXTURES / "AMP401" / "model_trained_elsewhere.project").findings
     assert [f.message for f in model if "(its backward runs in train.py)" in f.message]
+
+
+def test_a_module_name_that_two_files_end_with_resolves_to_the_full_name(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    for path in (tmp_path / "utils.py", tmp_path / "pkg" / "utils.py", tmp_path / "pkg" / "other.py"):
+        path.write_text("x = 1\n", encoding="utf-8")
+    index = ProjectIndex.build(str(tmp_path), [str(p) for p in tmp_path.rglob("*.py")])
+    assert index.module_for("utils") == str(tmp_path / "utils.py")
+    assert index.module_for("pkg.utils") == str(tmp_path / "pkg" / "utils.py")
+    assert index.module_for("other") == str(tmp_path / "pkg" / "other.py")
+    assert index.module_for("missing") is None

@@ -31,6 +31,7 @@ themselves cannot hold together, as in `if args.amp: ...unscale_...` / `if scale
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
@@ -719,7 +720,7 @@ class _Analyzer:
             return None
         for qname in sorted(self.names.qualified_names(call.func)):
             found = index.clip_helper(qname)
-            if found is not None:
+            if found is not None and found[1] != os.path.abspath(self.ctx.path):
                 kind, path = found
                 detail = ("read:" if kind == "read" else "") + self.code(call.func)
                 return Event(CLIP, call, detail=detail, elsewhere=index.relative(path))

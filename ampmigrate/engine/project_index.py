@@ -38,8 +38,8 @@ _FORMAT = 2
 class ModuleSummary:
     trains: bool = False  # calls `.backward()`, makes a GradScaler or defines `training_step`
     imports: List[str] = field(default_factory=list)  # modules it imports (absolute, dotted)
-    # Functions (top level, `Class.method`) that clip gradients ("clip") or only read their
-    # norm ("read") and never unscale: a clip wherever they are called.
+    # Functions (top level, `Class.method`) that clip gradients ("clip") with torch's clip
+    # functions and never unscale (nor scale): a clip wherever they are called.
     clip_helpers: Dict[str, str] = field(default_factory=dict)
     # Functions and the parameters they use as a GradScaler (analysis/scaler_typing.py's shape).
     scaler_params: Dict[str, List[str]] = field(default_factory=dict)
@@ -122,8 +122,12 @@ class ProjectIndex:
 
     # ------------------------------------------------------------------ queries
     def module_for(self, dotted: str) -> Optional[str]:
-        """The one file of the run that `dotted` (a module name as imported) denotes."""
-        paths = self._by_name.get(dotted.lstrip("."), [])
+        """The one file of the run that `dotted` (a module name as imported) denotes: the only
+        file it can name, else the one whose full name (from the root) it is; else None."""
+        dotted = dotted.lstrip(".")
+        paths = self._by_name.get(dotted, [])
+        if len(paths) > 1:
+            paths = [p for p in paths if self.module_names(p)[:1] == [dotted]]
         return paths[0] if len(paths) == 1 else None
 
     def function(self, qname: str) -> Optional[Tuple[str, str]]:
@@ -149,8 +153,13 @@ class ProjectIndex:
         return self._trained_names.get(os.path.abspath(path), {}).get(name)
 
     def scaler_made_in(self, path: str, function: str) -> Optional[str]:
-        """A file of the run that passes a GradScaler it makes to `function` of the module at `path`."""
-        for other in self._importers.get(os.path.abspath(path), ()):
+        """A file of the run that passes a GradScaler it makes to `function` of the module at
+        `path`, which uses one of its parameters as a GradScaler."""
+        absolute = os.path.abspath(path)
+        summary = self.modules.get(absolute)
+        if summary is None or function not in summary.scaler_params:
+            return None
+        for other in self._importers.get(absolute, ()):
             if any(callee.rpartition(".")[2] == function for callee, _ in self.modules[other].scaler_passed_to):
                 return other
         return None
