@@ -18,6 +18,7 @@ from ampmigrate.config import ConfigError, Settings, resolve_settings
 from ampmigrate.diagnostics import FileError
 from ampmigrate.discovery import discover
 from ampmigrate.engine.project import ProjectImports
+from ampmigrate.engine.project_index import ProjectIndex
 from ampmigrate.engine.cache import Cache, default_directory
 from ampmigrate.engine.runner import READ_LIMIT_FACTOR, Job, RunResult, run_files, write_changes
 from ampmigrate.engine.noqa_writer import add_noqa_comments
@@ -187,15 +188,25 @@ def _run(
     if not found.files and not found.errors:
         click.echo("warning: No Python files found under the given path(s)", err=True)
     project = None
+    root = None
     if job.mode == "fix":
         # Fixes must not break other modules that import a rewritten name (see engine/project.py).
         root = _project_root(settings)
         scope = [root] if root else list(paths) or ["."]
         project_files = discover(scope, settings).files
         project = ProjectImports.scan(root or settings.root, [*project_files, *found.files], settings.max_file_size * READ_LIMIT_FACTOR)
+    # What each file of the run does for training, for rules that look across files.
+    index = ProjectIndex.build(
+        root or _project_root(settings) or settings.root,
+        found.files,
+        cache_path=cache.index_path if cache is not None else None,
+        max_size=settings.max_file_size,
+    )
     progress = _Progress(found.files)
     try:
-        result = run_files(found.files, settings, job, jobs=jobs, on_result=progress, cache=cache, project=project)
+        result = run_files(
+            found.files, settings, job, jobs=jobs, on_result=progress, cache=cache, project=project, index=index
+        )
     finally:
         progress.close()
     if cache is not None:

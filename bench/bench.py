@@ -65,7 +65,7 @@ from ampmigrate.source import SourceError, SourceFile  # noqa: E402
 
 # Issue 14 tightened issue 6's goals and added ruff and the per-file linearity goal.
 GOALS = {"cold_vs_floor": 0.15, "warm_vs_floor": 0.04, "j2_speedup": 1.6, "rss_10x_files": 2.0,
-         "cold_vs_ruff": 1.0, "big_file_vs_parse": 3.0}
+         "cold_vs_ruff": 1.0, "big_file_vs_parse": 3.0, "index_overhead": 0.10}
 
 _FLOOR_SCRIPT = r"""
 import json, sys, time
@@ -341,6 +341,22 @@ class Bench:
             raise SystemExit(f"big file failed: {Path(out + '.stderr').read_text()[-2000:]}")
         return json.loads(Path(out).read_text())
 
+    def project_index(self, tree: str, files: Sequence[str], repeat: int) -> Dict[str, float]:
+        """The project index `check` builds before its per-file pass (engine/project_index.py):
+        cold (no cache file) and warm (its cache file written), in this process, fastest of `repeat`."""
+        from ampmigrate.engine.project_index import ProjectIndex
+
+        colds, warms = [], []
+        for _ in range(repeat):
+            cache_path = os.path.join(tempfile.mkdtemp(prefix="index-", dir=self.work), "project-index.json")
+            start = time.perf_counter()
+            ProjectIndex.build(tree, files, cache_path=cache_path, max_size=self.settings.max_file_size)
+            colds.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            ProjectIndex.build(tree, files, cache_path=cache_path, max_size=self.settings.max_file_size)
+            warms.append(time.perf_counter() - start)
+        return {"cold_seconds": min(colds), "warm_seconds": min(warms)}
+
     def peak_tree_rss(self, tree: str) -> float:
         cache_dir = tempfile.mkdtemp(prefix="cache-", dir=self.work)
         log("peak RSS run (cold, default jobs, sampled)")
@@ -442,6 +458,12 @@ def render(results: Dict[str, object]) -> str:
             f"| one {big['lines']}-line legacy-AMP file: LibCST parse / `check` (CPU, best of runs) | {fmt(big['parse_cpu_seconds'], ' s')} / {fmt(big['check_cpu_seconds'], ' s')} ({big['findings']} findings) |",
             f"| that file: check / parse (goal <= {GOALS['big_file_vs_parse']}) | {fmt(r.get('big_file_vs_parse'))} {verdict(r.get('big_file_vs_parse'), GOALS['big_file_vs_parse'])} |",
         ]
+    index = t.get("index")
+    if index:
+        lines += [
+            f"| project index, cold / warm (in-process) | {fmt(index['cold_seconds'], ' s', 3)} / {fmt(index['warm_seconds'], ' s', 3)} |",
+            f"| project index / rest of a cold `-j 1` check (goal <= {GOALS['index_overhead']}) | {fmt(r.get('index_overhead'), '', 3)} {verdict(r.get('index_overhead'), GOALS['index_overhead'])} |",
+        ]
     tf = results.get("torchfix")
     if tf:
         lines.append(f"| TorchFix {tf.get('version', '')} on the same tree (default jobs) | {fmt(tf['seconds'], ' s')} ({tf['findings']} findings) |")
@@ -495,6 +517,10 @@ def compute_ratios(results: Dict[str, Any]) -> Dict[str, Optional[float]]:
     if results.get("big_file"):
         big = results["big_file"]
         ratios["big_file_vs_parse"] = ratio(big["check_cpu_seconds"], big["parse_cpu_seconds"])
+    index = tree.get("index")
+    if index:
+        # What the index adds to a cold `-j 1` check (whose time includes it): index / (check - index).
+        ratios["index_overhead"] = ratio(index["cold_seconds"], check["j1"]["cold_seconds"] - index["cold_seconds"])
     synthetic = results.get("synthetic")
     if synthetic:
         ratios["rss_10x_files"] = ratio(synthetic["large"]["tree_rss_mib"], synthetic["small"]["tree_rss_mib"])
@@ -565,6 +591,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ruff = ruff_command(args)
         if ruff and "ruff" not in results:
             results["ruff"] = bench.ruff(tree, ruff, args.repeat)
+        if "index" not in t:
+            log("project index, cold and warm")
+            t["index"] = bench.project_index(tree, files, args.repeat)
             save()
         if "tree_rss_mib" not in t:
             t["tree_rss_mib"] = bench.peak_tree_rss(tree)

@@ -119,7 +119,12 @@ def run(project: Path, *args: str, command: str = "check"):
 
 
 def entries(directory: Path):
-    return sorted(p for p in (directory / "v1").rglob("*") if p.is_file() and not p.name.startswith(".tmp-"))
+    """The per-file result entries (not the project index's summaries, engine/project_index.py)."""
+    return sorted(
+        p
+        for p in (directory / "v1").rglob("*")
+        if p.is_file() and not p.name.startswith(".tmp-") and p.name != "project-index.json"
+    )
 
 
 # ---------------------------------------------------------------------------------- hits

@@ -31,13 +31,14 @@ themselves cannot hold together, as in `if args.amp: ...unscale_...` / `if scale
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
 from ampmigrate.analysis import flow
-from ampmigrate.analysis.scalers import Scaler, callee_definitions, escapes, family, find_scalers, local_bases
+from ampmigrate.analysis.scalers import Scaler, callee_definitions, escapes, family, local_bases, protocol_scalers
 from ampmigrate.api import (
     CLIP_GRAD,
     CLIP_GRAD_METHODS,
@@ -120,6 +121,7 @@ class Event:
     detail: str = ""  # clip: "clip" | "read"; opaque: why
     receiver: Optional[cst.BaseExpression] = None  # how the scaler is named here (`scaler`, `self.scaler`)
     scaled: Optional[cst.BaseExpression] = None  # scaled_backward: what was scaled (`loss` in `scaler.scale(loss)`)
+    elsewhere: str = ""  # clip: the other file of the run defining the helper called here
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,7 @@ class ClipFinding:
     clip: cst.Call  # the clip (or read, or helper) call
     kind: str  # "clip" | "read"
     detail: str  # what is called, for the message
+    elsewhere: str = ""  # the other file defining the helper called, if it is one
     steps: List[Event] = field(default_factory=list)  # the scaler.step events it precedes, in order
 
     def optimizers(self) -> List[Event]:
@@ -448,7 +451,7 @@ class _ProtocolClient(flow.FlowClient):
                         finding = unit.clip_findings.get(clip)
                         if finding is None:
                             kind_, detail = _clip_kind(unit, clip)
-                            finding = unit.clip_findings[clip] = ClipFinding(clip, kind_, detail)
+                            finding = unit.clip_findings[clip] = ClipFinding(clip, kind_, detail, _elsewhere(unit, clip))
                         if event not in finding.steps:
                             finding.steps.append(event)
                 if opt.stable and (opt, event.node) in facts.stepped:
@@ -508,6 +511,10 @@ def _compatible(a: flow.Assignment, b: flow.Assignment) -> bool:
     return all(values.get(key, value) == value for key, value in b)
 
 
+def _elsewhere(unit: UnitAnalysis, clip: cst.CSTNode) -> str:
+    return next((e.elsewhere for e in unit.events.of(clip) if e.node is clip and e.kind == CLIP), "")
+
+
 def _clip_kind(unit: UnitAnalysis, clip: cst.CSTNode) -> Tuple[str, str]:
     for event in unit.events.of(clip):
         if event.node is clip and event.kind == CLIP:
@@ -530,7 +537,7 @@ class _Analyzer:
         self.ctx = ctx
         self.names = ctx.names
         self.module = ctx.module
-        self.scalers = [s for s in find_scalers(ctx) if not s.disabled]
+        self.scalers = [s for s in protocol_scalers(ctx) if not s.disabled]
         self._owners: Dict[int, cst.CSTNode] = {}
         self._summaries: Dict[int, _Summary] = {}
         self._in_progress: Set[int] = set()
@@ -694,7 +701,7 @@ class _Analyzer:
                 return Event(OPAQUE, call, detail="a method of this object that is not defined here")
             if attribute_group and any(self._is_self(arg.value) for arg in call.args):
                 return Event(OPAQUE, call, detail="the object holding the scaler is passed to a call")
-            return None
+            return self._project_helper(call)
         summaries = [self.summary(func) for func, _ in definitions]
         group_ids = {id(s) for s in group}
         reachable = attribute_group or any(b.scope.kind == "module" for s in group for b in s.bindings)
@@ -704,6 +711,20 @@ class _Analyzer:
             kind = "read" if all(s.grads == "read" for s in summaries) else "clip"
             name = self.code(call.func)
             return Event(CLIP, call, detail=("read:" if kind == "read" else "") + name)
+        return None
+
+    def _project_helper(self, call: cst.Call) -> Optional[Event]:
+        """A function of another file of the run that clips (or reads) gradients and never
+        unscales (engine/project_index.py): a clip here, as a helper of this file would be."""
+        index = self.ctx.project_index
+        if index is None:
+            return None
+        for qname in sorted(self.names.qualified_names(call.func)):
+            found = index.clip_helper(qname)
+            if found is not None and found[1] != os.path.abspath(self.ctx.path):
+                kind, path = found
+                detail = ("read:" if kind == "read" else "") + self.code(call.func)
+                return Event(CLIP, call, detail=detail, elsewhere=index.relative(path))
         return None
 
     def _is_self(self, expr: cst.BaseExpression) -> bool:

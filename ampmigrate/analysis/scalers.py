@@ -18,6 +18,7 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
+from ampmigrate.analysis.scaler_typing import protocol_bindings
 from ampmigrate.api import ANY_GRAD_SCALER
 from ampmigrate.engine.context import FileContext
 from ampmigrate.analysis.scaler_containers import (
@@ -72,6 +73,17 @@ def find_scalers(ctx: FileContext) -> List[Scaler]:
     return ctx.shared("scalers", lambda: _find(ctx.names))
 
 
+def protocol_scalers(ctx: FileContext) -> List[Scaler]:
+    """`find_scalers`, plus the names a function uses as a GradScaler although their origin is
+    not in sight (analysis/scaler_typing.py): what the protocol rules read."""
+    return ctx.shared("scalers+protocol", lambda: _with_protocol_typing(ctx))
+
+
+def _with_protocol_typing(ctx: FileContext) -> List[Scaler]:
+    seed = protocol_bindings(ctx.names)
+    return _find(ctx.names, seed) if seed else find_scalers(ctx)
+
+
 def family(scaler: Scaler) -> List[Scaler]:
     """`scaler` and every scaler linked to it, directly or through others."""
     seen: List[Scaler] = [scaler]
@@ -124,9 +136,10 @@ def _key(names: NameIndex, node: cst.BaseExpression) -> Optional[Tuple]:
     return None
 
 
-def _find(names: NameIndex) -> List[Scaler]:
-    # Parameter bindings that some call site binds to a scaler, with that scaler's classes.
-    received: Dict[Binding, FrozenSet[str]] = {}
+def _find(names: NameIndex, seed: Optional[Dict[Binding, FrozenSet[str]]] = None) -> List[Scaler]:
+    # Parameter bindings that some call site binds to a scaler (or typed by protocol: `seed`),
+    # with that scaler's classes.
+    received: Dict[Binding, FrozenSet[str]] = dict(seed or {})
     scalers = _discover(names, received)
     for _ in range(_MAX_PROPAGATION_ROUNDS):
         grown = False

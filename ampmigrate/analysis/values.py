@@ -164,6 +164,9 @@ class Follower:
             return
         if isinstance(expr, cst.Name):
             bindings = self.names.bindings_of(expr)
+            if len(bindings) == 1 and bindings[0].kind == "param":
+                self._through_parameter_default(bindings[0], depth, out, seen)
+                return
             self._through_bindings(bindings, f"`{expr.value}`", self.names.references, depth, out, seen)
             return
         if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
@@ -175,6 +178,11 @@ class Follower:
             option = argparse_option(self.ctx, expr)
             if option is not None:
                 self._through_option(option, depth, out, seen)
+                return
+            field_binding = dataclass_field(self.ctx, expr)
+            if field_binding is not None:
+                via = f"field `{field_binding.name}`"
+                self._through_bindings([field_binding], via, lambda b: [], depth, out, seen)
                 return
         out.complete = False
 
@@ -189,6 +197,25 @@ class Follower:
             if self.check_uses:
                 self._check_uses(binding, via, references(binding), out)
             self._walk(binding.value, via, depth + 1, out, seen)
+
+    def _through_parameter_default(self, binding: Binding, depth, out: Followed, seen) -> None:
+        """A parameter's default is where its value is written when no call of this file passes
+        it (`def train(..., amp_dtype=torch.float16)`); a call that passes it could pass anything."""
+        param = self.names.parent(binding.node)
+        function = binding.scope.node
+        if not isinstance(param, cst.Param) or param.default is None or not isinstance(function, cst.FunctionDef):
+            out.complete = False
+            return
+        if param.star or param not in (*function.params.params, *function.params.kwonly_params, *function.params.posonly_params):
+            out.complete = False
+            return
+        if _passed_by_some_call(self.ctx, function, param) or _called_elsewhere(self.ctx, function):
+            out.complete = False
+            return
+        via = f"the default of parameter `{binding.name}`"
+        if self.check_uses:
+            self._check_uses(binding, via, self.names.references(binding), out)
+        self._walk(param.default, via, depth + 1, out, seen)
 
     def _check_uses(self, binding: Binding, via: str, refs, out: Followed) -> None:
         if out.blocker is not None:
@@ -359,3 +386,111 @@ def argparse_option(ctx: FileContext, attr: cst.Attribute) -> Optional[ArgparseO
         ):
             return None  # args.dtype = ... somewhere: not only the option's value
     return candidates[0]
+
+
+# ---------------------------------------------------------------------------------- data classes
+def dataclass_field(ctx: FileContext, attr: cst.Attribute) -> Optional[Binding]:
+    """For `cfg.amp_dtype` where `cfg` is (annotated as, or made from) a `@dataclass` of this
+    file: the class-body binding of the field (`amp_dtype: torch.dtype = torch.float16`)."""
+    if not isinstance(attr.value, cst.Name):
+        return None
+    classes: Set[cst.ClassDef] = set()
+    for binding in ctx.names.bindings_of(attr.value):
+        if binding.kind == "param" and binding.annotation is not None:
+            target = binding.annotation
+        elif binding.kind == "assign" and isinstance(binding.value, cst.Call):
+            target = binding.value.func
+        else:
+            return None
+        found = _local_class(ctx, target)
+        if found is None:
+            return None
+        classes.add(found)
+    if len(classes) != 1:
+        return None
+    (class_def,) = classes
+    if not any(_is_dataclass_decorator(ctx, d.decorator) for d in class_def.decorators):
+        return None
+    scope = ctx.names.scope_entries.get(class_def.body)
+    fields = scope.bindings.get(attr.attr.value, []) if scope is not None else []
+    if len(fields) != 1 or fields[0].kind not in ("annotation", "assign") or fields[0].value is None:
+        return None
+    if isinstance(fields[0].value, cst.Call):  # `field(default=...)`, a factory: not followed
+        return None
+    return fields[0]
+
+
+def _local_class(ctx: FileContext, expr: cst.BaseExpression) -> Optional[cst.ClassDef]:
+    if isinstance(expr, cst.Annotation):
+        expr = expr.annotation
+    if not isinstance(expr, cst.Name):
+        return None
+    bindings = ctx.names.bindings_of(expr)
+    if len(bindings) == 1 and bindings[0].kind == "class":
+        return bindings[0].node
+    return None
+
+
+def _is_dataclass_decorator(ctx: FileContext, decorator: cst.BaseExpression) -> bool:
+    if isinstance(decorator, cst.Call):
+        decorator = decorator.func
+    return "dataclasses.dataclass" in ctx.names.qualified_names(decorator)
+
+
+def _callable_name(ctx: FileContext, function: cst.FunctionDef) -> str:
+    """How calls spell `function`: its name, or its class's for `__init__`."""
+    if function.name.value == "__init__":
+        owner = ctx.names.enclosing(function, (cst.ClassDef, cst.FunctionDef))
+        if isinstance(owner, cst.ClassDef):
+            return owner.name.value
+    return function.name.value
+
+
+def _called_elsewhere(ctx: FileContext, function: cst.FunctionDef) -> bool:
+    """Another file of the run imports the function (or the class of a method) by name: its
+    calls there may pass anything. (Without a project index, as for one text checked through
+    the API, other files are not known.)"""
+    owner = ctx.names.enclosing(function, (cst.ClassDef, cst.FunctionDef))
+    name = owner.name.value if isinstance(owner, cst.ClassDef) else function.name.value
+    index = ctx.project_index
+    if index is None:
+        return False
+    return name in index.imported_from(ctx.path) or name in ctx.imported_elsewhere
+
+
+def _used_as_value(ctx: FileContext, function: cst.FunctionDef) -> bool:
+    """The function's name is used other than called directly (`name(...)`)."""
+    scope = ctx.names.scope_of(function)
+    for binding in scope.bindings.get(function.name.value, []):
+        if binding.kind != "def" or binding.node is not function:
+            continue
+        for ref in ctx.names.references(binding):
+            parent = ctx.names.parent(ref)
+            if not (isinstance(parent, cst.Call) and parent.func is ref):
+                return True
+    return False
+
+
+def _passed_by_some_call(ctx: FileContext, function: cst.FunctionDef, param: cst.Param) -> bool:
+    """Whether a call in this file may pass `param` of `function`: any call by the function's
+    name (or as a method) that has a `*`/`**` argument, the keyword, or enough positions."""
+    name = _callable_name(ctx, function)
+    if _used_as_value(ctx, function):
+        return True  # `partial(train, dtype=...)`, `Fire(main)`, a callback: called with anything
+    params = function.params
+    positional = [*params.posonly_params, *params.params]
+    position = positional.index(param) if param in positional else None
+    for call in ctx.names.nodes_of_type(cst.Call):
+        func = call.func
+        called = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+        if called != name:
+            continue
+        if any(a.star for a in call.args) or any(a.keyword is not None and a.keyword.value == param.name.value for a in call.args):
+            return True
+        if position is not None:
+            count = sum(1 for a in call.args if a.keyword is None)
+            bound = isinstance(func, cst.Attribute) or function.name.value == "__init__"
+            offset = 1 if bound and positional and positional[0].name.value in ("self", "cls") else 0
+            if count + offset > position:
+                return True
+    return False

@@ -101,6 +101,11 @@ class Cache:
         self.entries = os.path.join(self.keys, key)
         self.writable = True
 
+    @property
+    def index_path(self) -> str:
+        """Where the project index keeps its per-module summaries (engine/project_index.py)."""
+        return os.path.join(self.entries, "project-index.json")
+
     @classmethod
     def open(cls, directory: str, settings: Settings) -> "Cache":
         cache = cls(directory, run_key(settings))

@@ -9,7 +9,7 @@ as CST replacements; the engine turns them into text.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 import libcst as cst
 from libcst.metadata import CodeRange
@@ -19,6 +19,9 @@ from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.names import NameIndex
 from ampmigrate.engine.positions import Positions
 from ampmigrate.rules.base import Rule
+
+if TYPE_CHECKING:
+    from ampmigrate.engine.project_index import ProjectIndex
 
 _MISSING = object()
 
@@ -46,6 +49,8 @@ class FileContext:
         self._quote: Optional[str] = None
         # Module-level names other files of the project import from this one (fix mode only).
         self.imported_elsewhere: FrozenSet[str] = frozenset()
+        # The run's project index (engine/project_index.py), when the runner built one.
+        self.project_index: Optional["ProjectIndex"] = None
 
     def exported(self, binding) -> bool:
         """Whether another module of the project imports this module-level binding by name."""

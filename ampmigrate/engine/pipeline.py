@@ -21,6 +21,7 @@ from ampmigrate.engine.context import FileContext, RuleContext
 from ampmigrate.engine.noqa import file_suppressions, parse_suppressions
 from ampmigrate.engine.prefilter import Prefilter
 from ampmigrate.engine.project import ProjectImports
+from ampmigrate.engine.project_index import ProjectIndex
 from ampmigrate.rules import all_rules, rule_classes
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.meta.amp001_unused_noqa import UnusedNoqa
@@ -71,8 +72,11 @@ class Engine:
         project: Optional[ProjectImports] = None,
         *,
         prefilter: bool = True,
+        index: Optional[ProjectIndex] = None,
     ) -> None:
         self.settings = settings
+        # What the other files of the run do (engine/project_index.py), built before any rule runs.
+        self.index = index
         # What other files import from each module; fixes of such names are withheld (see project.py).
         self.project = project
         candidates = list(rules) if rules is not None else all_rules()
@@ -217,6 +221,7 @@ class Engine:
             return None
         if self.project is not None:
             context.imported_elsewhere = self.project.imported_from(path)
+        context.project_index = self.index
         for rule in rules:
             try:
                 rule.check(RuleContext(context, rule))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Dict, FrozenSet, Iterable, Optional, Set
+from typing import Dict, FrozenSet, Iterable, List, Optional, Set
 
 from ampmigrate.source import SourceError, read_regular_file
 
@@ -49,15 +49,7 @@ class ProjectImports:
                     self._specs_by_name.setdefault(name, set()).add(spec)
 
     def _module_names(self, path: str) -> Set[str]:
-        """Dotted names a file can be imported under: a/b/c.py -> a.b.c, b.c, c."""
-        absolute = Path(os.path.abspath(path))
-        try:
-            parts = list(absolute.relative_to(self.root).with_suffix("").parts)
-        except ValueError:
-            parts = [absolute.stem]
-        if parts and parts[-1] == "__init__":
-            parts = parts[:-1]
-        return {".".join(parts[i:]) for i in range(len(parts))} | {""}
+        return set(module_names(self.root, path)) | {""}
 
     def imported_from(self, path: str) -> FrozenSet[str]:
         """Names other modules import from the module at `path` (`from .x import name` counts)."""
@@ -67,3 +59,15 @@ class ProjectImports:
             for name, specs in self._specs_by_name.items()
             if any(spec in modules for spec in specs if spec)
         )
+
+
+def module_names(root: Path, path: str) -> List[str]:
+    """Dotted names a file under `root` can be imported under, longest first: a/b/c.py -> a.b.c, b.c, c."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        parts = list(absolute.relative_to(root).with_suffix("").parts)
+    except ValueError:
+        parts = [absolute.stem]
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return [".".join(parts[i:]) for i in range(len(parts))]

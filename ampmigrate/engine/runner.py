@@ -27,6 +27,7 @@ from ampmigrate.engine.cache import Cache, content_hash, has_fix_to_apply
 from ampmigrate.engine.notebooks import process_notebook
 from ampmigrate.engine.pipeline import TOO_DEEP, Engine, FileResult, python_rejects
 from ampmigrate.engine.project import ProjectImports
+from ampmigrate.engine.project_index import ProjectIndex
 from ampmigrate.notebook import is_notebook
 from ampmigrate.source import FileTooLarge, SourceError, SourceFile, read_regular_file, write_atomic
 
@@ -134,7 +135,7 @@ def _process_unguarded(
         return FileResult(path, errors=[FileError(path, _too_large(exc.size, engine.settings))])
     except SourceError as exc:
         return FileResult(path, errors=[FileError(path, str(exc))])
-    digest = _digest(source.raw, path, engine.project) if cache is not None or defer_large or screened else ""
+    digest = _digest(source.raw, path, engine.project, engine.index) if cache is not None or defer_large or screened else ""
     if cache is not None:
         cached = _cached(cache, path, job, digest)
         if cached is not None:
@@ -173,13 +174,17 @@ def _process_unguarded(
     return result
 
 
-def _digest(raw: bytes, path: str, project: Optional[ProjectImports]) -> str:
-    """What a file's result depends on besides the run's settings: its bytes, and in fix mode
-    the names other modules import from it (their fixes are withheld)."""
+def _digest(raw: bytes, path: str, project: Optional[ProjectImports], index: Optional[ProjectIndex]) -> str:
+    """What a file's result depends on besides the run's settings: its bytes, in fix mode the
+    names other modules import from it (their fixes are withheld), and what rules learn about it
+    from other files (the project index)."""
     digest = content_hash(raw)
     imported = project.imported_from(path) if project is not None else ()
     if imported:
         digest += ":" + ",".join(sorted(imported))
+    depends = index.dependency_key(path) if index is not None else ""
+    if depends:
+        digest += "@" + depends
     return digest
 
 
@@ -192,7 +197,9 @@ def _cached(cache: Cache, path: str, job: Job, digest: str) -> Optional[FileResu
     return None
 
 
-def _from_cache(path: str, job: Job, cache: Cache, settings: Settings, project: Optional[ProjectImports]) -> Optional[FileResult]:
+def _from_cache(
+    path: str, job: Job, cache: Cache, settings: Settings, project: Optional[ProjectImports], index: Optional[ProjectIndex]
+) -> Optional[FileResult]:
     """In the parent, before any worker: a stored result, or the error of a file that cannot be
     read. A warm run so needs no worker at all."""
     try:
@@ -201,7 +208,7 @@ def _from_cache(path: str, job: Job, cache: Cache, settings: Settings, project: 
         return FileResult(path, errors=[FileError(path, _too_large(exc.size, settings))])
     except SourceError as exc:
         return FileResult(path, errors=[FileError(path, str(exc))])
-    return _cached(cache, path, job, _digest(raw, path, project))
+    return _cached(cache, path, job, _digest(raw, path, project, index))
 
 
 def _too_large(size: int, settings: Settings) -> str:
@@ -253,9 +260,11 @@ def _read(path: str, limit: int) -> _LazySource:
 _WORKER: Optional[Tuple[Engine, Optional[Cache], Job]] = None
 
 
-def _init_worker(settings: Settings, cache: Optional[Cache], project: Optional[ProjectImports], job: Job) -> None:
+def _init_worker(
+    settings: Settings, cache: Optional[Cache], project: Optional[ProjectImports], index: Optional[ProjectIndex], job: Job
+) -> None:
     global _WORKER
-    engine = Engine(settings, project=project)
+    engine = Engine(settings, project=project, index=index)
     engine.before_parse = workers.new_parse  # each LibCST parse gets the whole budget
     _WORKER = (engine, cache, job)
 
@@ -282,6 +291,7 @@ def run_files(
     on_result: Optional[Callable[[FileResult], None]] = None,
     cache: Optional[Cache] = None,
     project: Optional[ProjectImports] = None,
+    index: Optional[ProjectIndex] = None,
 ) -> RunResult:
     """Every file in worker processes (engine/workers.py), also with one job: a file that
     crashes the parser, or goes over its time or memory budget, is that file's error."""
@@ -298,13 +308,13 @@ def run_files(
 
     todo: List[int] = []
     for index, path in enumerate(files):
-        stored = _from_cache(path, job, cache, settings, project) if cache is not None else None
+        stored = _from_cache(path, job, cache, settings, project, index) if cache is not None else None
         if stored is not None:
             done(index, stored)
         else:
             todo.append(index)
     if todo:
-        _run_in_workers(files, todo, settings, job, jobs, cache, project, done)
+        _run_in_workers(files, todo, settings, job, jobs, cache, project, index, done)
     result.results = [outcome for outcome in slots if outcome is not None]
     return result
 
@@ -317,6 +327,7 @@ def _run_in_workers(
     jobs: int,
     cache: Optional[Cache],
     project: Optional[ProjectImports],
+    index: Optional[ProjectIndex],
     done: Callable[[int, Union[FileResult, workers.Failure]], None],
 ) -> None:
     """The files at the indices `todo`, in a pool of watched workers (two rounds, see above)."""
@@ -327,7 +338,7 @@ def _run_in_workers(
     numbered = [(index, (files[index], defer, None)) for index in todo]
     chunks = [numbered[start : start + chunksize] for start in range(0, len(numbered), chunksize)]
     deferred: List[Tuple[int, int, _Deferred]] = []  # (size, index, round one's answer)
-    pool = workers.WorkerPool(size, _init_worker, (settings, cache, project, job), _worker_item, limits(settings))
+    pool = workers.WorkerPool(size, _init_worker, (settings, cache, project, index, job), _worker_item, limits(settings))
     with pool:
         for index, outcome in pool.run(chunks):
             if isinstance(outcome, _Deferred):

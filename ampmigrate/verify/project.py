@@ -18,6 +18,7 @@ from typing import Dict, List, Set
 from ampmigrate.config import DEFAULT_EXCLUDE, Settings
 from ampmigrate.diagnostics import FileError, Finding
 from ampmigrate.discovery import SOURCE_SUFFIXES, discover
+from ampmigrate.engine.project_index import ProjectIndex
 from ampmigrate.engine.runner import Job, run_files
 from ampmigrate.source import SourceError, SourceFile
 
@@ -53,7 +54,8 @@ def migrate_copy(root: str, destination: str, settings: Settings) -> MigratedPro
     _copy_tree(root, project.copy)
     found = discover([root], settings)
     project.errors.extend(found.errors)
-    result = run_files(found.files, settings, Job("fix", unsafe=settings.unsafe_fixes))
+    index = ProjectIndex.build(root, found.files, max_size=settings.max_file_size)  # as `fix` does
+    result = run_files(found.files, settings, Job("fix", unsafe=settings.unsafe_fixes), index=index)
     project.errors.extend(result.all_errors)
     project.remaining = result.findings
     for outcome in result.changed:

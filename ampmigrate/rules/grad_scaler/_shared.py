@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+import ast
+from typing import Callable, List, Optional, Sequence
 
 import libcst as cst
 
@@ -19,11 +20,50 @@ from ampmigrate.analysis.scaler_protocol import (
     EventReader,
     OptimizerKey,
 )
+from ampmigrate.analysis.scaler_typing import has_protocol_shape
 from ampmigrate.engine.names import NameIndex
 from ampmigrate.api import ANY_GRAD_SCALER
+from ampmigrate.rules.base import Rule
 
 TRIGGERS = (r"GradScaler",)  # every scaler of a file is made from (or annotated as) a GradScaler class
 SCALER_PREFIXES = tuple(sorted(ANY_GRAD_SCALER))  # ... and so the file reaches one of them
+
+
+class ProtocolRule(Rule):
+    """A rule that reads the protocol analysis, which also knows scalers only by their use
+    (analysis/scaler_typing.py): a file may name no GradScaler class at all."""
+
+    triggers = (*TRIGGERS, r"\.scale\(")
+
+    def screen(self, tree: ast.Module) -> bool:
+        return _may_hold_scaler(tree)
+
+
+_SCREENED: List = [None, False]  # the last tree screened and its answer (five rules ask in a row)
+
+
+def _may_hold_scaler(tree: ast.Module) -> bool:
+    if _SCREENED[0] is not tree:
+        _SCREENED[:] = [tree, _names_grad_scaler(tree) or has_protocol_shape(tree)]
+    return _SCREENED[1]
+
+
+def _names_grad_scaler(tree: ast.Module) -> bool:
+    """Some identifier, imported name or string (an annotation) spells a GradScaler class."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            text = node.id
+        elif isinstance(node, ast.Attribute):
+            text = node.attr
+        elif isinstance(node, ast.alias):
+            text = node.name
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        else:
+            continue
+        if "GradScaler" in text:
+            return True
+    return False
 
 
 def callee(call: cst.Call) -> cst.CSTNode:
@@ -114,3 +154,14 @@ def remove_statement(fix, names: NameIndex, statement: cst.SimpleStatementLine, 
     if any(line.comment is None for line in following.leading_lines[:1]):
         return  # it is already set apart
     fix.replace(following, following.with_changes(leading_lines=[*blank, *following.leading_lines]))
+
+
+def scaler_origin(ctx, unit) -> str:
+    """" (the GradScaler comes from main.py)" when the unit's scaler is made in no place of this
+    file but another file of the run passes one it makes to this function (the project index)."""
+    index = ctx.file.project_index
+    owner = unit.owner
+    if index is None or not isinstance(owner, cst.FunctionDef) or any(s.creations for s in unit.scalers):
+        return ""
+    made_in = index.scaler_made_in(ctx.path, owner.name.value)
+    return f" (the GradScaler comes from {index.relative(made_in)})" if made_in else ""

@@ -17,22 +17,18 @@ import libcst as cst
 from ampmigrate.analysis import flow
 from ampmigrate.analysis.scaler_protocol import ClipFinding, UnitAnalysis, analyses
 from ampmigrate.diagnostics import UNSAFE
-from ampmigrate.rules.base import Rule
 from ampmigrate.rules.grad_scaler._shared import (
-    TRIGGERS,
     callee,
     in_block,
     line_of,
     simple_expression,
     step_classifier,
 )
-from ampmigrate.rules.grad_scaler._shared import SCALER_PREFIXES
+from ampmigrate.rules.grad_scaler._shared import ProtocolRule, scaler_origin
 
 
-class ClipWithoutUnscale(Rule):
+class ClipWithoutUnscale(ProtocolRule):
     code = "AMP301"
-    triggers = TRIGGERS
-    qualified_prefixes = SCALER_PREFIXES
 
     def check(self, ctx) -> None:
         for unit in analyses(ctx.file):
@@ -45,6 +41,8 @@ class ClipWithoutUnscale(Rule):
         optimizers = [ctx.code(step.optimizer_expr) for step in steps]
         unscales = " and ".join(f"`{scaler}.unscale_({opt})`" for opt in optimizers)
         what = f"`{finding.detail}`" if finding.detail else "this call"
+        if finding.elsewhere:
+            what += f" (defined in {finding.elsewhere})"
         if finding.kind == "read":
             message = (
                 f"{what} reads gradients still multiplied by the loss scale: "
@@ -55,6 +53,7 @@ class ClipWithoutUnscale(Rule):
                 f"{what} clips gradients still multiplied by the loss scale: "
                 f"call {unscales} first, or the threshold applies to scaled gradients"
             )
+        message += scaler_origin(ctx, unit)
         reason, statement = self._fix_blocker(ctx, unit, finding)
         if reason is not None:
             move = accumulation_move(ctx, unit, finding)

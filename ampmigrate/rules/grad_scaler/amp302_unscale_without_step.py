@@ -17,15 +17,12 @@ import libcst as cst
 
 from ampmigrate.analysis import flow
 from ampmigrate.analysis.scaler_protocol import STEP, UNSCALE, Event, UnitAnalysis, analyses
-from ampmigrate.rules.base import Rule
-from ampmigrate.rules.grad_scaler._shared import TRIGGERS, call_statement, callee, direct_statements, moved, remove_statement
-from ampmigrate.rules.grad_scaler._shared import SCALER_PREFIXES
+from ampmigrate.rules.grad_scaler._shared import call_statement, callee, direct_statements, moved, remove_statement
+from ampmigrate.rules.grad_scaler._shared import ProtocolRule
 
 
-class UnscaleWithoutStep(Rule):
+class UnscaleWithoutStep(ProtocolRule):
     code = "AMP302"
-    triggers = TRIGGERS
-    qualified_prefixes = SCALER_PREFIXES
 
     def check(self, ctx) -> None:
         for unit in analyses(ctx.file):

@@ -11,15 +11,12 @@ from __future__ import annotations
 import libcst as cst
 
 from ampmigrate.analysis.scaler_protocol import SCALED_BACKWARD, STEP, UPDATE, UnitAnalysis, analyses
-from ampmigrate.rules.base import Rule
-from ampmigrate.rules.grad_scaler._shared import TRIGGERS, call_statement, callee, line_of, simple_expression
-from ampmigrate.rules.grad_scaler._shared import SCALER_PREFIXES
+from ampmigrate.rules.grad_scaler._shared import call_statement, callee, line_of, simple_expression
+from ampmigrate.rules.grad_scaler._shared import ProtocolRule
 
 
-class OptimizerStepBypassesScaler(Rule):
+class OptimizerStepBypassesScaler(ProtocolRule):
     code = "AMP303"
-    triggers = TRIGGERS
-    qualified_prefixes = SCALER_PREFIXES
 
     def check(self, ctx) -> None:
         for unit in analyses(ctx.file):

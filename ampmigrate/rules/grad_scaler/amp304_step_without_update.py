@@ -14,15 +14,12 @@ from typing import List
 from ampmigrate.analysis import flow
 from ampmigrate.analysis.scaler_protocol import STEP, UPDATE, Event, UnitAnalysis, analyses
 from ampmigrate.analysis.scalers import escapes, family
-from ampmigrate.rules.base import Rule
-from ampmigrate.rules.grad_scaler._shared import TRIGGERS, call_statement, callee, line_of, simple_expression
-from ampmigrate.rules.grad_scaler._shared import SCALER_PREFIXES
+from ampmigrate.rules.grad_scaler._shared import call_statement, callee, line_of, simple_expression
+from ampmigrate.rules.grad_scaler._shared import ProtocolRule
 
 
-class StepWithoutUpdate(Rule):
+class StepWithoutUpdate(ProtocolRule):
     code = "AMP304"
-    triggers = TRIGGERS
-    qualified_prefixes = SCALER_PREFIXES
 
     def check(self, ctx) -> None:
         for unit in analyses(ctx.file):

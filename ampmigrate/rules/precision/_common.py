@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePath
+from typing import Optional
 
 import libcst as cst
 
@@ -48,6 +49,72 @@ def _trains(ctx: FileContext) -> bool:
     ):
         return True
     return any(node.name.value == "training_step" for node in ctx.names.nodes_of_type(cst.FunctionDef))
+
+
+def trained_elsewhere(ctx: FileContext, node: cst.CSTNode) -> Optional[str]:
+    """For code of a file that trains nothing itself: another file of the run that trains and
+    imports, by name, the top-level function or class holding `node` (a model whose forward
+    autocasts, trained in train.py): that file, relative to the project root."""
+    index = ctx.project_index
+    if index is None:
+        return None
+    top = None
+    for ancestor in ctx.names.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            top = ancestor
+    if top is None or _wraps_for_caller(ctx, node):
+        return None
+    trainer = index.trained_with(ctx.path, top.name.value)
+    return index.relative(trainer) if trainer else None
+
+
+def _wraps_for_caller(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """`node` is in a context-manager wrapper (`with autocast(...): yield`, `@contextmanager`):
+    the precision is its caller's choice, not this module's."""
+    for ancestor in ctx.names.ancestors(node):
+        if isinstance(ancestor, cst.FunctionDef):
+            if any(_decorator_name(d.decorator) in ("contextmanager", "asynccontextmanager") for d in ancestor.decorators):
+                return True
+            return any(isinstance(n, (cst.Yield)) and ctx.names.enclosing(n, cst.FunctionDef) is ancestor for n in ctx.names.nodes_of_type(cst.Yield))
+    return False
+
+
+def _decorator_name(decorator: cst.BaseExpression) -> str:
+    if isinstance(decorator, cst.Call):
+        decorator = decorator.func
+    if isinstance(decorator, cst.Attribute):
+        return decorator.attr.value
+    return decorator.value if isinstance(decorator, cst.Name) else ""
+
+
+_NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"})
+_INFERENCE_WORDS = frozenset(
+    {"eval", "evaluate", "evaluation", "val", "valid", "validate", "validation", "test", "infer", "inference",
+     "predict", "prediction", "generate", "generation", "sample", "sampling"}
+)
+_TRAINING_WORDS = frozenset({"train", "training", "fit"})
+
+
+def in_inference_code(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """`node` runs without gradients (inside `with torch.no_grad()` / `inference_mode()`, or a
+    function decorated with them) or in a function named for evaluation (`validate`,
+    `validation_step`, `generate`, ...): float16 there trains nothing."""
+    for ancestor in ctx.names.ancestors(node):
+        if isinstance(ancestor, cst.With) and any(_no_grad(ctx, item.item) for item in ancestor.items):
+            return True
+        if isinstance(ancestor, cst.FunctionDef):
+            if any(_no_grad(ctx, d.decorator) for d in ancestor.decorators):
+                return True
+            words = set(ancestor.name.value.lower().strip("_").split("_"))
+            if words & _INFERENCE_WORDS and not words & _TRAINING_WORDS:
+                return True
+    return False
+
+
+def _no_grad(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, cst.Call):
+        expr = expr.func
+    return bool(ctx.names.qualified_names(expr) & _NO_GRAD)
 
 
 # Identifiers in a condition that pick the precision by hardware: `torch.cuda.is_bf16_supported()`,

@@ -13,7 +13,15 @@ from ampmigrate.api import format_version
 from ampmigrate.diagnostics import Fix
 from ampmigrate.engine.context import rebuild_args
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.precision._common import AMPERE, in_bf16_choice, is_training_file, line_of, recommends_bf16
+from ampmigrate.rules.precision._common import (
+    AMPERE,
+    in_bf16_choice,
+    in_inference_code,
+    is_training_file,
+    line_of,
+    recommends_bf16,
+    trained_elsewhere,
+)
 from ampmigrate.api import ANY_AUTOCAST
 
 BF16_AUTOCAST = (1, 10)  # `dtype=` of torch.autocast / torch.cuda.amp.autocast
@@ -30,17 +38,27 @@ class Float16Autocast(Rule):
     qualified_prefixes = tuple(sorted(ANY_AUTOCAST))
 
     def check(self, ctx) -> None:
-        if not recommends_bf16(ctx) or not is_training_file(ctx.file):
+        if not recommends_bf16(ctx):
             return
+        trains_here = is_training_file(ctx.file)
         shared_fixes: Dict[Tuple[int, ...], Fix] = {}
         scaler_note = " (a GradScaler is then unnecessary: AMP402)" if find_scalers(ctx.file) else ""
         for autocast in autocasts(ctx.file):
             if autocast.opaque or autocast.disabled or autocast.call is None or in_bf16_choice(ctx, autocast.call):
                 continue
+            if in_inference_code(ctx.file, autocast.call):
+                continue
+            note = scaler_note
+            if not trains_here:
+                # A module that trains nothing itself: is what holds the autocast trained elsewhere?
+                trainer = trained_elsewhere(ctx.file, autocast.call)
+                if trainer is None:
+                    continue
+                note = f" (its backward runs in {trainer})"
             if autocast.dtype is None:
-                self._implicit(ctx, autocast, scaler_note)
+                self._implicit(ctx, autocast, note)
             else:
-                self._explicit(ctx, autocast, scaler_note, shared_fixes)
+                self._explicit(ctx, autocast, note, shared_fixes)
 
     # ------------------------------------------------------------------ no dtype: the CUDA default
     def _implicit(self, ctx, autocast: Autocast, scaler_note: str) -> None:

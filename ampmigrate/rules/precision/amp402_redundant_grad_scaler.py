@@ -11,7 +11,7 @@ from ampmigrate.analysis.autocasts import autocasts
 from ampmigrate.analysis.scalers import find_scalers
 from ampmigrate.analysis.values import literal_value
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.precision._common import recommends_bf16
+from ampmigrate.rules.precision._common import in_inference_code, recommends_bf16
 from ampmigrate.rules.precision._scaler_removal import plan_removal
 from ampmigrate.api import ANY_GRAD_SCALER
 
@@ -51,8 +51,8 @@ def _all_autocasts_bf16(ctx) -> bool:
     autocast does not lower to: `dtype = torch.bfloat16 if amp else torch.float32`)."""
     seen_bf16 = False
     for autocast in autocasts(ctx.file):
-        if autocast.disabled:
-            continue
+        if autocast.disabled or (autocast.call is not None and in_inference_code(ctx.file, autocast.call)):
+            continue  # no gradients there for a scaler to protect
         dtypes = autocast.dtypes(ctx.file)
         if dtypes is None or not dtypes <= {"bfloat16", "float32"}:
             return False

@@ -1,7 +1,9 @@
 """AMP409: a model converted to float16 (`.half()`, `.to(torch.float16)`) and then trained.
 
 Only a conversion that is followed, in the same function (or module body), by training the same
-model counts: an optimizer built over `model.parameters()`, or `model.train()`. A `.half()` for
+model counts: an optimizer built over `model.parameters()`, or `model.train()`; or a builder of
+this file that converts and returns the model (`model.half(); return model`), whose caller
+trains what it gets. A `.half()` for
 inference, export or a smaller checkpoint (after training, or with no training in sight) is never
 reported, nor code that keeps float32 master weights itself (apex `FP16_Optimizer`, DeepSpeed).
 """
@@ -35,10 +37,13 @@ _HARMLESS_CALLS = frozenset({"print", "len", "isinstance", "id", "type", "repr",
 
 @dataclass(eq=False)
 class _Conversion:
-    call: cst.Call  # model.half() / model.to(torch.float16)
+    call: cst.Call  # model.half() / model.to(torch.float16); for a builder's result, the call of the builder
     target: str  # "model" or "self.model": what is converted
     statement: cst.CSTNode
     scope: object
+    # `model = build_model(...)` where the builder converts and returns what it builds: the
+    # conversion inside it (where the finding is reported, and the fix belongs).
+    origin: Optional["_Conversion"] = None
 
 
 class PureFp16Training(Rule):
@@ -58,11 +63,21 @@ class PureFp16Training(Rule):
         if is_test_file(ctx.path) or ctx.names.find(MASTER_WEIGHT_WRAPPERS):
             return  # fp32 master weights are kept by the wrapper
         calls = _calls(ctx)
-        for conversion in self._conversions(ctx, calls):
+        conversions = self._conversions(ctx, calls)
+        reported: Set[int] = set()
+        for conversion in conversions + _builder_results(ctx, conversions, calls):
+            origin = conversion.origin or conversion
+            if id(origin) in reported:
+                continue
             training = self._training_use(ctx, conversion, calls)
             if training is None:
                 continue
-            what = "`.half()`" if conversion.call.func.attr.value == "half" else "`.to(torch.float16)`"
+            reported.add(id(origin))
+            what = "`.half()`" if origin.call.func.attr.value == "half" else "`.to(torch.float16)`"
+            if conversion.origin is not None:
+                function = ctx.names.enclosing(origin.call, cst.FunctionDef)
+                what += f" in `{function.name.value}`, which returns it"
+                training += f" in `{_owner_name(ctx, conversion.call)}`"
             message = (
                 f"`{conversion.target}` is converted to float16 ({what}) and then trained ({training}): the "
                 "optimizer updates float16 weights directly, with no float32 master copy, so small updates "
@@ -70,7 +85,7 @@ class PureFp16Training(Rule):
                 "(bfloat16, or float16 with a GradScaler)"
             )
             ctx.report(
-                conversion.call.func.attr,
+                origin.call.func.attr,
                 message,
                 no_fix_reason="the weights must stay float32 and the forward pass move under autocast, which needs a hand",
             )
@@ -167,6 +182,46 @@ class PureFp16Training(Rule):
             ):
                 return None
         return what
+
+
+def _builder_results(ctx, conversions: List[_Conversion], calls: List[cst.Call]) -> List[_Conversion]:
+    """`model = build_model(...)` in one function where `build_model`, a function of this file,
+    converts a name to float16 and returns it (`model.half(); return model`): the conversion
+    reaches the caller, which may train it (pure float16 training split across functions)."""
+    returned: dict = {}  # FunctionDef -> the conversion whose target every `return` gives back
+    for conversion in conversions:
+        function = ctx.names.enclosing(conversion.call, cst.FunctionDef)
+        if function is None or "." in conversion.target or function in returned:
+            continue
+        returns = [
+            node
+            for node in ctx.names.nodes_of_type(cst.Return)
+            if ctx.names.enclosing(node, cst.FunctionDef) is function
+        ]
+        if returns and all(isinstance(r.value, cst.Name) and r.value.value == conversion.target for r in returns):
+            returned[function] = conversion
+    found: List[_Conversion] = []
+    if not returned:
+        return found
+    for call in calls:
+        if not isinstance(call.func, cst.Name):
+            continue
+        bindings = ctx.names.bindings_of(call.func)
+        if len(bindings) != 1 or bindings[0].kind != "def" or bindings[0].node not in returned:
+            continue
+        statement = ctx.names.enclosing(call, cst.BaseSmallStatement)
+        if not (isinstance(statement, cst.Assign) and statement.value is call and len(statement.targets) == 1):
+            continue
+        target = _target_text(ctx, statement.targets[0].target)
+        if target is not None:
+            origin = returned[bindings[0].node]
+            found.append(_Conversion(call, target, statement, ctx.names.scope_of(call), origin))
+    return found
+
+
+def _owner_name(ctx, node: cst.CSTNode) -> str:
+    function = ctx.names.enclosing(node, cst.FunctionDef)
+    return function.name.value if function is not None else "the module body"
 
 
 def _casts_back(ctx, attribute: cst.Attribute) -> bool:
@@ -268,6 +323,7 @@ class _Group:
         self.conversion = False  # a statement that could be a float16 conversion
         self.training = False  # a call that could be a training use
         self.names_passed: Set[str] = set()  # names given to a call (an optimizer given params?)
+        self.returns = False  # a `return` with a value: a builder handing a conversion to its caller?
 
 
 def _may_train_a_conversion(tree: ast.Module) -> bool:
@@ -298,12 +354,19 @@ def _may_train_a_conversion(tree: ast.Module) -> bool:
         elif isinstance(node, ast.Expr) and _could_convert(node):
             for owner in owners:
                 owner.conversion = True
+        elif isinstance(node, ast.Return) and node.value is not None:
+            for owner in owners:
+                owner.returns = True
         elif isinstance(node, ast.Call):
             _note_call(node, owners)
             if any(owner.conversion and owner.training for owner in owners):
                 return True
         stack.extend((child, owners) for child in ast.iter_child_nodes(node))
-    return any(g.conversion and (g.training or g.names_passed & parameter_names) for g in groups)
+    trains = [g.training or bool(g.names_passed & parameter_names) for g in groups]
+    if any(g.conversion and t for g, t in zip(groups, trains)):
+        return True
+    # A builder that converts and returns, trained by another function of the file.
+    return any(g.conversion and g.returns for g in groups) and any(trains)
 
 
 def _could_convert(statement) -> bool:

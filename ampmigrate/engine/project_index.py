@@ -1,0 +1,406 @@
+"""What each module of the run does for training, for rules that need another file's view.
+
+Per-file rules see one file; real projects split a training step across files: the GradScaler
+made in main.py and used in engine.py, a `clip_gradients(model, max_norm)` helper in utils.py
+called between `scaler.scale(loss).backward()` and `scaler.step(opt)`, a model whose forward
+autocasts to float16 in model.py and whose backward runs in train.py. Before the per-file pass,
+the runner builds this index with one cheap pass over every file of the run (the same file
+set: what is not checked is not known): a byte search rules out most files, the rest are read
+with `ast` (never LibCST) into a `ModuleSummary`. Rules query it; nothing flows back.
+
+Summaries depend only on a file's bytes, so they are cached by content hash (one JSON file
+per run key next to the per-file results: engine/cache.py). A file's result depends on the
+summaries of the modules it imports and on which training modules import it;
+`dependency_key(path)` is folded into the per-file cache key so that editing one changes the
+other's entry.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+
+from ampmigrate.engine.project import module_names
+from ampmigrate.source import SourceError, read_bytes
+
+_CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
+_CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
+_FORMAT = 2
+
+
+@dataclass
+class ModuleSummary:
+    trains: bool = False  # calls `.backward()`, makes a GradScaler or defines `training_step`
+    imports: List[str] = field(default_factory=list)  # modules it imports (absolute, dotted)
+    # Functions (top level, `Class.method`) that clip gradients ("clip") with torch's clip
+    # functions and never unscale (nor scale): a clip wherever they are called.
+    clip_helpers: Dict[str, str] = field(default_factory=dict)
+    # Functions and the parameters they use as a GradScaler (analysis/scaler_typing.py's shape).
+    scaler_params: Dict[str, List[str]] = field(default_factory=dict)
+    # Calls passing a GradScaler this module makes: (callee as written, its line).
+    scaler_passed_to: List[Tuple[str, int]] = field(default_factory=list)
+    # Every `from module import name` of the file (any file, not only training code): who
+    # imports what by name, for values a call in another file may pass.
+    from_imports: List[Tuple[str, str]] = field(default_factory=list)
+
+
+class ProjectIndex:
+    def __init__(self, root: str) -> None:
+        self.root = Path(os.path.abspath(root))
+        self.modules: Dict[str, ModuleSummary] = {}  # absolute path -> summary
+        self._by_name: Dict[str, List[str]] = {}  # dotted module name (and its suffixes) -> paths
+        self._importers: Dict[str, List[str]] = {}  # path -> the files of the run importing it
+        self._trained_names: Dict[str, Dict[str, str]] = {}  # path -> name -> a training file importing it
+        # `from X import a, b` of every file (a byte regex): module -> the names imported from it.
+        self._exports: Dict[str, Set[str]] = {}
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def build(cls, root: str, files: Iterable[str], cache_path: Optional[str] = None, max_size: int = 0) -> "ProjectIndex":
+        index = cls(root)
+        cached = _load(cache_path)
+        fresh: Dict[str, Tuple[str, dict]] = {}
+        for path in files:
+            absolute = os.path.abspath(path)
+            raw = _read(absolute, max_size)
+            if raw is None:
+                continue
+            digest = hashlib.blake2b(raw, digest_size=16).hexdigest()
+            entry = cached.get(absolute)
+            if entry is not None and entry[0] == digest:
+                data = entry[1]
+            else:
+                data = asdict(summarize(raw, index.package_of(absolute)))
+            fresh[absolute] = (digest, data)
+            index._add(absolute, ModuleSummary(**data))
+        if cache_path is not None and fresh != cached:
+            _store(cache_path, fresh)
+        index._link()
+        return index
+
+    def _link(self) -> None:
+        """Who imports whom, once (queries are per file; a scan per query would be quadratic)."""
+        self._importers: Dict[str, List[str]] = {}
+        self._trained_names: Dict[str, Dict[str, str]] = {}
+        for path, summary in sorted(self.modules.items()):
+            targets = {self.module_for(spec) for spec in summary.imports}
+            for target in targets:
+                if target is not None and target != path:
+                    self._importers.setdefault(target, []).append(path)
+            if not summary.trains:
+                continue
+            for spec in summary.imports:  # `from model import Net`: recorded as "model" and "model.Net"
+                module, _, name = spec.rpartition(".")
+                target = self.module_for(module) if module else None
+                if target is not None and target != path:
+                    self._trained_names.setdefault(target, {}).setdefault(name, path)
+
+    def _add(self, path: str, summary: ModuleSummary) -> None:
+        summary.scaler_passed_to = [tuple(item) for item in summary.scaler_passed_to]
+        for module, name in summary.from_imports:
+            self._exports.setdefault(module, set()).add(name)
+        self.modules[path] = summary
+        for name in self.module_names(path):
+            self._by_name.setdefault(name, []).append(path)
+
+    def module_names(self, path: str) -> List[str]:
+        """Dotted names a file can be imported under: a/b/c.py -> a.b.c, b.c, c."""
+        return module_names(self.root, path)
+
+    def package_of(self, path: str) -> str:
+        """The package relative imports of the file at `path` start from."""
+        names = self.module_names(path)
+        if not names:
+            return ""
+        return names[0] if os.path.basename(path) == "__init__.py" else names[0].rpartition(".")[0]
+
+    # ------------------------------------------------------------------ queries
+    def module_for(self, dotted: str) -> Optional[str]:
+        """The one file of the run that `dotted` (a module name as imported) denotes: the only
+        file it can name, else the one whose full name (from the root) it is; else None."""
+        dotted = dotted.lstrip(".")
+        paths = self._by_name.get(dotted, [])
+        if len(paths) > 1:
+            paths = [p for p in paths if self.module_names(p)[:1] == [dotted]]
+        return paths[0] if len(paths) == 1 else None
+
+    def function(self, qname: str) -> Optional[Tuple[str, str]]:
+        """For `pkg.utils.clip_gradients` (a qualified name from engine/names.py): the file of
+        the run defining it and the function's name there."""
+        module, _, name = qname.rpartition(".")
+        path = self.module_for(module) if module else None
+        return (path, name) if path is not None else None
+
+    def clip_helper(self, qname: str) -> Optional[Tuple[str, str]]:
+        """("clip" | "read", the defining file) when `qname` is a helper of another file of the
+        run that clips (or reads the norm of) gradients and never unscales."""
+        found = self.function(qname)
+        if found is None:
+            return None
+        path, name = found
+        kind = self.modules[path].clip_helpers.get(name)
+        return (kind, path) if kind else None
+
+    def trained_with(self, path: str, name: str) -> Optional[str]:
+        """Another file of the run that trains (calls `.backward()`, makes a GradScaler, ...) and
+        imports `name` (a function or class) from the module at `path` by name, if any."""
+        return self._trained_names.get(os.path.abspath(path), {}).get(name)
+
+    def scaler_made_in(self, path: str, function: str) -> Optional[str]:
+        """A file of the run that passes a GradScaler it makes to `function` of the module at
+        `path`, which uses one of its parameters as a GradScaler."""
+        absolute = os.path.abspath(path)
+        summary = self.modules.get(absolute)
+        if summary is None or function not in summary.scaler_params:
+            return None
+        for other in self._importers.get(absolute, ()):
+            if any(callee.rpartition(".")[2] == function for callee, _ in self.modules[other].scaler_passed_to):
+                return other
+        return None
+
+    def imported_from(self, path: str) -> FrozenSet[str]:
+        """Names files of the run import from the module at `path` (`from .x import name` counts)."""
+        names: Set[str] = set()
+        for module in self.module_names(path):
+            names |= self._exports.get(module, set())
+        return frozenset(names)
+
+    def dependency_key(self, path: str) -> str:
+        """What of the index a file's result may depend on, as a short hash ("" if nothing)."""
+        absolute = os.path.abspath(path)
+        summary = self.modules.get(absolute)
+        parts: List[str] = []
+        if summary is not None:
+            for spec in summary.imports:
+                other = self.module_for(spec)
+                if other is not None and other != absolute and self.modules[other].clip_helpers:
+                    parts.append(f"{spec}={sorted(self.modules[other].clip_helpers.items())}")
+        exported = self.imported_from(absolute)
+        if exported:
+            parts.append("exports=" + ",".join(sorted(exported)))
+        for name, trainer in sorted(self._trained_names.get(absolute, {}).items()):
+            parts.append(f"trained:{name}={trainer}")
+        for other in self._importers.get(absolute, ()):
+            if self.modules[other].scaler_passed_to:
+                parts.append(f"scaler_from={other}:{self.modules[other].scaler_passed_to}")
+        if not parts:
+            return ""
+        return hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest()
+
+    def relative(self, path: str) -> str:
+        try:
+            return Path(path).relative_to(self.root).as_posix()
+        except ValueError:
+            return os.path.basename(path)
+
+
+# ---------------------------------------------------------------------------------- reading
+def _read(path: str, max_size: int) -> Optional[bytes]:
+    """The one place the index reads a file: unreadable or oversized files are left out (the
+    per-file pass reports them)."""
+    try:
+        if max_size and os.path.getsize(path) > max_size:
+            return None
+        return read_bytes(path)
+    except (OSError, SourceError):
+        return None
+
+
+def _load(cache_path: Optional[str]) -> Dict[str, Tuple[str, dict]]:
+    if cache_path is None:
+        return {}
+    try:
+        with open(cache_path, "r", encoding="utf-8") as handle:
+            data = json.load(handle)
+        if data.get("format") != _FORMAT:
+            return {}
+        return {path: (entry[0], entry[1]) for path, entry in data["modules"].items()}
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return {}
+
+
+def _store(cache_path: str, modules: Dict[str, Tuple[str, dict]]) -> None:
+    try:
+        os.makedirs(os.path.dirname(cache_path), exist_ok=True)
+        temporary = f"{cache_path}.{os.getpid()}.tmp"
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump({"format": _FORMAT, "modules": {p: list(e) for p, e in modules.items()}}, handle)
+        os.replace(temporary, cache_path)
+    except OSError:
+        pass  # a read-only cache directory: go without
+
+
+# ---------------------------------------------------------------------------------- one module
+# Byte regexes first: most files of a framework tree say none of these, and only the files that
+# may define a clip helper or pass a GradScaler are parsed (with `ast`, once).
+_TRAINS = re.compile(rb"\.backward\(|GradScaler\(|def[ \t]+training_step\b")
+_NEEDS_AST = re.compile(rb"clip_grad_(?:norm|value)|\.scale\(|GradScaler\(")
+_IMPORT = re.compile(rb"^[ \t]*import[ \t]+([\w.]+(?:[ \t]*,[ \t]*[\w.]+)*)", re.MULTILINE)
+_FROM = re.compile(rb"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)", re.MULTILINE)
+
+
+def summarize(raw: bytes, package: str) -> ModuleSummary:
+    summary = ModuleSummary()
+    from_imports = _from_imports(raw, package) if b"import" in raw else []
+    summary.from_imports = [(module, name) for module, name in from_imports if name]
+    needs_ast = _NEEDS_AST.search(raw) is not None
+    summary.trains = _TRAINS.search(raw) is not None
+    if not (summary.trains or needs_ast):
+        return summary
+    summary.imports = _imports(raw, from_imports)
+    if not needs_ast:
+        return summary
+    try:
+        tree = ast.parse(raw)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return summary
+    try:
+        _Summarizer(summary).run(tree)
+    except RecursionError:
+        return ModuleSummary(trains=summary.trains, imports=summary.imports)
+    return summary
+
+
+def _imports(raw: bytes, from_imports: List[Tuple[str, str]]) -> List[str]:
+    """Modules a file imports (and `module.name` for each name imported from one), by regex."""
+    found: Set[str] = set()
+    for match in _IMPORT.finditer(raw):
+        for part in match.group(1).decode("utf-8", "replace").split(","):
+            found.add(part.strip())
+    for module, name in from_imports:
+        found.add(module)
+        if name:
+            found.add(f"{module}.{name}")
+    return sorted(found)
+
+
+def _from_imports(raw: bytes, package: str) -> List[Tuple[str, str]]:
+    """(absolute module, name) of each `from module import name` (relative ones resolved against
+    `package`); ("module", "") for a star import or a line the regex cannot split."""
+    found: List[Tuple[str, str]] = []
+    for match in _FROM.finditer(raw):
+        spec = match.group(1).decode("utf-8", "replace")
+        level = len(spec) - len(spec.lstrip("."))
+        module = spec[level:]
+        if level:
+            parts = package.split(".") if package else []
+            parts = parts[: len(parts) - (level - 1)] if level > 1 else parts
+            module = ".".join([*parts, *([module] if module else [])])
+        if not module:
+            continue
+        names = [
+            part.split(" as ")[0].strip(" ()\t\r")
+            for part in re.split(r"[,\n\\]", match.group(2).decode("utf-8", "replace").strip("()"))
+        ]
+        found.extend((module, name) for name in names if name.isidentifier())
+        found.append((module, ""))
+    return found
+
+
+@dataclass
+class _Scope:
+    """What one function (or the module's top level) does, gathered in the one walk."""
+
+    name: str
+    params: Set[str]
+    clips: bool = False
+    unscales: bool = False  # calls `.unscale_` or `.scale`: it knows the protocol
+    scaled: Set[str] = field(default_factory=set)  # parameters with `p.scale(x).backward()`
+    followed: Set[str] = field(default_factory=set)  # names with `.step`/`.unscale_`/`.update` calls
+    made: Set[str] = field(default_factory=set)  # names assigned a GradScaler(...)
+    calls: List[ast.Call] = field(default_factory=list)  # calls with a bare name among their arguments
+
+
+class _Summarizer:
+    def __init__(self, summary: ModuleSummary) -> None:
+        self.summary = summary
+        self.clip_imports: Set[str] = set()  # names imported from torch.nn.utils (any alias)
+
+    def run(self, tree: ast.Module) -> None:
+        scopes: List[_Scope] = []
+        module = _Scope("", set())
+        scopes.append(module)
+        # (node, its scope, the enclosing class name for a direct method)
+        stack: List[Tuple[ast.AST, _Scope, str]] = [(child, module, "") for child in reversed(tree.body)]
+        while stack:
+            node, scope, class_name = stack.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+                named = f"{class_name}.{node.name}" if class_name else node.name
+                inner = _Scope(named if scope is module else "", params)
+                scopes.append(inner)
+                stack.extend((child, inner, "") for child in reversed(node.body))
+                continue
+            if isinstance(node, ast.ClassDef):
+                direct = node.name if scope is module else ""
+                stack.extend((child, scope, direct) for child in reversed(node.body))
+                continue
+            if isinstance(node, ast.Lambda):
+                continue
+            self._node(node, scope)
+            stack.extend((child, scope, "") for child in ast.iter_child_nodes(node))
+        for scope in scopes:
+            if scope.name and scope.clips and not scope.unscales:
+                self.summary.clip_helpers[scope.name] = "clip"
+            typed = sorted(scope.scaled & scope.followed & scope.params)
+            if scope.name and typed:
+                self.summary.scaler_params[scope.name] = typed
+            for call in scope.calls if scope.made else ():
+                values = [*call.args, *(k.value for k in call.keywords)]
+                if any(isinstance(v, ast.Name) and v.id in scope.made for v in values):
+                    callee = _dotted(call.func)
+                    if callee and callee.rpartition(".")[2] not in _GRAD_SCALERS:
+                        self.summary.scaler_passed_to.append((callee, call.lineno))
+        self.summary.scaler_passed_to.sort(key=lambda item: item[1])
+
+    def _node(self, node: ast.AST, scope: _Scope) -> None:
+        if isinstance(node, ast.ImportFrom):
+            if (node.module or "").startswith("torch.nn.utils"):
+                self.clip_imports.update(a.asname or a.name for a in node.names if a.name in _CLIP_CALLEES)
+            return
+        if isinstance(node, ast.Assign):
+            value = node.value
+            if isinstance(value, ast.Call) and _dotted(value.func).rpartition(".")[2] in _GRAD_SCALERS:
+                scope.made.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            return
+        if not isinstance(node, ast.Call):
+            return
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            last = func.attr
+            if last in ("unscale_", "scale"):
+                scope.unscales = True
+            if last in _CLIP_CALLEES and _dotted(func.value) in _CLIP_MODULES:
+                scope.clips = True
+            elif last == "backward":
+                inner = func.value
+                if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "scale":
+                    if isinstance(inner.func.value, ast.Name):
+                        scope.scaled.add(inner.func.value.id)
+            elif last in ("step", "unscale_", "update") and isinstance(func.value, ast.Name):
+                scope.followed.add(func.value.id)
+        elif isinstance(func, ast.Name) and func.id in self.clip_imports:
+            scope.clips = True
+        if any(isinstance(a, ast.Name) for a in node.args) or any(isinstance(k.value, ast.Name) for k in node.keywords):
+            scope.calls.append(node)
+
+
+_GRAD_SCALERS = frozenset({"GradScaler", "ShardedGradScaler"})
+
+
+def _dotted(node: ast.AST) -> str:
+    parts: List[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
