@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from ampmigrate.engine.project import module_names
-from ampmigrate.source import SourceError, read_bytes
+from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
@@ -205,10 +205,8 @@ def _read(path: str, max_size: int) -> Optional[bytes]:
     """The one place the index reads a file: unreadable or oversized files are left out (the
     per-file pass reports them)."""
     try:
-        if max_size and os.path.getsize(path) > max_size:
-            return None
-        return read_bytes(path)
-    except (OSError, SourceError):
+        return read_regular_file(path, max_size or None)  # never blocks on a FIFO or reads a device
+    except SourceError:  # FileTooLarge included
         return None
 
 
