@@ -299,20 +299,20 @@ def run_files(
     result = RunResult()
     slots: List[Optional[FileResult]] = [None] * len(files)
 
-    def done(index: int, outcome: Union[FileResult, workers.Failure]) -> None:
+    def done(slot: int, outcome: Union[FileResult, workers.Failure]) -> None:
         if isinstance(outcome, workers.Failure):
-            outcome = FileResult(files[index], errors=[FileError(files[index], outcome.reason)])
-        slots[index] = outcome
+            outcome = FileResult(files[slot], errors=[FileError(files[slot], outcome.reason)])
+        slots[slot] = outcome
         if on_result:
             on_result(outcome)
 
     todo: List[int] = []
-    for index, path in enumerate(files):
+    for slot, path in enumerate(files):
         stored = _from_cache(path, job, cache, settings, project, index) if cache is not None else None
         if stored is not None:
-            done(index, stored)
+            done(slot, stored)
         else:
-            todo.append(index)
+            todo.append(slot)
     if todo:
         _run_in_workers(files, todo, settings, job, jobs, cache, project, index, done)
     result.results = [outcome for outcome in slots if outcome is not None]
