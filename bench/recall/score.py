@@ -233,9 +233,9 @@ def _fmt(value: Optional[float]) -> str:
     return "  -  " if value is None else f"{value:.3f}"
 
 
-def report(results: List[FileResult], table: dict, skipped: List[str], errors: List[str]) -> None:
+def print_table(title: str, results: List[FileResult], table: dict) -> None:
     repos = sorted({r.annotation.repo for r in results})
-    print(f"corpus: {len(results)} annotated files from {len(repos)} repositories")
+    print(f"{title}: {len(results)} annotated files from {len(repos)} repositories")
     print()
     print("family  must_find  hit  recall   must_not  FP  precision  unreviewed  precision(if unreviewed FP)")
     for family, row in table.items():
@@ -245,6 +245,14 @@ def report(results: List[FileResult], table: dict, skipped: List[str], errors: L
             f"{row['unreviewed']:>10}  {_fmt(row['precision_if_unreviewed_fp'])}"
         )
     print()
+
+
+def report(results: List[FileResult], table: dict, skipped: List[str], errors: List[str],
+           held_out: Optional[Tuple[List[str], List[FileResult], dict]] = None) -> None:
+    print_table("corpus", results, table)
+    if held_out is not None:
+        left_out, held_results, held_table = held_out
+        print_table(f"held out (without {', '.join(left_out)})", held_results, held_table)
     print("== misses")
     for r in results:
         for e in r.misses:
@@ -284,13 +292,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--annotations", type=Path, default=HERE / "annotations")
     parser.add_argument("--reviewed", type=Path, default=HERE / "reviewed.toml")
     parser.add_argument("--only", action="append", default=[], help="score only this repository (OWNER/NAME)")
+    parser.add_argument("--exclude", action="append", default=[],
+                        help="leave this repository out (OWNER/NAME), e.g. one a rule author developed against")
     parser.add_argument("-j", "--jobs", type=int, default=1, help="ampmigrate worker processes per run")
+    parser.add_argument("--also-without", action="append", default=[], metavar="OWNER/NAME",
+                        help="print a second table without these repositories (e.g. those rule authors tuned on)")
     parser.add_argument("--json", type=Path, help="also write the table and every miss/FP here")
     parser.add_argument("--check-arg", action="append", default=[],
                         help="extra argument passed to `ampmigrate check` (repeatable)")
     args = parser.parse_args(argv)
 
-    annotations = [a for a in load_annotations(args.annotations) if not args.only or a.repo in args.only]
+    annotations = [
+        a for a in load_annotations(args.annotations)
+        if (not args.only or a.repo in args.only) and a.repo not in args.exclude
+    ]
     reviewed = load_reviewed(args.reviewed)
     args.corpus.mkdir(parents=True, exist_ok=True)
     config = args.corpus / "recall-config.toml"  # an empty configuration: default settings everywhere
@@ -333,10 +348,15 @@ def main(argv: Optional[List[str]] = None) -> int:
             results.append(score_file(a, per_file.get(a.path, []), reviewed))
 
     table = summarize(results)
-    report(results, table, skipped, errors)
+    held_out = None
+    if args.also_without:
+        held_results = [r for r in results if r.annotation.repo not in args.also_without]
+        held_out = (args.also_without, held_results, summarize(held_results))
+    report(results, table, skipped, errors, held_out)
     if args.json:
         payload = {
             "table": table,
+            "held_out_table": held_out[2] if held_out else None,
             "files": len(results),
             "repositories": sorted({r.annotation.repo for r in results}),
             "misses": [
