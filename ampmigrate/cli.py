@@ -270,7 +270,7 @@ def _reads_stdin(options: dict) -> bool:
 @_selection_options
 @click.option("--output-format", type=click.Choice(FORMATS), default=None, help="full (default), concise, json, github or sarif.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
-@click.option("--unsafe-fixes", is_flag=True, help="Count unsafe fixes as available in the output (with --fix: apply them).")
+@click.option("--unsafe-fixes", is_flag=True, help="Apply safe and unsafe fixes: the same as `ampmigrate fix --unsafe-fixes`.")
 @click.option("--fix", "apply_fixes", is_flag=True, help="Apply the fixes: the same as `ampmigrate fix`.")
 @click.option("--show-fixes", is_flag=True, help="With --fix: list the fixes applied, per file and rule.")
 @click.option("--statistics", is_flag=True, help="Show the number of findings per rule instead of the findings.")
@@ -279,7 +279,8 @@ def _reads_stdin(options: dict) -> bool:
 @click.pass_context
 def check(ctx, **options):
     """Report legacy mixed-precision code in PATHS (default: the current directory; `-`: standard input)."""
-    if options.pop("apply_fixes"):
+    # `check --fix` and `check --unsafe-fixes` are typed from ruff habit: both mean `fix`.
+    if options.pop("apply_fixes") or options["unsafe_fixes"]:
         for unused in ("output_format", "statistics", "add_noqa", "watch"):
             options.pop(unused)
         ctx.invoke(fix, **options, diff=False, exit_non_zero_on_fix=False)

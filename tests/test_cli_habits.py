@@ -66,6 +66,14 @@ def test_check_fix_is_fix(cli, project):
     assert "torch.bfloat16" in path.read_text()
 
 
+def test_check_unsafe_fixes_is_fix_unsafe_fixes(cli, project):
+    path = project / "t.py"
+    path.write_text((ROOT / "tests" / "fixtures" / "AMP401" / "explicit_dtype.py").read_text())
+    result = cli("check", "--no-cache", "--select", "AMP401", "--unsafe-fixes")
+    assert "Fixed" in result.output
+    assert "torch.bfloat16" in path.read_text()
+
+
 def test_statistics(cli, project):
     (project / "a.py").write_text(LEGACY)
     (project / "b.py").write_text("import torch\ns = torch.cuda.amp.GradScaler()\n")
