@@ -27,6 +27,8 @@ class RunSpec:
     protect: List[str] = field(default_factory=list)  # folders whose writes are redirected
     path_map: Dict[str, str] = field(default_factory=dict)  # original root -> migrated copy
     instrument: bool = True  # False: only count steps (the overhead benchmark's plain run)
+    env: Dict[str, str] = field(default_factory=dict)  # added to the run's environment
+    python_path: List[str] = field(default_factory=list)  # put first on the run's import path
 
 
 @dataclass
@@ -92,7 +94,7 @@ class RunResult:
         kinds = sorted({short.get(entry.split(":", 1)[1], entry.split(":", 1)[1]) for entry in self.data.get("autocast", [])})
         label = " + ".join(kinds) if kinds else "fp32"
         if self.data.get("grad_scaler"):
-            label += " + GradScaler"
+            label += " + apex loss scale" if self.apex_emulated else " + GradScaler"
         return label
 
     @property
@@ -101,6 +103,24 @@ class RunResult:
         the optimizer stepped on gradients multiplied by the loss scale."""
         calls = self.data.get("grad_scaler_calls") or {}
         return calls.get("scale", 0) > 0 and calls.get("step", 0) == 0 and calls.get("unscale_", 0) == 0
+
+    @property
+    def clips_scaled_gradients(self) -> bool:
+        """Gradients were clipped while a GradScaler had scaled them and not yet unscaled them."""
+        return self.data.get("clips_on_scaled_gradients", 0) > 0
+
+    @property
+    def skipped_steps(self) -> int:
+        return len(self.data.get("skipped_steps", []))
+
+    @property
+    def every_step_skipped(self) -> bool:
+        """Steps were attempted, and a GradScaler (or apex) skipped every one for inf/NaN gradients."""
+        return self.steps == 0 and self.skipped_steps > 0
+
+    @property
+    def apex_emulated(self) -> bool:
+        return bool(self.data.get("apex_emulation"))
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -118,7 +138,7 @@ def _steady_median(intervals: List[float]) -> Optional[float]:
 
 def execute(spec: RunSpec, workdir: str, name: str, timeout: Optional[float] = None) -> RunResult:
     """Run the harness on `spec` in a subprocess; the script's output goes to `workdir/logs/NAME.log`."""
-    for sub in ("logs", "specs", "results", "scratch"):
+    for sub in ("logs", "specs", "results", "scratch", "progress"):
         os.makedirs(os.path.join(workdir, sub), exist_ok=True)
     log = os.path.join(workdir, "logs", f"{name}.log")
     result_path = os.path.join(workdir, "results", f"{name}.json")
@@ -127,6 +147,7 @@ def execute(spec: RunSpec, workdir: str, name: str, timeout: Optional[float] = N
         result=result_path,
         scratch=os.path.join(workdir, "scratch", name),
         exempt=[workdir],
+        progress=os.path.join(workdir, "progress", name),  # the step count so far (the live counter)
     )
     spec_path = os.path.join(workdir, "specs", f"{name}.json")
     with open(spec_path, "w", encoding="utf-8") as handle:
@@ -136,6 +157,7 @@ def execute(spec: RunSpec, workdir: str, name: str, timeout: Optional[float] = N
     env.setdefault("PYTHONHASHSEED", "0")
     if spec.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # "cuda" means the CPU, even on a GPU machine
+    env.update(spec.env)
     command = [sys.executable, "-m", "ampmigrate.verify.harness", spec_path]
     returncode = 0
     with open(log, "wb") as output:
