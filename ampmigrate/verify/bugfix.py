@@ -53,15 +53,18 @@ def protocol_settings(settings: Settings) -> Optional[Settings]:
     return dataclasses.replace(settings, select=tuple(codes), extend_select=(), ignore=())
 
 
-def bug_fix_program(root: str, destination: str, settings: Settings) -> Optional[BugFixProgram]:
-    """The before with only the protocol fixes the migration applies, or None when there are none."""
+def bug_fix_program(root: str, destination: str, settings: Settings, ignore: Optional[str] = None) -> Optional[BugFixProgram]:
+    """The before with only the protocol fixes the migration applies, or None when there are none.
+    `ignore`: a file of the project that is not part of the before (a given --after script)."""
     selected = protocol_settings(settings)
     if selected is None:
         return None
     project = migrate_copy(root, destination, selected)
-    if not project.changed:
+    skip = _relative(root, ignore) if ignore else None
+    if not any(path != skip for path in project.changed):
         return None
-    return BugFixProgram(project, _fixed_findings(root, selected, project))
+    fixes = [fix for fix in _fixed_findings(root, selected, project) if fix.path != skip]
+    return BugFixProgram(project, fixes)
 
 
 def _fixed_findings(root: str, settings: Settings, project: MigratedProject) -> List[ProtocolFix]:

@@ -162,7 +162,7 @@ def bug_fix_lines(outcome: Outcome) -> List[str]:
     program = outcome.bug_fix
     if program is None:
         return []
-    lines = ["bug fixes the migration also made (the after is judged against the before with only these fixes):"]
+    lines = ["GradScaler protocol bugs `fix` repairs in the before (the after is judged against the before with only these repairs):"]
     for fix in program.fixes:
         lines.append(f"  {fix.code} {fix.path}:{fix.row}: {fix.change} ({fix.message})")
     effect = outcome.bug_fix_comparison

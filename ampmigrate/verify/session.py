@@ -148,8 +148,10 @@ def _verify(options: Options, settings: Settings, outcome: Outcome, progress, li
     after_script, path_map = _prepare_after(options, settings, outcome, script, root, progress)
     if options.after:
         protect.append(os.path.dirname(after_script))
-    else:
-        outcome.bug_fix = bug_fix_program(root, os.path.join(outcome.workdir, "fixed", os.path.basename(root) or "root"), settings)
+    # Also for a given --after: its reference is the before with the protocol bugs `fix` would repair repaired.
+    outcome.bug_fix = bug_fix_program(
+        root, os.path.join(outcome.workdir, "fixed", os.path.basename(root) or "root"), settings, ignore=options.after and after_script
+    )
     runs = options.runs
     jobs = plan_jobs(options.jobs, 3 * runs if outcome.bug_fix else 2 * runs, options.device)
 
@@ -191,28 +193,30 @@ def _verify(options: Options, settings: Settings, outcome: Outcome, progress, li
         )
         sides[0] = _Side("baseline (fp32)", after_script, after_side.path_map, FP32, apex="current")
         first[sides[0].label] = launch(sides[:1], range(0, 1))[0]
-    _check_first(sides, first)
+    _collect(outcome, sides, first)
+    for side in sides:
+        _check_ran(side.label, first[side.label][0])
     rest = dict(zip([s.label for s in sides], launch(sides, range(1, runs)))) if runs > 1 else {s.label: [] for s in sides}
     groups = {s.label: first[s.label] + rest[s.label] for s in sides}
+    _collect(outcome, sides, groups)
     for side in sides:
         for run in groups[side.label][1:]:
             _check_ran(side.label, run)
-    outcome.before_runs = groups[sides[0].label]
-    outcome.after_runs = groups["after"]
-    if fixed:
-        outcome.fixed_runs = groups["fixed before"]
-        outcome.baseline_kind = BASELINE_FIXED
-    outcome.reference_runs = outcome.fixed_runs or outcome.before_runs
     _note_unmigrated(outcome)
-    if outcome.apex_emulated:
-        modules = sorted({m for run in outcome.before_runs for m in run.data.get("apex_emulation", [])})
-        outcome.notes.append(f"the before ran unmodified on ampmigrate's apex emulation ({', '.join(modules)}), not on NVIDIA apex")
     _judge(outcome)
 
 
-def _check_first(sides: List[_Side], first: Dict[str, List[RunResult]]) -> None:
-    for side in sides:
-        _check_ran(side.label, first[side.label][0])
+def _collect(outcome: Outcome, sides: List[_Side], groups: Dict[str, List[RunResult]]) -> None:
+    outcome.before_runs = groups[sides[0].label]
+    outcome.after_runs = groups["after"]
+    if "fixed before" in groups:
+        outcome.fixed_runs = groups["fixed before"]
+        outcome.baseline_kind = BASELINE_FIXED
+    outcome.reference_runs = outcome.fixed_runs or outcome.before_runs
+    note = next((n for n in outcome.notes if "apex emulation" in n), None)
+    if outcome.apex_emulated and note is None:
+        modules = sorted({m for run in outcome.before_runs for m in run.data.get("apex_emulation", [])})
+        outcome.notes.append(f"the before ran unmodified on ampmigrate's apex emulation ({', '.join(modules)}), not on NVIDIA apex")
 
 
 def _check_ran(label: str, run: RunResult) -> None:
