@@ -191,19 +191,35 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer trials (a smoke run, not the study)")
     parser.add_argument("--json", help="write the numbers here")
+    parser.add_argument("--trials", metavar="N200,N1000,N10000", help="trials per cell at 200, 1,000 and 10,000 steps "
+                        "(default 200,150,50)")
+    parser.add_argument("--simulate-only", metavar="TASK:STEPS", help="only simulate one task and length into the cache "
+                        "(to spread the study over several processes; a later run without it reads the cache)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    trials = {200: 200, 1000: 150, 10000: 60} if not args.quick else {200: 40, 1000: 30, 10000: 10}
+    counts = [int(n) for n in args.trials.split(",")] if args.trials else ([200, 150, 50] if not args.quick else [40, 30, 10])
+    trials = dict(zip((200, 1000, 10000), counts))
     lengths = (200, 1000, 10000) if not args.quick else (200, 1000)
     runs = 4
     started = time.perf_counter()
     simulated = {}
+    cache = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".work", "calibration")
+    os.makedirs(cache, exist_ok=True)
     for task in TASKS:
         for steps in lengths:
+            if args.simulate_only and args.simulate_only != f"{task}:{steps}":
+                continue
+            path = os.path.join(cache, f"{task}-{steps}-{trials[steps]}x{runs}.pt")
+            if os.path.exists(path):
+                simulated[task, steps] = torch.load(path)
+                continue
             variants = ACCEPT + (REJECT if steps == 200 else ())
             t0 = time.perf_counter()
             simulated[task, steps] = simulate(task, variants, trials[steps], runs, steps, seed=steps)
+            torch.save(simulated[task, steps], path)
             print(f"simulated {task} {steps} steps x {trials[steps]} trials in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    if args.simulate_only:
+        return
 
     # 1. choose the band and the spread margin for each K and number of stretches
     choices = []

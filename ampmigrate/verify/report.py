@@ -107,7 +107,7 @@ def _table(outcome: Outcome) -> Table:
         f"{comparison.runs} runs per side",
     )
     table.add_row(
-        "final loss (last 5%)",
+        f"final loss (last {100 // len(comparison.bounds)}%)",
         _final_cell(reference, comparison, -1),
         _final_cell(after, comparison, -1),
         f"{comparison.final_difference:+.2%}",

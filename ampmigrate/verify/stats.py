@@ -32,8 +32,8 @@ from typing import List, Optional, Sequence, Tuple
 
 Curve = Sequence[Optional[float]]
 
-SEGMENTS = 20
-MIN_STEPS = 20  # one step per stretch at least
+SEGMENTS = 10
+MIN_STEPS = 20  # two steps per stretch at least
 MIN_RELATIVE_SPREAD = 1e-3
 
 # One-sided 95% quantiles of Student's t by degrees of freedom (the TOST's 90% interval).
@@ -52,12 +52,12 @@ def t95(df: int) -> float:
 class Criterion:
     """The decision's constants; the defaults are the calibrated ones (bench/verify_calibration.py)."""
 
-    runs: int = 3  # K runs per side
-    segments: int = SEGMENTS  # stretches of the run, each smoothed to its mean
-    band: float = 5.0  # curve: |mean paired difference| <= band x spread x sqrt(2/K) in every stretch
-    rms_band: float = 3.0  # ... and their root mean square over the stretches <= this
+    runs: int = 4  # K runs per side
+    segments: int = 10  # stretches of the run, each smoothed to its mean
+    band: float = 4.0  # curve: |mean paired difference| <= band x spread x sqrt(2/K) in every stretch
+    rms_band: float = 2.5  # ... and their root mean square over the stretches <= this
     margin: float = 0.02  # TOST margin, relative to the before's final loss ...
-    spread_margin: float = 4.0  # ... or this many seed-to-seed spreads, whichever is larger
+    spread_margin: float = 4.5  # ... or this many seed-to-seed spreads, whichever is larger
 
 
 DEFAULT = Criterion()
