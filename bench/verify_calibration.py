@@ -30,6 +30,7 @@ divided by 2.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
 import os
@@ -187,6 +188,21 @@ def quantile(values, q):
     return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
 
 
+def measure(simulated, counts_of, runs, criterion):
+    table = {}
+    for (task, steps), curves in simulated.items():
+        names = ACCEPT + (REJECT if steps == 200 else ())
+        table[f"{task} {steps} ({counts_of[task, steps]})"] = rates(curves, names, counts_of[task, steps], runs, criterion)
+    return table
+
+
+def print_table(table) -> None:
+    print(f"{'task, steps (trials)':38}" + "".join(f"{name:>20}" for name in ACCEPT + REJECT))
+    for key, row in table.items():
+        cells = "".join(f"{(row[n] if n in ACCEPT else 1 - row[n]):>20.1%}" if n in row else f"{'':>20}" for n in ACCEPT + REJECT)
+        print(f"{key:38}{cells}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer trials (a smoke run, not the study)")
@@ -195,6 +211,7 @@ def main() -> None:
                         "(default 200,150,50)")
     parser.add_argument("--simulate-only", metavar="TASK:STEPS", help="only simulate one task and length into the cache "
                         "(to spread the study over several processes; a later run without it reads the cache)")
+    parser.add_argument("--cache", help="where simulated curves are kept (default bench/.work/calibration)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     counts = [int(n) for n in args.trials.split(",")] if args.trials else ([200, 150, 50] if not args.quick else [40, 30, 10])
@@ -203,20 +220,25 @@ def main() -> None:
     runs = 4
     started = time.perf_counter()
     simulated = {}
-    cache = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".work", "calibration")
+    counts_of = {}  # trials simulated per (task, steps)
+    cache = args.cache or os.path.join(os.path.dirname(os.path.abspath(__file__)), ".work", "calibration")
     os.makedirs(cache, exist_ok=True)
     for task in TASKS:
         for steps in lengths:
             if args.simulate_only and args.simulate_only != f"{task}:{steps}":
                 continue
             path = os.path.join(cache, f"{task}-{steps}-{trials[steps]}x{runs}.pt")
-            if os.path.exists(path):
+            cached = sorted(glob.glob(os.path.join(cache, f"{task}-{steps}-*x{runs}.pt")))
+            if not args.simulate_only and cached:  # what an earlier (sharded) study simulated
+                path = max(cached, key=lambda p: int(p.rsplit("-", 1)[1].split("x")[0]))
                 simulated[task, steps] = torch.load(path)
+                counts_of[task, steps] = int(path.rsplit("-", 1)[1].split("x")[0])
                 continue
             variants = ACCEPT + (REJECT if steps == 200 else ())
             t0 = time.perf_counter()
             simulated[task, steps] = simulate(task, variants, trials[steps], runs, steps, seed=steps)
             torch.save(simulated[task, steps], path)
+            counts_of[task, steps] = trials[steps]
             print(f"simulated {task} {steps} steps x {trials[steps]} trials in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     if args.simulate_only:
         return
@@ -228,7 +250,7 @@ def main() -> None:
             base = replace(DEFAULT, runs=k, segments=segments)
             bands, paired, margins = [], [], []
             for (task, steps), curves in simulated.items():
-                b, p, m = needed(block_average(curves, steps), trials[steps], runs, base)
+                b, p, m = needed(block_average(curves, steps), counts_of[task, steps], runs, base)
                 bands.append(quantile(b, 0.98))
                 paired.append(quantile(p, 0.98))
                 margins.append(quantile(m, 0.98))
@@ -236,7 +258,7 @@ def main() -> None:
                                 spread_margin=round(max(margins) + 0.05, 1))
             reject = {}
             for task in TASKS:
-                reject[task] = rates(simulated[task, 200], REJECT, trials[200], runs, criterion)
+                reject[task] = rates(simulated[task, 200], REJECT, counts_of[task, 200], runs, criterion)
             worst = {name: min(1 - reject[task][name] for task in TASKS if (task, name) not in CURVE_BLIND) for name in REJECT}
             choices.append((criterion, min(worst.values())))
             print(f"K={k} stretches={segments}: band {criterion.band:g}, rms band {criterion.rms_band:g}, spread margin "
@@ -244,33 +266,21 @@ def main() -> None:
     good = [c for c in choices if c[1] >= 0.95]
     chosen = min(good, key=lambda c: (c[0].runs, -c[1]))[0] if good else max(choices, key=lambda c: c[1])[0]
 
-    # 2. the table: the decision function with the chosen constants, on the raw curves
-    table = {}
-    for (task, steps), curves in simulated.items():
-        names = ACCEPT + (REJECT if steps == 200 else ())
-        table[f"{task} {steps}"] = rates(curves, names, trials[steps], runs, chosen)
+    # 2. the tables: the decision function with the chosen and with the shipped constants, on the raw curves
+    table = measure(simulated, counts_of, runs, chosen)
     print(f"\nchosen: K={chosen.runs} runs per side, {chosen.segments} stretches, band {chosen.band:g}, rms band {chosen.rms_band:g}, "
-          f"margin max({chosen.margin:.0%} of the loss, {chosen.spread_margin:g} spreads)  "
-          f"(shipped default: K={DEFAULT.runs}, {DEFAULT.segments}, {DEFAULT.band:g}, {DEFAULT.margin:.0%}, {DEFAULT.spread_margin:g})")
-    print("\nacceptance rate (identical training; must be >= 95%) / rejection rate (broken; must be >= 95%)")
-    header = f"{'task, steps':32}" + "".join(f"{name:>20}" for name in ACCEPT + REJECT)
-    print(header)
-    for key, row in table.items():
-        cells = "".join(f"{(row[n] if n in ACCEPT else 1 - row[n]):>20.1%}" if n in row else f"{'':>20}" for n in ACCEPT + REJECT)
-        print(f"{key:32}{cells}")
-    if chosen != DEFAULT:
-        shipped = {}
-        for (task, steps), curves in simulated.items():
-            names = ACCEPT + (REJECT if steps == 200 else ())
-            shipped[f"{task} {steps}"] = rates(curves, names, trials[steps], runs, DEFAULT)
-        print("\nwith the shipped default instead:")
-        for key, row in shipped.items():
-            cells = "".join(f"{(row[n] if n in ACCEPT else 1 - row[n]):>20.1%}" if n in row else f"{'':>20}" for n in ACCEPT + REJECT)
-            print(f"{key:32}{cells}")
+          f"margin max({chosen.margin:.0%} of the loss, {chosen.spread_margin:g} spreads)")
+    print("acceptance rate (identical training; must be >= 95%) / rejection rate (broken; must be >= 95%)")
+    print_table(table)
+    shipped = measure(simulated, counts_of, runs, DEFAULT)
+    print(f"\nshipped (stats.DEFAULT: K={DEFAULT.runs}, {DEFAULT.segments} stretches, band {DEFAULT.band:g}, "
+          f"rms band {DEFAULT.rms_band:g}, margin max({DEFAULT.margin:.0%}, {DEFAULT.spread_margin:g} spreads)):")
+    print_table(shipped)
     print(f"\n{time.perf_counter() - started:.0f} s", file=sys.stderr)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"chosen": chosen.__dict__, "trials": trials, "accepted": table}, handle, indent=1)
+            json.dump({"chosen": chosen.__dict__, "accepted": table, "shipped": DEFAULT.__dict__, "accepted_shipped": shipped},
+                      handle, indent=1)
 
 
 if __name__ == "__main__":
