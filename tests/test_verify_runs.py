@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import tempfile
 import textwrap
@@ -184,6 +185,16 @@ def test_bundled_transformer_example_verifies(cli, monkeypatch, tmp_path):
     for row in ("final loss (last 10%)", "difference, 90% CI", "curve (std. errors)", "median step time", "peak memory (RSS)",
                 "CPU: says nothing about a GPU"):
         assert row in result.output
+    # README's sample output of this command has the rows and the verdict line the command prints
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    sample = readme.split("Output of `ampmigrate verify examples/legacy_transformer/train.py --device cpu`")[1]
+    sample = sample.split("```text\n")[1].split("```")[0]
+    table = sample.split("\n\n")[0].splitlines()[2:]  # the table, without its header and rule
+    rows = [re.split(r"\s{2,}", line.strip())[0] for line in table if line.strip()]
+    assert rows and all(row in result.output for row in rows), rows
+    verdict_line = next(line for line in sample.splitlines() if line.startswith("EQUIVALENT"))
+    numbers = re.compile(r"\d+")
+    assert numbers.sub("N", verdict_line.split(" within ")[0]) in numbers.sub("N", " ".join(result.output.split()))
     assert any(0x2800 < ord(ch) <= 0x28FF for ch in result.output)  # the terminal plot
     if plotting:
         assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
