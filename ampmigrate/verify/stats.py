@@ -32,7 +32,7 @@ from typing import List, Optional, Sequence, Tuple
 
 Curve = Sequence[Optional[float]]
 
-SEGMENTS = 10
+SEGMENTS = 20
 MIN_STEPS = 20  # two steps per stretch at least
 MIN_RELATIVE_SPREAD = 1e-3
 
@@ -53,11 +53,11 @@ class Criterion:
     """The decision's constants; the defaults are the calibrated ones (bench/verify_calibration.py)."""
 
     runs: int = 4  # K runs per side
-    segments: int = 10  # stretches of the run, each smoothed to its mean
-    band: float = 4.0  # curve: |mean paired difference| <= band x spread x sqrt(2/K) in every stretch
-    rms_band: float = 2.5  # ... and their root mean square over the stretches <= this
+    segments: int = 20  # stretches of the run, each smoothed to its mean
+    band: float = 4.3  # curve: |mean paired difference| <= band x spread x sqrt(2/K) in every stretch
+    rms_band: float = 1.7  # ... and their root mean square over the stretches <= this
     margin: float = 0.02  # TOST margin, relative to the before's final loss ...
-    spread_margin: float = 4.5  # ... or this many seed-to-seed spreads, whichever is larger
+    spread_margin: float = 3.8  # ... or this many seed-to-seed spreads, whichever is larger
 
 
 DEFAULT = Criterion()
