@@ -104,13 +104,13 @@ AFTERS = {
     "apex_lr2.py": (PROJECTS / "apex_project", [("lr=0.01,", "lr=0.02,")], "train_torch_amp.py"),
     # ... and without zero_grad() (gradients accumulate over the steps).
     "apex_no_zero_grad.py": (PROJECTS / "apex_project", [("            optimizer.zero_grad()\n", "")], "train_torch_amp.py"),
-    # fp16 whose GradScaler starts at an infinite scale: every step is skipped for inf gradients.
+    # fp16 whose GradScaler starts at a scale of 1e38: every step overflows and is skipped (halving takes too long).
     "every_step_skipped.py": (
         PROJECTS / "two_file",
         [
             ("from torch.cuda.amp import GradScaler, autocast", "from torch.amp import GradScaler, autocast"),
             ("with autocast():", 'with autocast("cuda"):', 2),
-            ("scaler = GradScaler()", 'scaler = GradScaler("cuda", init_scale=2.0**200)'),
+            ("scaler = GradScaler()", 'scaler = GradScaler("cuda", init_scale=1e38)'),
         ],
     ),
 }
