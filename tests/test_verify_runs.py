@@ -526,6 +526,7 @@ APEX_SEMANTICS = '''
     from apex.normalization import FusedLayerNorm
     from apex.parallel import DistributedDataParallel, convert_syncbn_model
 
+    torch.manual_seed(0)
     # O2: fp16 model except batch norm, fp32 master weights in the optimizer, fp32 outputs
     model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))
     optimizer = FusedSGD(model.parameters(), lr=0.1)
@@ -542,9 +543,10 @@ APEX_SEMANTICS = '''
         scaled.backward()
     grads = [p.grad for p in amp.master_params(optimizer)]
     assert all(g is not None and g.dtype == torch.float32 for g in grads)
-    before = model[0].weight.detach().clone()
+    before = masters[0].detach().clone()
     optimizer.step()
-    assert not torch.equal(model[0].weight, before)  # the fp16 model follows its masters
+    assert not torch.equal(masters[0], before)
+    assert torch.equal(model[0].weight, masters[0].detach().half())  # the fp16 model follows its masters
 
     # an overflow halves the dynamic scale and skips the next step; static scales never skip
     optimizer.zero_grad()
