@@ -13,6 +13,7 @@ import pytest
 
 from ampmigrate.config import Settings
 from ampmigrate.verify.project import migrate_copy
+from ampmigrate.verify.runner import TimeLimit
 from ampmigrate.verify.sandbox import Sandbox
 from ampmigrate.verify.termplot import line_chart
 
@@ -154,3 +155,34 @@ def test_verify_is_listed_and_has_help(cli):
     assert shown.exit_code == 0
     for option in ("--after", "--root", "--steps", "--seed", "--device", "--runs", "--tolerance", "--json", "--plot", "--isolation", "--clean"):
         assert option in shown.output
+
+
+# ------------------------------------------------------------------------------ runs at a time
+def test_runs_share_the_cores_and_report_their_steps_while_they_run(tmp_path, monkeypatch):
+    import time
+
+    from ampmigrate.verify import batch
+    from ampmigrate.verify.runner import RunResult, RunSpec
+
+    monkeypatch.setattr(batch, "cpu_count", lambda: 4)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("MKL_NUM_THREADS", "3")  # the user's own setting wins
+    assert batch.plan_jobs(None, 8, "cpu") == 4 and batch.plan_jobs(None, 2, "cpu") == 2
+    assert batch.plan_jobs(None, 8, "cuda") == 1 and batch.plan_jobs(3, 8, "cpu") == 3
+    seen_env, lines = [], []
+
+    def fake_execute(spec, workdir, name, timeout=None):
+        seen_env.append(spec.env)
+        os.makedirs(os.path.join(workdir, "progress"), exist_ok=True)
+        with open(os.path.join(workdir, "progress", name), "w") as handle:
+            handle.write("7\n")
+        time.sleep(1.2)  # the counter polls every 0.5 s
+        return RunResult(spec, {"status": "completed"}, "", 0)
+
+    monkeypatch.setattr(batch, "execute", fake_execute)
+    specs = [(RunSpec(label=side, script="x.py", args=[], cwd=".", steps=20, seed=0, device="cpu", env={"A": "1"}), side)
+             for side in ("before", "after")]
+    results = batch.run_all(specs, str(tmp_path), jobs=2, limit=TimeLimit(), live=lines.append)
+    assert [r.spec.label for r in results] == ["before", "after"]
+    assert all(env["OMP_NUM_THREADS"] == "2" and "MKL_NUM_THREADS" not in env and env["A"] == "1" for env in seen_env)
+    assert any("before seed 0: step 7/20" in line and "after seed 0: step 7/20" in line for line in lines), lines

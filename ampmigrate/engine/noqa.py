@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import tokenize
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterator, Optional, Tuple
+from typing import Dict, FrozenSet, Iterator, Tuple
 
 from ampmigrate.source import split_lines
 

@@ -12,14 +12,48 @@ import click
 
 from ampmigrate.config import ConfigError, resolve_settings
 from ampmigrate.verify.session import COULD_NOT_RUN, Options, run_verification
-from ampmigrate.verify.stats import DEFAULT_TOLERANCE, FLOOR_MULTIPLE, MIN_STEPS
+from ampmigrate.verify.stats import DEFAULT, MIN_STEPS
 
 _EPILOG = f"""\b
 Exit status: 0 equivalent, 1 not equivalent, 2 could not run.
-Equivalent: the EMA-smoothed loss of the after run stays within
-{FLOOR_MULTIPLE:g}x the noise floor (the RMS distance between baseline runs
-with different seeds) and the final smoothed losses agree within --tolerance.
+Equivalent: over K runs per side paired by seed, the after's mean loss
+stays within the before runs' seed-to-seed spread along the run, and the
+final losses are equivalent (two one-sided tests) within the larger of
+--tolerance and {DEFAULT.spread_margin:g} seed-to-seed spreads.
 """
+
+
+class LiveLine:
+    """Progress on stderr: stage lines, and on a terminal one line of step counts rewritten in place."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.live = stream.isatty()
+        self.shown = 0
+
+    def line(self, message: str) -> None:
+        self.clear()
+        click.echo(message, err=True)
+
+    def update(self, status: str) -> None:
+        if not self.live:
+            return
+        text = status[: max(20, _width() - 1)]
+        self.stream.write("\r" + text.ljust(self.shown))
+        self.stream.flush()
+        self.shown = len(text)
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r" + " " * self.shown + "\r")
+            self.stream.flush()
+            self.shown = 0
+
+
+def _width() -> int:
+    import shutil
+
+    return shutil.get_terminal_size((100, 20)).columns
 
 
 @click.command(
@@ -32,10 +66,11 @@ with different seeds) and the final smoothed losses agree within --tolerance.
 @click.option("--after", "after", type=click.Path(exists=True, dir_okay=False), help="Compare SCRIPT with this file instead of with SCRIPT migrated.")
 @click.option("--root", type=click.Path(exists=True, file_okay=False), help="The project to migrate, in a temporary copy (default: the script's folder).")
 @click.option("--steps", type=click.IntRange(min=MIN_STEPS), default=200, show_default=True, help="Optimizer steps per run.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the before and after runs; the noise-floor runs use the next ones.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the first run of each side; run k uses seed+k.")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True, help="cpu runs CUDA code on the CPU (CPU autocast, CPU GradScaler).")
-@click.option("--runs", type=click.IntRange(min=2), default=3, show_default=True, help="Baseline runs (seeds) for the noise floor, the first one included.")
-@click.option("--tolerance", type=click.FloatRange(min=0), default=DEFAULT_TOLERANCE, show_default=True, help="Largest relative difference of the final smoothed losses.")
+@click.option("--runs", type=click.IntRange(min=2), default=DEFAULT.runs, show_default=True, help="Runs per side, paired by seed (the error rates in README hold for the default).")
+@click.option("--tolerance", type=click.FloatRange(min=0), default=DEFAULT.margin, show_default=True, help="Equivalence margin of the final loss, relative (at least the seed-to-seed spread's).")
+@click.option("--jobs", type=click.IntRange(min=1), help="Runs at a time (default: one per CPU core; one on a GPU).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the full result (curves, timings, verdict) as JSON.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write the loss curves as a PNG (needs matplotlib).")
 @click.option("--timeout", type=click.FloatRange(min=1), help="Seconds each run may take.")
@@ -50,7 +85,7 @@ with different seeds) and the final smoothed losses agree within --tolerance.
 @click.option("--target-dtype", help="bfloat16 (default) or float16.")
 @click.option("--min-torch", help="Oldest torch the migrated code must run on (default 2.4).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="pyproject.toml to read [tool.ampmigrate] from (default: the nearest to the project root).")
-def verify(script, script_args, after, root, steps, seed, device, runs, tolerance, json_path, plot_path, timeout, keep,
+def verify(script, script_args, after, root, steps, seed, device, runs, tolerance, jobs, json_path, plot_path, timeout, keep,
            clean, isolation, unsafe_fixes, select, extend_select, ignore, target_dtype, min_torch, config_path):
     """Run SCRIPT's training loop before and after the migration and compare the loss curves.
 
@@ -89,16 +124,17 @@ def verify(script, script_args, after, root, steps, seed, device, runs, toleranc
         timeout=timeout,
         keep=keep,
         isolation=isolation,
+        jobs=jobs,
     )
-
-    def progress(message: str) -> None:
-        click.echo(message, err=True)
+    counter = LiveLine(sys.stderr)
 
     try:
-        outcome = run_verification(options, settings, progress)
+        outcome = run_verification(options, settings, counter.line, counter.update)
     except KeyboardInterrupt:
+        counter.clear()
         click.echo("interrupted", err=True)
         sys.exit(COULD_NOT_RUN)
+    counter.clear()
 
     from rich.console import Console
 

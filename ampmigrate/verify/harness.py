@@ -35,6 +35,7 @@ import traceback
 from typing import Any, Callable, Dict, List, Optional
 
 HARNESS_DIR = os.path.dirname(os.path.abspath(__file__))
+APEX_EMULATION = os.path.join(HARNESS_DIR, "apex_emulation")  # holds the emulated `apex` package
 
 
 class StopTraining(BaseException):
@@ -59,6 +60,8 @@ class Recorder:
         self.scaler_used = False  # an enabled GradScaler scaled a loss
         self.scaler_calls = {"scale": 0, "unscale_": 0, "step": 0}  # calls on enabled scalers
         self.autocast_dtypes: Dict[str, None] = {}  # ordered set of "device:dtype" of enabled regions
+        self.clips_on_scaled = 0  # gradient clips while a GradScaler's gradients were still scaled
+        self._scaled_pending = False  # a loss was scaled since the last update() and not unscaled
         self._hook_fired = False
 
     # ------------------------------------------------------------------ observations
@@ -74,6 +77,25 @@ class Recorder:
         self.optimizer_steps += 1
         self._hook_fired = True
         self._close_step(optimizer, skipped=False)
+
+    def on_scaled(self) -> None:
+        self.scaler_used = True
+        self.scaler_calls["scale"] += 1
+        self._scaled_pending = True
+
+    def on_apex_scaled(self) -> None:
+        """apex's scale_loss scaled a loss (it unscales by itself when its block ends)."""
+        self.scaler_used = True
+
+    def on_unscaled(self) -> None:
+        self._scaled_pending = False
+
+    def on_clip(self) -> None:
+        if self._scaled_pending:
+            self.clips_on_scaled += 1
+
+    def on_skipped(self, optimizer: Any) -> None:
+        self._close_step(optimizer, skipped=True)
 
     def on_scaler_step_start(self) -> None:
         self._hook_fired = False
@@ -93,6 +115,8 @@ class Recorder:
             # set aside and the run goes on until N updates were applied.
             self.skipped.append(len(self.step_losses))
             self.pending = []
+            if not self.step_losses and len(self.skipped) >= self.target:
+                raise StopTraining  # N iterations and not one update: every step is being skipped
             return
         if self.synchronize is not None:
             self.synchronize()
@@ -139,8 +163,7 @@ def install_instruments(torch: Any, recorder: Recorder) -> Callable[[], None]:
         scaled = original_scale(self, outputs)
         if scaled is not outputs and isinstance(outputs, torch.Tensor) and outputs.numel() == 1:
             scaled._ampmigrate_unscaled = outputs.detach()
-            recorder.scaler_used = True
-            recorder.scaler_calls["scale"] += 1
+            recorder.on_scaled()
         return scaled
 
     original_step = scaler_class.step
@@ -160,7 +183,15 @@ def install_instruments(torch: Any, recorder: Recorder) -> Callable[[], None]:
     def unscale(self, optimizer):
         if self.is_enabled():
             recorder.scaler_calls["unscale_"] += 1
+            recorder.on_unscaled()
         return original_unscale(self, optimizer)
+
+    original_update = scaler_class.update
+
+    @functools.wraps(original_update)
+    def update(self, *args, **kwargs):
+        recorder.on_unscaled()
+        return original_update(self, *args, **kwargs)
 
     autocast_class = torch.amp.autocast_mode.autocast
     original_enter = autocast_class.__enter__
@@ -174,12 +205,28 @@ def install_instruments(torch: Any, recorder: Recorder) -> Callable[[], None]:
         return original_enter(self)
 
     from torch.optim.optimizer import register_optimizer_step_post_hook
+    from ampmigrate.verify import observe
 
-    replaced = [
+    observe.listen("scaled", recorder.on_apex_scaled)
+    observe.listen("skipped", recorder.on_skipped)
+    clip_module = torch.nn.utils.clip_grad
+    clips = []
+    for name in ("clip_grad_norm_", "clip_grad_value_"):
+        original_clip = getattr(clip_module, name)
+
+        def clip(*args, __original=original_clip, **kwargs):
+            recorder.on_clip()
+            return __original(*args, **kwargs)
+
+        functools.update_wrapper(clip, original_clip)
+        clips += [(clip_module, name, original_clip, clip), (torch.nn.utils, name, getattr(torch.nn.utils, name), clip)]
+
+    replaced = [*clips,
         (torch.autograd, "backward", original_backward, backward),
         (scaler_class, "scale", original_scale, scale),
         (scaler_class, "step", original_step, scaler_step),
         (scaler_class, "unscale_", original_unscale, unscale),
+        (scaler_class, "update", original_update, update),
         (autocast_class, "__enter__", original_enter, enter),
     ]
     for owner, name, _, wrapper in replaced:
@@ -202,23 +249,50 @@ def install_step_counter(torch: Any, recorder: Recorder) -> None:
 
 
 def install_seed_offset(torch: Any, offset: int) -> None:
-    """Shift the script's own seeding by `offset`, so noise-floor runs differ from the baseline."""
+    """Shift the script's own seeding by `offset`, so the runs of other seeds differ even in a script
+    that seeds itself: the global seeds and the generators it makes (`torch.Generator().manual_seed`,
+    `numpy.random.default_rng`, `numpy.random.RandomState`, `random.Random`)."""
     import functools
+
+    def shift(value):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return (value + offset) % (2**32)
+        return value
 
     def shifted(func):
         @functools.wraps(func)
         def seed(value=None, *args, **kwargs):
-            if isinstance(value, int) and not isinstance(value, bool):
-                value = (value + offset) % (2**32)
+            value = shift(value)
             return func(value, *args, **kwargs) if value is not None else func(*args, **kwargs)
 
         return seed
 
     torch.manual_seed = torch.random.manual_seed = shifted(torch.manual_seed)
     random.seed = shifted(random.seed)
+
+    class Generator(torch.Generator):
+        def manual_seed(self, seed):
+            return super().manual_seed(shift(seed))
+
+    class Random(random.Random):
+        def seed(self, a=None, version=2):
+            super().seed(shift(a), version)
+
+    torch.Generator = Generator
+    random.Random = Random
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed = shifted(numpy.random.seed)
+        numpy.random.default_rng = shifted(numpy.random.default_rng)
+
+        class RandomState(numpy.random.RandomState):
+            def __init__(self, seed=None):
+                super().__init__(shift(seed))
+
+            def seed(self, seed=None):
+                super().seed(shift(seed))
+
+        numpy.random.RandomState = RandomState
 
 
 def install_heartbeat(torch: Any, path: Optional[str]) -> None:
@@ -432,6 +506,8 @@ def _collect(torch: Any, result: Dict[str, Any], recorder: Recorder, device: str
     result["grad_scaler"] = recorder.scaler_used
     result["grad_scaler_calls"] = recorder.scaler_calls
     result["autocast"] = list(recorder.autocast_dtypes)
+    result["clips_on_scaled_gradients"] = recorder.clips_on_scaled
+    result["apex_emulation"] = modules_from([APEX_EMULATION])  # the emulated apex modules the script imported
     if device == "cuda":
         result["peak_memory"] = torch.cuda.max_memory_allocated()
         result["memory_kind"] = "cuda"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from rich import box
 from rich.console import Console
@@ -12,14 +12,24 @@ from rich.table import Table
 from rich.text import Text
 
 from ampmigrate.verify.runner import RunResult
-from ampmigrate.verify.session import BASELINE_FP32, COULD_NOT_RUN, EQUIVALENT, Outcome
+from ampmigrate.verify.session import BASELINE_FIXED, BASELINE_FP32, COULD_NOT_RUN, EQUIVALENT, Outcome
+from ampmigrate.verify.stats import Comparison, ema, segment_means
 from ampmigrate.verify.termplot import line_chart
 
 BEFORE_STYLE, AFTER_STYLE, NOISE_STYLE = "cyan", "magenta", "bright_black"
 
 
 def baseline_name(outcome: Outcome) -> str:
-    return "baseline (fp32)" if outcome.baseline_kind == BASELINE_FP32 else "before"
+    return {BASELINE_FP32: "baseline (fp32)", BASELINE_FIXED: "before + fixes"}.get(outcome.baseline_kind, "before")
+
+
+def smoothed(run: RunResult, steps: int) -> List[float]:
+    """A run's curve for the plots: an EMA over a twentieth of the run."""
+    return ema(run.losses[:steps], max(2, steps // 20))
+
+
+def mean_curve(curves: List[List[float]]) -> List[float]:
+    return [sum(values) / len(values) for values in zip(*curves)]
 
 
 def render(outcome: Outcome, console: Console) -> None:
@@ -27,20 +37,26 @@ def render(outcome: Outcome, console: Console) -> None:
         _render_failure(outcome, console)
         return
     console.print(_title(outcome))
-    console.print(_table(outcome))
     comparison = outcome.comparison
-    series = [(f"{baseline_name(outcome)} seed {outcome.options.seed + i + 1}", curve, NOISE_STYLE) for i, curve in enumerate(comparison.noise)]
-    series += [(baseline_name(outcome), comparison.baseline, BEFORE_STYLE), ("after", comparison.after, AFTER_STYLE)]
-    width = max(30, min(72, console.width - 14))
-    console.print(line_chart(series, width=width, height=12))
-    console.print()
+    if comparison is not None:
+        console.print(_table(outcome))
+        steps = comparison.steps
+        reference = [smoothed(run, steps) for run in outcome.reference_runs]
+        after = [smoothed(run, steps) for run in outcome.after_runs]
+        series = [(f"{baseline_name(outcome)}, each seed" if i == 0 else "", curve, NOISE_STYLE) for i, curve in enumerate(reference)]
+        series += [(f"{baseline_name(outcome)} (mean of {len(reference)})", mean_curve(reference), BEFORE_STYLE),
+                   (f"after (mean of {len(after)})", mean_curve(after), AFTER_STYLE)]
+        width = max(30, min(72, console.width - 14))
+        console.print(line_chart(series, width=width, height=12))
+        console.print()
+    _render_bug_fix(outcome, console)
     for note in outcome.notes:
         console.print(Text(f"note: {note}", style="yellow"))
     if outcome.exit_code == EQUIVALENT:
         console.print(Text("EQUIVALENT", style="bold green"), Text(f"— {_criterion(outcome)}"))
     else:
         console.print(Text("NOT EQUIVALENT", style="bold red"))
-        for reason in comparison.reasons:
+        for reason in outcome.reasons:
             console.print(f"  - {reason}")
     if outcome.kept:
         console.print(Text(f"logs and the migrated copy: {outcome.workdir}", style="dim"))
@@ -49,11 +65,12 @@ def render(outcome: Outcome, console: Console) -> None:
 def _title(outcome: Outcome) -> Text:
     options = outcome.options
     after = options.after or "the migrated copy"
-    run = outcome.after
+    run = outcome.after or outcome.before_result
     device = run.device if run else options.device
     mapped = " (CUDA mapped to CPU)" if run and run.data.get("cuda_mapped") else ""
     title = Text.assemble(("ampmigrate verify ", "bold"), f"{options.script} vs. {after}\n")
-    details = f"device {device}{mapped}, {options.steps} steps, seed {options.seed}"
+    seeds = f"seeds {options.seed}-{options.seed + options.runs - 1}" if options.runs > 1 else f"seed {options.seed}"
+    details = f"device {device}{mapped}, {options.steps} steps, {options.runs} runs per side ({seeds})"
     if run and run.data.get("torch"):
         details += f", torch {run.data['torch']}"
     details += f", isolation {outcome.isolation}"
@@ -67,55 +84,104 @@ def _title(outcome: Outcome) -> Text:
     return title
 
 
+def _final_cell(runs: List[RunResult], comparison: Comparison, index: int) -> str:
+    finals = [segment_means(run.losses[: comparison.steps], comparison.bounds)[index] for run in runs]
+    centre = sum(finals) / len(finals)
+    spread = max(finals) - min(finals)
+    return f"{centre:.4f} ± {spread / 2:.4f}"
+
+
 def _table(outcome: Outcome) -> Table:
-    baseline, after, comparison = outcome.baseline, outcome.after, outcome.comparison
+    reference, after, comparison = outcome.reference_runs, outcome.after_runs, outcome.comparison
+    criterion = comparison.criterion
     table = Table(show_header=True, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("", no_wrap=True)
     table.add_column(baseline_name(outcome), style=BEFORE_STYLE, justify="right", no_wrap=True)
     table.add_column("after", style=AFTER_STYLE, justify="right", no_wrap=True)
     table.add_column("", justify="right", no_wrap=True)
-    table.add_row("precision", baseline.precision_label(), after.precision_label(), "")
-    skipped = [len(run.data.get("skipped_steps", [])) for run in (baseline, after)]
+    table.add_row("precision", reference[0].precision_label(), after[0].precision_label(), "")
+    skipped = [sum(run.skipped_steps for run in runs) for runs in (reference, after)]
     table.add_row(
-        "steps run",
-        f"{baseline.steps}" + (f" (+{skipped[0]} skipped)" if skipped[0] else ""),
-        f"{after.steps}" + (f" (+{skipped[1]} skipped)" if skipped[1] else ""),
+        "steps run (each)",
+        f"{reference[0].steps}" + (f" (+{skipped[0]} skipped)" if skipped[0] else ""),
+        f"{after[0].steps}" + (f" (+{skipped[1]} skipped)" if skipped[1] else ""),
+        f"{comparison.runs} runs per side",
+    )
+    table.add_row(
+        f"final loss (last {100 // len(comparison.bounds)}%)",
+        _final_cell(reference, comparison, -1),
+        _final_cell(after, comparison, -1),
+        f"{comparison.final_difference:+.2%}",
+    )
+    table.add_row(
+        "  difference, 90% CI",
         "",
+        f"[{comparison.final_low:+.3g}, {comparison.final_high:+.3g}]",
+        f"margin ±{comparison.final_margin:.3g}",
     )
     table.add_row(
-        "final loss (EMA)",
-        f"{comparison.final_baseline:.4f}",
-        f"{comparison.final_after:.4f}",
-        f"{comparison.final_difference:+.2%} (tol. {comparison.tolerance:.0%})",
+        "curve (std. errors)",
+        "",
+        f"max {comparison.band_ratio:.2f}, rms {comparison.rms_ratio:.2f}",
+        f"limits {criterion.band:g}, {criterion.rms_band:g}",
     )
-    if math.isfinite(comparison.max_deviation):
-        deviation = f"{comparison.max_deviation:.3g} @ {comparison.max_deviation_step}"
-        ratio = f"{comparison.ratio:.2f}x floor (max {comparison.multiple:g}x)"
-    else:
-        deviation, ratio = f"not finite @ {comparison.max_deviation_step}", ""
-    table.add_row("max deviation (EMA)", "", deviation, ratio)
-    floor_note = " (min.)" if comparison.floor_raised else ""
-    table.add_row("noise floor", f"{comparison.noise_floor:.3g}{floor_note}", "", f"{len(comparison.noise) + 1} seeds")
-    before_time, after_time = baseline.median_step_time, after.median_step_time
-    speedup = f"{before_time / after_time:.2f}x speedup" if before_time and after_time else ""
+    cpu = (after[0].device or "") == "cpu"
+    before_time, after_time = _median([r.median_step_time for r in reference]), _median([r.median_step_time for r in after])
+    speedup = f"{before_time / after_time:.2f}x" + ("" if cpu else " speedup") if before_time and after_time else ""
     table.add_row("median step time", _seconds(before_time), _seconds(after_time), speedup)
-    memory_label = "peak GPU memory" if after.memory_kind == "cuda" else "peak memory (RSS)"
-    before_memory, after_memory = baseline.peak_memory, after.peak_memory
+    memory_label = "peak GPU memory" if after[0].memory_kind == "cuda" else "peak memory (RSS)"
+    before_memory, after_memory = reference[0].peak_memory, after[0].peak_memory
     saving = ""
     if before_memory and after_memory:
         saving = f"{(after_memory - before_memory) / before_memory:+.1%}"
     table.add_row(memory_label, _bytes(before_memory), _bytes(after_memory), saving)
+    if cpu:
+        table.add_row("", "", "", Text("CPU: says nothing about a GPU", style="dim"))
     verdict = Text("equivalent", style="bold green") if outcome.exit_code == EQUIVALENT else Text("NOT equivalent", style="bold red")
     table.add_row("verdict", "", verdict, "")
     return table
 
 
+def _median(values: List[Optional[float]]) -> Optional[float]:
+    known = sorted(v for v in values if v)
+    return known[len(known) // 2] if known else None
+
+
 def _criterion(outcome: Outcome) -> str:
     comparison = outcome.comparison
+    criterion = comparison.criterion
     return (
-        f"the smoothed loss stays within {comparison.multiple:g}x the seed-to-seed noise floor of the "
-        f"{baseline_name(outcome)} run and the final losses agree within {comparison.tolerance:.0%}"
+        f"{comparison.runs} runs per side, paired by seed: the after's mean loss stays within the "
+        f"{baseline_name(outcome)} runs' seed-to-seed spread along the run (at most {criterion.band:g}, "
+        f"rms {criterion.rms_band:g} standard errors) and the final losses are equivalent within "
+        f"±{comparison.final_margin:.4g} (two one-sided tests, 5% each)"
     )
+
+
+def bug_fix_lines(outcome: Outcome) -> List[str]:
+    """The protocol fixes the migration made, and what they did to the training, in words."""
+    program = outcome.bug_fix
+    if program is None:
+        return []
+    lines = ["GradScaler protocol bugs `fix` repairs in the before (the after is judged against the before with only these repairs):"]
+    for fix in program.fixes:
+        lines.append(f"  {fix.code} {fix.path}:{fix.row}: {fix.change} ({fix.message})")
+    effect = outcome.bug_fix_comparison
+    if effect is not None:
+        first, last = effect.steps_of(len(effect.bounds) - 1)
+        change = "changed the training beyond seed-to-seed variation" if effect.reasons else "changed the training no more than another seed would"
+        lines.append(
+            f"  effect: final loss (steps {first}-{last}, mean of {effect.runs} seeds) {effect.final_before:.4f} before, "
+            f"{effect.final_after:.4f} with the fix ({effect.final_difference:+.1%}); the fix {change}"
+        )
+    return lines
+
+
+def _render_bug_fix(outcome: Outcome, console: Console) -> None:
+    for index, line in enumerate(bug_fix_lines(outcome)):
+        console.print(Text(line, style="bold" if index == 0 else ""))
+    if outcome.bug_fix is not None:
+        console.print()
 
 
 def _render_failure(outcome: Outcome, console: Console) -> None:
@@ -166,6 +232,8 @@ def _run_json(run: Optional[RunResult]) -> Optional[Dict[str, Any]]:
         "cuda_mapped_to_cpu": run.data.get("cuda_mapped"),
         "steps": run.steps,
         "skipped_steps": run.data.get("skipped_steps", []),
+        "clips_on_scaled_gradients": run.data.get("clips_on_scaled_gradients", 0),
+        "apex_emulation": run.data.get("apex_emulation", []),
         "losses": [_finite_or_none(v) for v in run.losses],
         "median_step_time_s": run.median_step_time,
         "peak_memory_bytes": run.peak_memory,
@@ -177,13 +245,39 @@ def _run_json(run: Optional[RunResult]) -> Optional[Dict[str, Any]]:
     }
 
 
+def _comparison_json(comparison: Optional[Comparison]) -> Optional[Dict[str, Any]]:
+    if comparison is None:
+        return None
+    criterion = comparison.criterion
+    return {
+        "runs_per_side": comparison.runs,
+        "steps": comparison.steps,
+        "stretches": comparison.bounds,
+        "mean_loss_reference": comparison.before,
+        "mean_loss_after": [_finite_or_none(v) for v in comparison.after],
+        "seed_spread": comparison.spread,
+        "band_ratios": [_finite_or_none(v) for v in comparison.band_ratios],
+        "band_ratio_max": _finite_or_none(comparison.band_ratio),
+        "band_ratio_rms": _finite_or_none(comparison.rms_ratio),
+        "final_loss_reference": comparison.final_before,
+        "final_loss_after": _finite_or_none(comparison.final_after),
+        "final_relative_difference": _finite_or_none(comparison.final_difference),
+        "final_difference_interval_90": [_finite_or_none(comparison.final_low), _finite_or_none(comparison.final_high)],
+        "final_margin": comparison.final_margin,
+        "criterion": {"band": criterion.band, "rms_band": criterion.rms_band, "margin": criterion.margin,
+                      "spread_margin": criterion.spread_margin, "stretches": criterion.segments},
+        "reasons": comparison.reasons,
+    }
+
+
 def to_json(outcome: Outcome) -> Dict[str, Any]:
-    comparison = outcome.comparison
     data: Dict[str, Any] = {
         "verdict": outcome.verdict,
         "exit_code": outcome.exit_code,
         "problem": outcome.problem,
-        "baseline": "fp32 after" if outcome.baseline_kind == BASELINE_FP32 else "before",
+        "reasons": outcome.reasons,
+        "baseline": {BASELINE_FP32: "fp32 after", BASELINE_FIXED: "before with protocol fixes"}.get(outcome.baseline_kind, "before"),
+        "apex_emulation": outcome.apex_emulated,
         "notes": outcome.notes,
         "isolation": outcome.isolation,
         "options": {
@@ -199,12 +293,12 @@ def to_json(outcome: Outcome) -> Dict[str, Any]:
         },
         "migration": None,
         "runs": {
-            "before": _run_json(outcome.before_result),
-            "baseline": _run_json(outcome.baseline),
-            "after": _run_json(outcome.after),
-            "noise": [_run_json(run) for run in outcome.noise],
+            "before": [_run_json(run) for run in outcome.before_runs],
+            "fixed_before": [_run_json(run) for run in outcome.fixed_runs],
+            "after": [_run_json(run) for run in outcome.after_runs],
         },
-        "comparison": None,
+        "comparison": _comparison_json(outcome.comparison),
+        "bug_fix": None,
         "workdir": outcome.workdir if outcome.kept else None,
     }
     if outcome.project is not None:
@@ -215,25 +309,10 @@ def to_json(outcome: Outcome) -> Dict[str, Any]:
             "remaining_findings": [f"{f.path}:{f.location.row}:{f.location.column}: {f.code}" for f in outcome.project.remaining],
             "errors": [str(e) for e in outcome.project.errors],
         }
-    if comparison is not None:
-        data["comparison"] = {
-            "steps": comparison.steps,
-            "ema_span": comparison.span,
-            "final_loss_baseline": comparison.final_baseline,
-            "final_loss_after": _finite_or_none(comparison.final_after),
-            "final_relative_difference": _finite_or_none(comparison.final_difference),
-            "max_smoothed_deviation": _finite_or_none(comparison.max_deviation),
-            "max_deviation_step": comparison.max_deviation_step,
-            "noise_floor": comparison.noise_floor,
-            "noise_floor_is_minimum": comparison.floor_raised,
-            "deviation_to_floor": _finite_or_none(comparison.ratio),
-            "floor_multiple_limit": comparison.multiple,
-            "tolerance": comparison.tolerance,
-            "reasons": comparison.reasons,
-            "smoothed": {
-                "baseline": comparison.baseline,
-                "after": [_finite_or_none(v) for v in comparison.after],
-                "noise": comparison.noise,
-            },
+    if outcome.bug_fix is not None:
+        data["bug_fix"] = {
+            "fixes": [fix.__dict__ for fix in outcome.bug_fix.fixes],
+            "effect": _comparison_json(outcome.bug_fix_comparison),
+            "summary": bug_fix_lines(outcome),
         }
     return data

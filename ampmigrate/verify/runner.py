@@ -106,7 +106,7 @@ class RunResult:
         kinds = sorted({short.get(entry.split(":", 1)[1], entry.split(":", 1)[1]) for entry in self.data.get("autocast", [])})
         label = " + ".join(kinds) if kinds else "fp32"
         if self.data.get("grad_scaler"):
-            label += " + GradScaler"
+            label += " + apex loss scale" if self.apex_emulated else " + GradScaler"
         return label
 
     @property
@@ -115,6 +115,24 @@ class RunResult:
         the optimizer stepped on gradients multiplied by the loss scale."""
         calls = self.data.get("grad_scaler_calls") or {}
         return calls.get("scale", 0) > 0 and calls.get("step", 0) == 0 and calls.get("unscale_", 0) == 0
+
+    @property
+    def clips_scaled_gradients(self) -> bool:
+        """Gradients were clipped while a GradScaler had scaled them and not yet unscaled them."""
+        return self.data.get("clips_on_scaled_gradients", 0) > 0
+
+    @property
+    def skipped_steps(self) -> int:
+        return len(self.data.get("skipped_steps", []))
+
+    @property
+    def every_step_skipped(self) -> bool:
+        """Steps were attempted, and a GradScaler (or apex) skipped every one for inf/NaN gradients."""
+        return self.steps == 0 and self.skipped_steps > 0
+
+    @property
+    def apex_emulated(self) -> bool:
+        return bool(self.data.get("apex_emulation"))
 
     def log_tail(self, lines: int = 30) -> str:
         try:

@@ -67,7 +67,7 @@ def line_chart(series: Sequence[Series], width: int = 64, height: int = 12, y_la
     first, last = "1", f"step {length}"
     text.append(" " * (margin + 1) + first + " " * max(1, width - len(first) - len(last)) + last + "\n", style="dim")
     legend = Text(" " * (margin + 1))
-    for index, (label, _, style) in enumerate(series):
+    for index, (label, _, style) in enumerate(s for s in series if s[0]):  # unlabelled series share a label
         if index:
             legend.append("   ")
         legend.append("━━ ", style=style)

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import re
 
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
