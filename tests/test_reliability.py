@@ -69,8 +69,12 @@ _PATCH = textwrap.dedent(
 )
 
 
+_CACHES = tempfile.TemporaryDirectory(prefix="amp-cache-")  # removed when the test session ends
+
+
 def _env():
-    return {**os.environ, "PYTHONPATH": str(ROOT), "AMPMIGRATE_CACHE_DIR": tempfile.mkdtemp(prefix="amp-cache-")}
+    cache = tempfile.mkdtemp(dir=_CACHES.name)  # a fresh cache per command
+    return {**os.environ, "PYTHONPATH": str(ROOT), "AMPMIGRATE_CACHE_DIR": cache}
 
 
 def _run(cwd, *args, timeout=TIMEOUT):
