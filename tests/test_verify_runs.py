@@ -100,6 +100,14 @@ AFTERS = {
             ("lr=args.lr,", "lr=30 * args.lr,"),
         ],
     ),
+    # The legacy LM respelled to torch.amp but still clipping the scaled gradients (AMP301 not applied).
+    "lm_clips_scaled.py": (
+        PROJECTS / "legacy_lm",
+        [
+            ("torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")'),
+            ("torch.cuda.amp.autocast()", 'torch.amp.autocast("cuda")'),
+        ],
+    ),
     # The apex project migrated by hand to torch.amp, with the learning rate doubled ...
     "apex_lr2.py": (PROJECTS / "apex_project", [("lr=0.01,", "lr=0.02,")], "train_torch_amp.py"),
     # ... and without zero_grad() (gradients accumulate over the steps).
@@ -322,6 +330,17 @@ def test_legacy_lm_after_with_a_30x_learning_rate_is_rejected(cli, monkeypatch, 
     assert result.exit_code == 1, result.output
     assert data["bug_fix"]["fixes"][0]["code"] == "AMP301"  # judged against the before with the fix
     assert data["comparison"]["reasons"]
+
+
+def test_an_after_that_clips_scaled_gradients_is_rejected(cli, monkeypatch, tmp_path):
+    # AdamW hides a constant gradient scale from the curve; the clip's view of the gradients does not.
+    project = project_with_after(tmp_path / "legacy_lm", "lm_clips_scaled.py")
+
+    result, data = run_verify(cli, monkeypatch, project, "train.py", "--after", "lm_clips_scaled.py", "--steps", "40", "--runs", "2")
+
+    assert result.exit_code == 1, result.output
+    assert data["runs"]["after"][0]["clips_on_scaled_gradients"] > 0
+    assert any("clips gradients that a GradScaler scaled" in reason for reason in data["reasons"])
 
 
 def test_an_after_whose_every_step_is_skipped_is_not_equivalent(cli, monkeypatch, tmp_path):
