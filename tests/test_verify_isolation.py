@@ -89,7 +89,7 @@ def leaky_world(base: Path):
 
 
 def verify_args(script: Path, mode: str, report: Path, *script_args: str):
-    return ["verify", str(script), "--device", "cpu", "--isolation", mode, "--steps", "10", "--runs", "2",
+    return ["verify", str(script), "--device", "cpu", "--isolation", mode, "--steps", "20", "--runs", "2",
             "--json", str(report), "--", *script_args]
 
 
@@ -207,7 +207,7 @@ def test_leak_suite_as_an_unprivileged_user():
 
         # A file of another user cannot be copied into the run's layer: the write fails, and says why.
         completed = subprocess.run(
-            nobody + ["verify", str(project / "write_shared.py"), "--device", "cpu", "--isolation", "namespace", "--steps", "10"],
+            nobody + ["verify", str(project / "write_shared.py"), "--device", "cpu", "--isolation", "namespace", "--steps", "20"],
             cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
         )
         assert completed.returncode == 2, completed.stdout + completed.stderr
@@ -295,7 +295,7 @@ def test_no_process_outlives_verify(how, tmp_path, quiet_runs):
     marker = f"ampmigrate-test-{uuid.uuid4().hex}"
     env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(quiet_runs), OMP_NUM_THREADS="1")
     verify = subprocess.Popen(
-        [sys.executable, "-m", "ampmigrate", "verify", "hang.py", "--device", "cpu", "--steps", "10", "--", marker],
+        [sys.executable, "-m", "ampmigrate", "verify", "hang.py", "--device", "cpu", "--steps", "20", "--", marker],
         cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     try:
@@ -401,7 +401,7 @@ def test_script_shapes_verify_on_the_cpu(script, cli, monkeypatch, tmp_path):
     monkeypatch.chdir(project)
     report = tmp_path / "report.json"
 
-    result = cli("verify", script, "--device", "cpu", "--steps", "10", "--runs", "2", "--json", str(report))
+    result = cli("verify", script, "--device", "cpu", "--steps", "20", "--runs", "2", "--json", str(report))
 
     assert reached_a_verdict(result, report), result.output
     data = json.loads(report.read_text())
