@@ -128,7 +128,7 @@ def test_check_hook_fails_fix_hook_rewrites_then_everything_passes(user_reposito
     fix = _pre_commit(repo, hook_repository, "ampmigrate-fix")
     assert fix.returncode == 1, fix.stdout + fix.stderr
     assert "files were modified by this hook" in fix.stdout
-    assert "Fixed 2 findings in 1 file." in fix.stdout
+    assert "Fixed 3 findings in 1 file." in fix.stdout
     assert (repo / "train.py").read_text(encoding="utf-8") == FIXED_TRAINING
 
     _git(repo, "add", "-u")
