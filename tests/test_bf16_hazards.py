@@ -49,3 +49,17 @@ def test_float32_input_or_lookalike_is_no_hazard(imports, loss):
     text = TRAIN.format(imports=imports, loss=loss)
     fixed = fix(text, **{"unsafe-fixes": True})
     assert "dtype=torch.bfloat16" in fixed and "GradScaler" not in fixed
+
+
+@pytest.mark.parametrize("op", ["stft", "rfft"])
+def test_the_table_holds_for_installed_torch_on_cpu(op):
+    """The premise: these ops reject bfloat16 (float32 works). If torch gains the kernels, revisit the table."""
+    torch = pytest.importorskip("torch")
+    x = torch.randn(1024)
+    run = {
+        "stft": lambda t: torch.stft(t, 256, window=torch.hann_window(256, dtype=t.dtype), return_complex=True),
+        "rfft": lambda t: torch.fft.rfft(t),
+    }[op]
+    run(x)
+    with pytest.raises(RuntimeError, match="BFloat16"):
+        run(x.bfloat16())
