@@ -120,6 +120,7 @@ class _Planner:
         if method == "scale":
             self.replaced[call] = self._parenthesized(call, self._only_argument(use, "outputs"))
         elif method == "step":
+            self._check_finiteness_guard(use)
             self.replaced[call] = self._optimizer_step(use)
         elif method in _STATEMENT_ONLY:
             if not self._is_statement(call):
@@ -173,6 +174,26 @@ class _Planner:
             lpar=use.call.lpar,
             rpar=use.call.rpar,
         )
+
+    def _check_finiteness_guard(self, use: ScalerUse) -> None:
+        """The scaler skips a step whose gradients hold inf/NaN. Where the same function guards its
+        other (fp32) `optimizer.step()` with a finiteness test and this one has none, the code relied on
+        the scaler for that: `opt.step()` alone would apply NaN updates (issue 16)."""
+        call = use.call
+        ancestors = list(self.names.ancestors(call))
+        if any(_tests_finiteness(node) for node in ancestors):
+            return
+        function = next((a for a in ancestors if isinstance(a, cst.FunctionDef)), None)
+        owner = function if function is not None else self.ctx.module
+        for guard in _finiteness_ifs(owner):
+            other = _other_step(guard, call)
+            if other is not None:
+                raise _Blocked(
+                    f"`{self.ctx.code(call)}` at line {self._line(call)} is the only guard against inf/NaN "
+                    f"gradients there (the scaler skips such steps), while `{self.ctx.code(other)}` at line "
+                    f"{self._line(other)} is guarded by a finiteness test: guard this step the same way, then "
+                    "remove the scaler"
+                )
 
     def _parenthesized(self, call: cst.Call, value: cst.BaseExpression) -> cst.BaseExpression:
         parent = self.names.parent(call)
@@ -283,6 +304,56 @@ class _Planner:
 
     def _line(self, node: cst.CSTNode) -> int:
         return self.ctx.position(node).start.line
+
+
+_FINITENESS = frozenset({"isfinite", "isnan", "isinf"})
+
+
+def _tests_finiteness(node: cst.CSTNode) -> bool:
+    """An `if` whose test calls isfinite/isnan/isinf (torch's, math's or a tensor method)."""
+    if not isinstance(node, cst.If):
+        return False
+    found = False
+
+    class _Finder(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            nonlocal found
+            func = call.func
+            name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
+            found = found or name in _FINITENESS
+
+    node.test.visit(_Finder())
+    return found
+
+
+def _finiteness_ifs(owner: cst.CSTNode) -> List[cst.If]:
+    found: List[cst.If] = []
+
+    class _Finder(cst.CSTVisitor):
+        def visit_If(self, node: cst.If) -> None:
+            if _tests_finiteness(node):
+                found.append(node)
+
+    owner.visit(_Finder())
+    return found
+
+
+def _other_step(guard: cst.If, scaler_step: cst.Call) -> Optional[cst.Call]:
+    """An `x.step()` call (with no argument: an optimizer's) under `guard`'s body, other than `scaler_step`."""
+    found: List[cst.Call] = []
+
+    class _Finder(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            if (
+                call is not scaler_step
+                and isinstance(call.func, cst.Attribute)
+                and call.func.attr.value == "step"
+                and not call.args
+            ):
+                found.append(call)
+
+    guard.body.visit(_Finder())
+    return found[0] if found else None
 
 
 def _is_pure(expression: cst.CSTNode) -> bool:

@@ -13,6 +13,7 @@ from ampmigrate.api import format_version
 from ampmigrate.diagnostics import Fix
 from ampmigrate.engine.context import rebuild_args
 from ampmigrate.rules.base import Rule
+from ampmigrate.rules.precision._bf16_hazards import bf16_hazard
 from ampmigrate.rules.precision._common import (
     AMPERE,
     in_bf16_choice,
@@ -72,6 +73,10 @@ class Float16Autocast(Rule):
         if ctx.settings.min_torch < BF16_AUTOCAST:
             ctx.report(autocast.ref, message, no_fix_reason=_too_old(ctx))
             return
+        hazard = bf16_hazard(ctx)
+        if hazard is not None:
+            ctx.report(autocast.ref, message, no_fix_reason=hazard)
+            return
         torch_name, needs_import = ctx.module_reference(autocast.call, "torch")
         if torch_name is None:
             ctx.report(autocast.ref, message, no_fix_reason="the name `torch` is taken here")
@@ -104,6 +109,7 @@ class Float16Autocast(Rule):
         reason = followed.blocker or next((s.no_bf16 for s in fp16_sources if s.no_bf16), None)
         if ctx.settings.min_torch < BF16_AUTOCAST:
             reason = _too_old(ctx)
+        reason = reason or bf16_hazard(ctx)
         edits: List[Tuple[cst.CSTNode, cst.BaseExpression]] = []
         imports = False
         for source in fp16_sources:
