@@ -319,6 +319,41 @@ def test_no_process_outlives_verify(how, tmp_path, quiet_runs):
             os.kill(pid, signal.SIGKILL)
 
 
+def test_cancel_kills_a_run_a_worker_thread_waits_on(tmp_path):
+    """batch.run_all's workers wait on runs; an interrupted main thread sets `cancel` and each
+    worker must kill its run's process group (the run and its child) and stop waiting."""
+    import threading
+
+    from ampmigrate.verify.runner import RunCancelled
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "hang.py").write_text(textwrap.dedent(HANGING))
+    marker = f"ampmigrate-test-{uuid.uuid4().hex}"
+    spec = RunSpec(label="before", script=str(project / "hang.py"), args=[marker], cwd=str(project), steps=20, seed=0, device="cpu")
+    cancel, raised = threading.Event(), []
+
+    def wait_on_the_run():
+        try:
+            execute(spec, str(tmp_path / "work"), "before", limit=TimeLimit(total=300), cancel=cancel)
+        except RunCancelled as exc:
+            raised.append(exc)
+
+    worker = threading.Thread(target=wait_on_the_run)
+    worker.start()
+    try:
+        assert wait_until(lambda: processes_with(marker), 120), "the run's child never started"
+        cancel.set()
+        worker.join(timeout=10)
+        assert not worker.is_alive() and raised
+        assert wait_until(lambda: not processes_with(marker), 10), processes_with(marker)
+    finally:
+        cancel.set()
+        worker.join()
+        for pid in processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_clean_removes_folders_no_running_verify_owns(cli, tmp_path, quiet_runs):
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
