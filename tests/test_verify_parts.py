@@ -171,7 +171,7 @@ def test_runs_share_the_cores_and_report_their_steps_while_they_run(tmp_path, mo
     assert batch.plan_jobs(None, 8, "cuda") == 1 and batch.plan_jobs(3, 8, "cpu") == 3
     seen_env, lines = [], []
 
-    def fake_execute(spec, workdir, name, limit=None):
+    def fake_execute(spec, workdir, name, limit=None, cancel=None):
         seen_env.append(spec.env)
         os.makedirs(os.path.join(workdir, "progress"), exist_ok=True)
         with open(os.path.join(workdir, "progress", name), "w") as handle:

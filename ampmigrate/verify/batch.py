@@ -53,19 +53,24 @@ def run_all(
     limit: TimeLimit,
     live: Progress,
 ) -> List[RunResult]:
-    """Run every (spec, name), `jobs` at a time, in order; `live` gets a status line while they run."""
+    """Run every (spec, name), `jobs` at a time, in order; `live` gets a status line while they run.
+
+    Runs go on in worker threads, but signals (Ctrl-C, and SIGTERM/SIGHUP through
+    runner.termination_as_interrupt) reach the main thread only: when it is interrupted, every
+    running run's process group is killed and the runs not started yet never start."""
     env = thread_env(jobs)
     specs = [(replace(spec, env={**env, **spec.env}), name) for spec, name in specs]
     running: Dict[str, Tuple[str, int]] = {}  # name -> (label, steps wanted)
     lock = threading.Lock()
     done = threading.Event()
+    cancel = threading.Event()
 
     def one(item: Tuple[RunSpec, str]) -> RunResult:
         spec, name = item
         with lock:
             running[name] = (f"{spec.label} seed {spec.seed}", spec.steps)
         try:
-            return execute(spec, workdir, name, limit=limit)
+            return execute(spec, workdir, name, limit=limit, cancel=cancel)
         finally:
             with lock:
                 running.pop(name, None)
@@ -79,10 +84,14 @@ def run_all(
 
     watcher = threading.Thread(target=watch, name="ampmigrate-step-counter", daemon=True)
     watcher.start()
+    pool = ThreadPoolExecutor(max_workers=jobs)
     try:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            return list(pool.map(one, specs))
+        return list(pool.map(one, specs))
+    except BaseException:
+        cancel.set()  # each worker kills its run within a poll (runner._wait)
+        raise
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
         done.set()
         watcher.join()
 

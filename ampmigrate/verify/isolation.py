@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -184,7 +185,10 @@ def unavailable_reason() -> Optional[str]:
 def _probe() -> Optional[str]:
     if not sys.platform.startswith("linux"):
         return f"user and mount namespaces are Linux only (this is {sys.platform})"
-    with tempfile.TemporaryDirectory(prefix="ampmigrate-probe-") as folder:
+    # Removed in a `finally` of our own, whatever ends the probe (Ctrl-C, SIGTERM as Terminated):
+    # overlay leaves its work folder with mode 000, which a plain rmtree cannot enter.
+    folder = tempfile.mkdtemp(prefix="ampmigrate-probe-")
+    try:
         for name in ("lower", "upper", "work"):
             os.mkdir(os.path.join(folder, name))
         try:
@@ -194,11 +198,12 @@ def _probe() -> Optional[str]:
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"the namespace probe failed: {exc}"
-        finally:
-            _make_removable(folder)
-        if completed.returncode != 0:
-            lines = (completed.stderr or completed.stdout).strip().splitlines()
-            return lines[-1] if lines else f"the namespace probe exited with {completed.returncode}"
+    finally:
+        _make_removable(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+    if completed.returncode != 0:
+        lines = (completed.stderr or completed.stdout).strip().splitlines()
+        return lines[-1] if lines else f"the namespace probe exited with {completed.returncode}"
     return None
 
 

@@ -174,8 +174,16 @@ def time_limit(timeout: Optional[float], baseline: Optional[RunResult] = None) -
     return TimeLimit(first_step=FIRST_STEP_LIMIT, stall=STALL_LIMIT)
 
 
-def execute(spec: RunSpec, workdir: str, name: str, timeout: Optional[float] = None, limit: Optional[TimeLimit] = None) -> RunResult:
-    """Run the harness on `spec` in a subprocess; the script's output goes to `workdir/logs/NAME.log`."""
+class RunCancelled(Exception):
+    """The run was killed because `cancel` was set (verify interrupted while runs went on in threads)."""
+
+
+def execute(
+    spec: RunSpec, workdir: str, name: str, timeout: Optional[float] = None, limit: Optional[TimeLimit] = None,
+    cancel: Optional[threading.Event] = None,
+) -> RunResult:
+    """Run the harness on `spec` in a subprocess; the script's output goes to `workdir/logs/NAME.log`.
+    Setting `cancel` (from another thread) kills the run's process group and raises RunCancelled."""
     limit = limit or TimeLimit(total=timeout)
     for sub in ("logs", "specs", "results", "scratch", "progress"):
         os.makedirs(os.path.join(workdir, sub), exist_ok=True)
@@ -212,7 +220,7 @@ def execute(spec: RunSpec, workdir: str, name: str, timeout: Optional[float] = N
         finally:
             os.close(watch_read)
         try:
-            stopped = _wait(process, limit, progress_path)
+            stopped = _wait(process, limit, progress_path, cancel)
         except BaseException:
             kill_group(process)
             raise
@@ -238,7 +246,7 @@ def execute(spec: RunSpec, workdir: str, name: str, timeout: Optional[float] = N
     return RunResult(spec, data, log, process.returncode)
 
 
-def _wait(process: subprocess.Popen, limit: TimeLimit, progress_path: str) -> Optional[str]:
+def _wait(process: subprocess.Popen, limit: TimeLimit, progress_path: str, cancel: Optional[threading.Event] = None) -> Optional[str]:
     """Wait for the run; a message when it had to be stopped for its time limit."""
     started = last_change = time.monotonic()
     steps = 0
@@ -248,6 +256,8 @@ def _wait(process: subprocess.Popen, limit: TimeLimit, progress_path: str) -> Op
             return None
         except subprocess.TimeoutExpired:
             pass
+        if cancel is not None and cancel.is_set():
+            raise RunCancelled(process.args)
         now = time.monotonic()
         if limit.total is not None and now - started > limit.total:
             return f"the run did not finish within {limit.total:g} s"
