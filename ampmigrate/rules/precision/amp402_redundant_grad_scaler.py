@@ -7,6 +7,8 @@ removes a scaler that fp16 code still needs: with AMP401 the fp16 -> bf16 switch
 
 from __future__ import annotations
 
+import libcst as cst
+
 from ampmigrate.analysis.autocasts import autocasts
 from ampmigrate.analysis.scalers import find_scalers
 from ampmigrate.analysis.values import literal_value
@@ -28,8 +30,8 @@ class RedundantGradScaler(Rule):
         if not scalers or not _all_autocasts_bf16(ctx):
             return
         for scaler in scalers:
-            if any(_disabled(call) for call in scaler.creations):
-                continue  # switched off on purpose
+            if any(_disabled(call) or _enabled_only_for_float16(call) for call in scaler.creations):
+                continue  # switched off on purpose, or on only when the run is float16 (off under bf16)
             node = scaler.creations[0].func if scaler.creations else (scaler.uses[0].call if scaler.uses else None)
             if node is None:
                 continue
@@ -64,4 +66,29 @@ def _disabled(call) -> bool:
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == "enabled":
             return literal_value(arg.value) is False
+    return False
+
+
+_FLOAT16_SPELLINGS = {"float16", "fp16", "half", "torch.float16", "torch.half"}
+
+
+def _enabled_only_for_float16(call) -> bool:
+    """`enabled=(dtype == "float16")` (llama2.c, nanoGPT): the scaler runs only in float16 runs."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "enabled":
+            test = arg.value
+            if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+                return False
+            if not isinstance(test.comparisons[0].operator, cst.Equal):
+                return False
+            sides = (test.left, test.comparisons[0].comparator)
+            return any(_spells_float16(side) for side in sides)
+    return False
+
+
+def _spells_float16(node) -> bool:
+    if isinstance(node, cst.SimpleString):
+        return node.evaluated_value in _FLOAT16_SPELLINGS
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
+        return f"{node.value.value}.{node.attr.value}" in _FLOAT16_SPELLINGS
     return False
