@@ -186,7 +186,7 @@ class _Walker:
                     relative = child_abs.relative_to(repo).as_posix()
                 except ValueError:
                     relative = entry.name
-                if gitignore.is_ignored(patterns, relative, is_dir):
+                if gitignore.is_ignored(patterns, relative, is_dir, parents_checked=True):
                     continue
             if is_dir:
                 self._walk_dir(child_display, child_abs, repo, patterns, ancestors)

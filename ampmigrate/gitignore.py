@@ -94,8 +94,12 @@ def parse(text: str, base: str) -> List[Pattern]:
     return patterns
 
 
-def is_ignored(patterns: Sequence[Pattern], path: str, is_dir: bool) -> bool:
-    """`path`: posix path relative to the root the patterns' bases are relative to."""
+def is_ignored(patterns: Sequence[Pattern], path: str, is_dir: bool, *, parents_checked: bool = False) -> bool:
+    """`path`: posix path relative to the root the patterns' bases are relative to.
+
+    `parents_checked`: every directory above `path` was itself found not ignored (a directory walk
+    asks this of each directory before entering it), so a directory-only pattern cannot match a
+    file through one of its parents and the per-parent matching, most of a walk's cost, is skipped."""
     ignored = False
     for pattern in patterns:
         if pattern.base:
@@ -107,7 +111,7 @@ def is_ignored(patterns: Sequence[Pattern], path: str, is_dir: bool) -> bool:
             relative = path
         if pattern.directory_only and not is_dir:
             # `build/` still matches files below a directory called build.
-            if not any(pattern.regex.match(str(p)) for p in PurePosixPath(relative).parents if str(p) != "."):
+            if parents_checked or not any(pattern.regex.match(str(p)) for p in PurePosixPath(relative).parents if str(p) != "."):
                 continue
         elif not pattern.regex.match(relative):
             continue
