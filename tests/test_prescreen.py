@@ -84,32 +84,6 @@ def test_screen_finds_chains_anywhere(text):
     assert reach(text), text
 
 
-class _FullWalk(QualifiedNameScreen):
-    """The screen without its shortcut (only statements whose lines spell a useful name)."""
-
-    def reachable(self, text):
-        import ast
-
-        from ampmigrate.engine.prescreen import _Search
-
-        class Search(_Search):
-            def _attribute_chains(self):
-                return [n for n in ast.walk(self.tree) if type(n) is ast.Attribute and n.attr in self.screen.useful_attrs]
-
-        return Search(self, ast.parse(text), text).run()
-
-
-@pytest.mark.slow  # walks every installed torch file
-def test_line_shortcut_finds_what_a_full_walk_finds():
-    prefixes = sorted({p for rule in all_rules() for p in (rule.qualified_prefixes or ())})
-    fast, full = QualifiedNameScreen(prefixes), _FullWalk(prefixes)
-    texts = HIDING_PLACES + [p.read_text(encoding="utf-8") for p in sorted(FIXTURES.rglob("*.py"))]
-    texts += [SourceFile.read(param.values[0]).text for param in TORCH_SAMPLE]
-    assert len(texts) > 40
-    for text in texts:
-        assert fast.reachable(text) == full.reachable(text)
-
-
 @pytest.mark.parametrize(
     "text",
     [

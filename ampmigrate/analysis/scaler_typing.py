@@ -22,6 +22,7 @@ from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 import libcst as cst
 
 from ampmigrate.api import ANY_GRAD_SCALER
+from ampmigrate.engine.ast_nodes import nodes_of
 from ampmigrate.engine.names import Binding, NameIndex
 
 # What a protocol-typed scaler is taken for: torch.amp.GradScaler (the current class; the rules
@@ -124,8 +125,8 @@ def has_protocol_shape(tree: ast.AST) -> bool:
     """A sound, cheap over-approximation of `protocol_bindings` on the `ast`: some `.scale(x)`
     call feeds `.backward()`, and `.step`/`.unscale_`/`.update` is called on something."""
     scaled = follow_up = False
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+    for node in nodes_of(tree, ast.Call):
+        if not isinstance(node.func, ast.Attribute):
             continue
         attr = node.func.attr
         if attr == "backward":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -95,7 +95,7 @@ class Engine:
     ) -> FileResult:
         """`rules`: what `rules_for(text)` returned, when the caller has it already."""
         result = FileResult(path)
-        rules = self._rules_for(text) if rules is None else list(rules)
+        rules = self._rules_for(text, path) if rules is None else list(rules)
         if not rules:
             return result
         # unsafe=True: an unsafe fix is still shown (and its edits listed), just not applied.
@@ -114,7 +114,7 @@ class Engine:
     ) -> FileResult:
         unsafe = self.settings.unsafe_fixes if unsafe is None else unsafe
         result = FileResult(path)
-        rules = self._rules_for(text) if rules is None else list(rules)
+        rules = self._rules_for(text, path) if rules is None else list(rules)
         if not rules:
             return result
         current = text
@@ -144,7 +144,7 @@ class Engine:
                 result.fixed_codes[finding.code] = result.fixed_codes.get(finding.code, 0) + 1
             current = new_text
             # The next round may need rules the new text now triggers (e.g. a scaler it added).
-            rules = self._rules_for(current) or rules
+            rules = self._rules_for(current, path) or rules
         else:
             result.errors.append(
                 FileError(path, f"internal error: fixes did not settle after {MAX_ROUNDS} rounds; file left unchanged")
@@ -155,19 +155,28 @@ class Engine:
         return result
 
     # ------------------------------------------------------------------ internals
-    def rules_for(self, text: str, *, screen: bool = True) -> List[Rule]:
-        """The enabled rules that could report on `text` (pre-filter and file-level noqa;
-        `screen=False` skips the pre-filter's `ast` stage)."""
-        return self._rules_for(text, screen=screen)
+    def rules_for(self, text: str, path: Optional[str] = None, *, screen: bool = True) -> List[Rule]:
+        """The enabled rules that could report on `text` (the file at `path`): the rules that
+        apply to such a path at all (`Rule.applies_to`), then the pre-filter and file-level
+        noqa; `screen=False` skips the pre-filter's `ast` stage."""
+        return self._rules_for(text, path, screen=screen)
 
-    def _rules_for(self, text: str, *, screen: bool = True) -> List[Rule]:
-        rules = self.prefilter.rules_for(text, screen=screen) if self.prefilter is not None else list(self.rules)
+    def _rules_for(self, text: str, path: Optional[str] = None, *, screen: bool = True) -> List[Rule]:
+        skip = self._not_applying(path) if path is not None else frozenset()
+        if self.prefilter is not None:
+            rules = self.prefilter.rules_for(text, screen=screen, skip=skip)
+        else:
+            rules = [rule for rule in self.rules if rule.code not in skip]
         if rules:
             off = file_suppressions(text)
             if "*" in off:
                 return []
             rules = [r for r in rules if r.code not in off]
         return rules
+
+    def _not_applying(self, path: str) -> FrozenSet[str]:
+        """Codes of the rules that report nothing on a file at `path` whatever it holds."""
+        return frozenset(rule.code for rule in self.rules if not rule.applies_to(path, self.settings))
 
     def _valid(self, new_text: str, old_text: str) -> bool:
         if not fixer.parses(new_text):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import AbstractSet, Dict, List, Optional, Sequence, Tuple
 
 from ampmigrate.engine.fast_regex import compile_trigger
 from ampmigrate.engine.prescreen import QualifiedNameScreen, parse
@@ -62,8 +62,9 @@ class Prefilter:
         prefixes = {p for rule in self.rules for p in (rule.qualified_prefixes or ())}
         self._screen: Optional[QualifiedNameScreen] = QualifiedNameScreen(prefixes) if prefixes else None
 
-    def rules_for(self, text: str, *, screen: bool = True) -> List[Rule]:
-        """The rules that could report on `text` (`screen=False`: by the regexes alone)."""
+    def rules_for(self, text: str, *, screen: bool = True, skip: AbstractSet[str] = frozenset()) -> List[Rule]:
+        """The rules that could report on `text` (`screen=False`: by the regexes alone), leaving
+        out the codes in `skip` before any regex is searched for them."""
         found: Dict[int, bool] = {}
 
         def matches(i: int) -> bool:
@@ -74,7 +75,7 @@ class Prefilter:
         rules = [
             rule
             for rule, (triggers, required) in zip(self.rules, self._needs)
-            if any(matches(t) for t in triggers) and all(matches(r) for r in required)
+            if rule.code not in skip and any(matches(t) for t in triggers) and all(matches(r) for r in required)
         ]
         return self._screen_ast(text, rules) if screen and rules else rules
 

@@ -25,18 +25,16 @@ this Python) is not screened: LibCST decides.
 from __future__ import annotations
 
 import ast
-import bisect
 import re
 import warnings
 from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
 
 from ampmigrate.api import STAR_EXPORTS
+from ampmigrate.engine.ast_nodes import nodes_of
 from ampmigrate.engine.fast_regex import compile_trigger
 
 _Names = FrozenSet[str]
 _EMPTY: _Names = frozenset()
-# How Python's tokenizer counts lines (ast line numbers).
-_NEWLINE = re.compile(r"\r\n?|\n")
 # Fields of statements and their parts that hold statements rather than expressions.
 _BLOCK_FIELDS = frozenset({"body", "orelse", "finalbody", "handlers", "cases"})
 
@@ -80,7 +78,7 @@ class QualifiedNameScreen:
             name.rsplit(".", 1)[1] for name in self.prefixes | self._partial if "." in name
         )
         words = "|".join(sorted(re.escape(attr) for attr in self.useful_attrs))
-        self._useful_word = compile_trigger(rf"\b(?:{words})\b") if words else None
+        self.useful_word = compile_trigger(rf"\b(?:{words})\b") if words else None
 
     def reachable(self, text: str) -> Optional[FrozenSet[str]]:
         """The prefixes `text` can reach, or None when it cannot be parsed with `ast`."""
@@ -93,19 +91,6 @@ class QualifiedNameScreen:
             return _Search(self, tree, text).run()
         except (RecursionError, MemoryError):
             return None  # e.g. an attribute chain thousands deep: let LibCST decide
-
-    def useful_lines(self, text: str) -> List[int]:
-        """Line numbers (as `ast` counts them) where a useful attribute name is spelled."""
-        lines: List[int] = []
-        if self._useful_word is None:
-            return lines
-        line, last = 1, 0
-        for match in self._useful_word.finditer(text):
-            line += len(_NEWLINE.findall(text, last, match.start()))
-            last = match.start()
-            if not lines or lines[-1] != line:
-                lines.append(line)
-        return lines
 
     # ------------------------------------------------------------------ name bookkeeping
     def hits(self, qname: str) -> Set[str]:
@@ -153,13 +138,17 @@ class _Search:
 
     def _text_annotation_chains(self) -> Iterator[ast.AST]:
         """Names inside string annotations and `# type:` comments, which the resolver reads too
-        (analysis/string_annotations.py)."""
+        (analysis/string_annotations.py). Annotations belong to `def`s and annotated assignments,
+        all of them among the collected statements: no walk of the whole tree."""
         texts: List[str] = []
-        if '"' in self.text or "'" in self.text:
-            for node in ast.walk(self.tree):
-                for annotation in _annotations(node):
+        useful = self.screen.useful_word
+        if useful is not None and ('"' in self.text or "'" in self.text):
+            for statement in self.statements:
+                for annotation in _annotations(statement):
                     texts.extend(
-                        c.value for c in ast.walk(annotation) if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                        c.value
+                        for c in ast.walk(annotation)
+                        if isinstance(c, ast.Constant) and isinstance(c.value, str) and useful.search(c.value)
                     )
         texts.extend(m.group(1) for m in _TYPE_COMMENT.finditer(self.text))
         for text in texts:
@@ -201,23 +190,11 @@ class _Search:
                 for block in _blocks(node):
                     stack.extend(reversed(block))
 
-    def _attribute_chains(self) -> List[ast.Attribute]:
-        """Attributes named like the end of a followed name, in the statements that spell one."""
-        lines = self.screen.useful_lines(self.text)
+    def _attribute_chains(self) -> List[ast.AST]:
+        """Attributes named like the end of a followed name (from the one walk of the tree that
+        the rules' own screens share, engine/ast_nodes.py)."""
         useful = self.screen.useful_attrs
-        found: List[ast.Attribute] = []
-        for statement in self.statements:
-            # A decorated definition's line is its `def`/`class`; its decorators come before.
-            start = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", ()))])
-            first = bisect.bisect_left(lines, start)
-            end = getattr(statement, "end_lineno", None) or statement.lineno
-            if first == len(lines) or lines[first] > end:
-                continue  # no useful name on any of its lines
-            for expression in _expressions(statement):
-                for node in ast.walk(expression):
-                    if type(node) is ast.Attribute and node.attr in useful:
-                        found.append(node)
-        return found
+        return [node for node in nodes_of(self.tree, ast.Attribute) if node.attr in useful]
 
     def _bind(self, name: str, qname: str) -> None:
         # A name can both be a prefix (`torch.cuda.amp`) and lead to a longer one
@@ -288,11 +265,18 @@ class _Search:
 _TYPE_COMMENT = re.compile(r"#\s*type:\s*([^#\r\n]+)")
 
 
-def _annotations(node: ast.AST) -> Iterator[ast.AST]:
-    if isinstance(node, (ast.arg, ast.AnnAssign)) and node.annotation is not None:
-        yield node.annotation
-    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is not None:
-        yield node.returns
+def _annotations(statement: ast.AST) -> Iterator[ast.AST]:
+    """The annotations a statement holds itself (not those of statements nested in it)."""
+    kind = type(statement)
+    if kind is ast.AnnAssign:
+        yield statement.annotation
+    elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+        arguments = statement.args
+        for argument in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg):
+            if argument is not None and argument.annotation is not None:
+                yield argument.annotation
+        if statement.returns is not None:
+            yield statement.returns
 
 
 def _blocks(node: ast.AST) -> Iterator[List[ast.stmt]]:
@@ -306,26 +290,3 @@ def _blocks(node: ast.AST) -> Iterator[List[ast.stmt]]:
                 yield part.body
         else:
             yield value
-
-
-def _expressions(node: ast.AST) -> Iterator[ast.AST]:
-    """The parts of a statement that are not statements: its expressions, a handler's type, a
-    case's pattern and guard, a definition's decorators and arguments, ..."""
-    for field, value in ast.iter_fields(node):
-        if field in _BLOCK_FIELDS:
-            if field in ("handlers", "cases"):
-                for part in value:
-                    for sub_field, sub_value in ast.iter_fields(part):
-                        if sub_field != "body":
-                            yield from _nodes(sub_value)
-            continue
-        yield from _nodes(value)
-
-
-def _nodes(value: object) -> Iterator[ast.AST]:
-    if isinstance(value, ast.AST):
-        yield value
-    elif isinstance(value, list):
-        for item in value:
-            if isinstance(item, ast.AST):
-                yield item

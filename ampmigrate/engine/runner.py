@@ -160,7 +160,7 @@ def _process_unguarded(
         rules = [rule for rule in engine.rules if rule.code in screened.codes]
     else:
         # An oversized file is only reported when a trigger matches; it is not even parsed by `ast`.
-        rules = engine.rules_for(text, screen=not too_large)
+        rules = engine.rules_for(text, path, screen=not too_large)
     if rules and too_large:
         result = FileResult(path, errors=[FileError(path, _too_large(len(source.raw), engine.settings))])
     elif rules and defer_large and len(source.raw) >= LARGE_FILE:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, ClassVar, Optional, Tuple
 from ampmigrate.catalogue import RuleDoc, load_catalogue
 
 if TYPE_CHECKING:
+    from ampmigrate.config import Settings
     from ampmigrate.engine.context import RuleContext
 
 
@@ -40,6 +41,13 @@ class Rule:
         over-approximate `check` (tests/test_prescreen.py compares findings with and without
         it). The default keeps every file; a rule overrides it where the shape it reports on
         is cheap to rule out and its triggers are common words."""
+        return True
+
+    def applies_to(self, path: str, settings: "Settings") -> bool:
+        """False only where `check` reports nothing on a file at `path` under `settings`, whatever
+        the file holds (a precision recommendation in a test file, another target dtype): such a
+        file is not searched, screened or parsed for the rule. Must agree with `check`'s own
+        early return (tests/test_rule_applicability.py)."""
         return True
 
     @classmethod

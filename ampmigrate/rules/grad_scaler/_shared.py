@@ -21,6 +21,7 @@ from ampmigrate.analysis.scaler_protocol import (
     OptimizerKey,
 )
 from ampmigrate.analysis.scaler_typing import has_protocol_shape
+from ampmigrate.engine.ast_nodes import nodes_of
 from ampmigrate.engine.names import NameIndex
 from ampmigrate.api import ANY_GRAD_SCALER
 from ampmigrate.rules.base import Rule
@@ -50,20 +51,12 @@ def _may_hold_scaler(tree: ast.Module) -> bool:
 
 def _names_grad_scaler(tree: ast.Module) -> bool:
     """Some identifier, imported name or string (an annotation) spells a GradScaler class."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            text = node.id
-        elif isinstance(node, ast.Attribute):
-            text = node.attr
-        elif isinstance(node, ast.alias):
-            text = node.name
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            text = node.value
-        else:
-            continue
-        if "GradScaler" in text:
-            return True
-    return False
+    return (
+        any("GradScaler" in node.id for node in nodes_of(tree, ast.Name))
+        or any("GradScaler" in node.attr for node in nodes_of(tree, ast.Attribute))
+        or any("GradScaler" in node.name for node in nodes_of(tree, ast.alias))
+        or any(isinstance(node.value, str) and "GradScaler" in node.value for node in nodes_of(tree, ast.Constant))
+    )
 
 
 def callee(call: cst.Call) -> cst.CSTNode:

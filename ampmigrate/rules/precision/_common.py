@@ -22,7 +22,12 @@ def targets_bf16(ctx) -> bool:
 def recommends_bf16(ctx) -> bool:
     """Whether the rules that recommend a precision apply here: the bf16 target, and not a test
     file (`test_*.py`, `*_test.py`, `conftest.py`), where float16 is exercised on purpose."""
-    return targets_bf16(ctx) and not is_test_file(ctx.path)
+    return recommends_bf16_at(ctx.path, ctx.settings)
+
+
+def recommends_bf16_at(path: str, settings) -> bool:
+    """`recommends_bf16` before the file is read: what a rule's `applies_to` answers."""
+    return settings.target_dtype == BF16_TARGET and not is_test_file(path)
 
 
 def is_test_file(path: str) -> bool:

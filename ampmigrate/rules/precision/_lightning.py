@@ -12,6 +12,7 @@ import ast
 from typing import List, Optional, Tuple
 
 from ampmigrate.api import LIGHTNING_FABRIC, LIGHTNING_TRAINER
+from ampmigrate.engine.ast_nodes import nodes_of
 from ampmigrate.rules.precision._frameworks import Setting, framework_calls, settings_of
 
 FP16_MIXED = (16, "16", "16-mixed")
@@ -70,7 +71,7 @@ def spells_a_value(tree: ast.Module, values: Tuple[object, ...]) -> bool:
     reports only a `precision` followed to such a literal (values.literal_value: a string or
     number literal; `ast` folds `0x10` to 16 and joins "1" "6", so this over-approximates)."""
     wanted = set(values)
-    return any(type(node) is ast.Constant and _hashable_in(node.value, wanted) for node in ast.walk(tree))
+    return any(_hashable_in(node.value, wanted) for node in nodes_of(tree, ast.Constant))
 
 
 def _hashable_in(value: object, wanted: set) -> bool:

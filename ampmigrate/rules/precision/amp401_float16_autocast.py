@@ -20,7 +20,7 @@ from ampmigrate.rules.precision._common import (
     in_inference_code,
     is_training_file,
     line_of,
-    recommends_bf16,
+    recommends_bf16_at,
     trained_elsewhere,
 )
 from ampmigrate.api import ANY_AUTOCAST
@@ -38,8 +38,11 @@ class Float16Autocast(Rule):
     triggers = (r"autocast",)
     qualified_prefixes = tuple(sorted(ANY_AUTOCAST))
 
+    def applies_to(self, path, settings) -> bool:
+        return recommends_bf16_at(path, settings)
+
     def check(self, ctx) -> None:
-        if not recommends_bf16(ctx):
+        if not self.applies_to(ctx.path, ctx.settings):
             return
         trains_here = is_training_file(ctx.file)
         shared_fixes: Dict[Tuple[int, ...], Fix] = {}

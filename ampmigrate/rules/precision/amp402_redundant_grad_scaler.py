@@ -13,7 +13,7 @@ from ampmigrate.analysis.autocasts import autocasts
 from ampmigrate.analysis.scalers import find_scalers
 from ampmigrate.analysis.values import literal_value
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.precision._common import in_inference_code, recommends_bf16
+from ampmigrate.rules.precision._common import in_inference_code, recommends_bf16_at
 from ampmigrate.rules.precision._scaler_removal import plan_removal
 from ampmigrate.api import ANY_GRAD_SCALER
 
@@ -23,8 +23,11 @@ class RedundantGradScaler(Rule):
     triggers = (r"GradScaler",)
     qualified_prefixes = tuple(sorted(ANY_GRAD_SCALER))
 
+    def applies_to(self, path, settings) -> bool:
+        return recommends_bf16_at(path, settings)
+
     def check(self, ctx) -> None:
-        if not recommends_bf16(ctx):
+        if not self.applies_to(ctx.path, ctx.settings):
             return
         scalers = find_scalers(ctx.file)
         if not scalers or not _all_autocasts_bf16(ctx):

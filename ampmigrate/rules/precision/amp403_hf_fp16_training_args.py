@@ -7,7 +7,7 @@ from typing import Optional
 from ampmigrate.analysis.values import literal_value
 from ampmigrate.api import HF_TRAINING_ARGUMENTS
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.precision._common import AMPERE, recommends_bf16
+from ampmigrate.rules.precision._common import AMPERE, recommends_bf16_at
 from ampmigrate.rules.precision._frameworks import (
     chosen_by_hardware,
     config_literal,
@@ -51,8 +51,11 @@ class HfFp16TrainingArgs(Rule):
     triggers = (r"\bfp16",)
     qualified_prefixes = tuple(sorted(HF_TRAINING_ARGUMENTS))
 
+    def applies_to(self, path, settings) -> bool:
+        return recommends_bf16_at(path, settings)
+
     def check(self, ctx) -> None:
-        if not recommends_bf16(ctx):
+        if not self.applies_to(ctx.path, ctx.settings):
             return
         for _ref, call in framework_calls(ctx, HF_TRAINING_ARGUMENTS):
             settings = settings_of(ctx, call)

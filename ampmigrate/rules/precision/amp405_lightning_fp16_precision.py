@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ampmigrate.analysis.values import literal_value
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.precision._common import AMPERE, recommends_bf16
+from ampmigrate.rules.precision._common import AMPERE, recommends_bf16_at
 from ampmigrate.rules.precision._frameworks import chosen_by_hardware, describe_sources, follow_setting, respell_sources
 from ampmigrate.rules.precision._lightning import (
     BF16_VALUES,
@@ -30,8 +30,11 @@ class LightningFp16Precision(Rule):
     def screen(self, tree) -> bool:
         return spells_a_value(tree, FP16_MIXED)  # the precision is followed to such a literal
 
+    def applies_to(self, path, settings) -> bool:
+        return recommends_bf16_at(path, settings)
+
     def check(self, ctx) -> None:
-        if not recommends_bf16(ctx):
+        if not self.applies_to(ctx.path, ctx.settings):
             return
         for precision, settings, lightning_1 in precision_settings(ctx):
             followed = follow_setting(ctx, precision)

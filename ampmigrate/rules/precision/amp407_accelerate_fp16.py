@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ampmigrate.api import ACCELERATOR
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.precision._common import AMPERE, recommends_bf16
+from ampmigrate.rules.precision._common import AMPERE, recommends_bf16_at
 from ampmigrate.rules.precision._frameworks import (
     chosen_by_hardware,
     describe_sources,
@@ -24,8 +24,11 @@ class AccelerateFp16(Rule):
     triggers = (r"mixed_precision",)
     qualified_prefixes = tuple(sorted(ACCELERATOR))
 
+    def applies_to(self, path, settings) -> bool:
+        return recommends_bf16_at(path, settings)
+
     def check(self, ctx) -> None:
-        if not recommends_bf16(ctx):
+        if not self.applies_to(ctx.path, ctx.settings):
             return
         for _ref, call in framework_calls(ctx, ACCELERATOR):
             setting = next((s for s in settings_of(ctx, call) if s.name == "mixed_precision"), None)

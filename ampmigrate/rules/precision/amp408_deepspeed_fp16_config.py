@@ -16,7 +16,7 @@ from ampmigrate.analysis.values import literal_value, respell_string
 from ampmigrate.api import DEEPSPEED_INITIALIZE, HF_TRAINING_ARGUMENTS
 from ampmigrate.engine.context import without_items
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.precision._common import AMPERE, in_bf16_choice, recommends_bf16
+from ampmigrate.rules.precision._common import AMPERE, in_bf16_choice, recommends_bf16_at
 from ampmigrate.rules.precision._frameworks import Setting, config_literal, dict_settings, framework_calls, settings_of
 
 LOSS_SCALE_KEYS = frozenset(
@@ -41,8 +41,11 @@ class DeepSpeedFp16Config(Rule):
     # A quoted "fp16"; the look-behind keeps the literal first (a fast scan).
     triggers = (r"fp16(?<=[\"']fp16)[\"']",)
 
+    def applies_to(self, path, settings) -> bool:
+        return recommends_bf16_at(path, settings)
+
     def check(self, ctx) -> None:
-        if not recommends_bf16(ctx):
+        if not self.applies_to(ctx.path, ctx.settings):
             return
         passed = _configs_passed_to_deepspeed(ctx)
         for config in _dict_displays(ctx):

@@ -59,8 +59,11 @@ class PureFp16Training(Rule):
     def screen(self, tree: ast.Module) -> bool:
         return _may_train_a_conversion(tree)
 
+    def applies_to(self, path, settings) -> bool:
+        return not is_test_file(path)
+
     def check(self, ctx) -> None:
-        if is_test_file(ctx.path) or ctx.names.find(MASTER_WEIGHT_WRAPPERS):
+        if not self.applies_to(ctx.path, ctx.settings) or ctx.names.find(MASTER_WEIGHT_WRAPPERS):
             return  # fp32 master weights are kept by the wrapper
         calls = _calls(ctx)
         conversions = self._conversions(ctx, calls)

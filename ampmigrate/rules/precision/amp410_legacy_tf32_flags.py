@@ -20,7 +20,7 @@ from ampmigrate.analysis.values import UNKNOWN, literal_value, snippet
 from ampmigrate.analysis.version_gates import version_gate
 from ampmigrate.api import format_version
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.precision._common import targets_bf16
+from ampmigrate.rules.precision._common import BF16_TARGET
 
 NEW_API = (2, 9)  # torch.backends.*.fp32_precision
 MATMUL_PRECISION_API = (1, 12)  # torch.set_float32_matmul_precision
@@ -44,9 +44,12 @@ class LegacyTf32Flags(Rule):
     triggers = (r"allow_tf32",)
     qualified_prefixes = ("torch.backends",)  # the flags it rewrites live there
 
+    def applies_to(self, path, settings) -> bool:
+        return settings.target_dtype == BF16_TARGET  # pre-Ampere fleets have no TF32
+
     def check(self, ctx) -> None:
-        if not targets_bf16(ctx):
-            return  # pre-Ampere fleets have no TF32
+        if not self.applies_to(ctx.path, ctx.settings):
+            return
         assignments = [a for a in _flag_assignments(ctx) if version_gate(ctx.names, a.assign) is None]
         if ctx.settings.min_torch >= NEW_API:
             self._to_new_api(ctx, assignments)
