@@ -91,7 +91,7 @@ def test_prefilter_drops_no_finding(case: Path, options):
     text = case.read_text(encoding="utf-8")
     engine = Engine(make_settings(options))
     with_filter = engine.check_text(text, str(case)).findings
-    engine.prefilter.rules_for = lambda _text: list(engine.rules)  # bypass the filter
-    engine._rules_for = lambda _text: list(engine.rules)
+    engine.prefilter.rules_for = lambda _text, **_options: list(engine.rules)  # bypass the filter
+    engine._rules_for = lambda _text, *_path, **_options: list(engine.rules)
     without_filter = engine.check_text(text, str(case)).findings
     assert _findings_text(with_filter) == _findings_text(without_filter)

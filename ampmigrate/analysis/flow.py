@@ -232,10 +232,26 @@ def bound_names(node: cst.CSTNode) -> Set[str]:
         return out
 
     # Walrus targets inside the statement.
-    if not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-        for walrus in nodes_of_type(node, cst.NamedExpr):
-            targets(walrus.target)
+    # Walrus targets inside the statement: of a loop or `with` item only in its header (its body's
+    # statements are asked about one by one; walking the body here is quadratic in nested loops).
+    if isinstance(node, cst.For):
+        header: Sequence[cst.CSTNode] = (node.iter,)
+    elif isinstance(node, cst.CompFor):
+        header = (node.iter, *node.ifs)
+    elif isinstance(node, cst.WithItem):
+        header = (node.item,)
+    elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        header = ()
+    else:
+        header = (node,)
+    for part in header:
+        out |= walrus_targets(part)
     return out
+
+
+def walrus_targets(node: cst.CSTNode) -> Set[str]:
+    """Names bound by `:=` anywhere in `node`."""
+    return {name for walrus in nodes_of_type(node, cst.NamedExpr) if (name := dotted(walrus.target)) is not None}
 
 
 def _collect(body: Sequence[cst.CSTNode], tests: list, loop_bound: Set[str], in_loop: bool) -> None:
@@ -248,10 +264,10 @@ def _collect(body: Sequence[cst.CSTNode], tests: list, loop_bound: Set[str], in_
                 for small in statement.body:
                     loop_bound |= bound_names(small)
             continue
-        if isinstance(statement, cst.If):
+        if isinstance(statement, (cst.If, cst.While)):
             tests.append((statement.test, statement))
-        elif isinstance(statement, cst.While):
-            tests.append((statement.test, statement))
+            if in_loop or isinstance(statement, cst.While):
+                loop_bound |= walrus_targets(statement.test)
         inner_loop = in_loop or isinstance(statement, _LOOPS)
         if isinstance(statement, cst.For):
             loop_bound |= bound_names(statement)

@@ -13,7 +13,8 @@ Each is keyed so that every reference to the same storage is one scaler (scalers
 
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Tuple
+import weakref
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
@@ -59,34 +60,54 @@ def tuple_self_attribute(names: NameIndex, node: cst.Attribute) -> Optional[Tupl
     scope = names.method_class_scope(node.value)
     if scope is None:
         return None
-    values = []
-    for statement in names.nodes_of_type(cst.Assign):
-        value = statement.value
-        if not isinstance(value, (cst.Tuple, cst.List)):
-            continue
-        for target in statement.targets:
-            elements = target.target.elements if isinstance(target.target, (cst.Tuple, cst.List)) else ()
-            if len(elements) != len(value.elements):
-                continue
-            for element, element_value in zip(elements, value.elements):
-                inner = element.value
-                if (
-                    isinstance(inner, cst.Attribute)
-                    and isinstance(inner.value, cst.Name)
-                    and inner.attr.value == node.attr.value
-                    and names.method_class_scope(inner.value) is scope
-                ):
-                    values.append(element_value.value)
+    values = [
+        value
+        for target, value in _tuple_attribute_targets(names).get(node.attr.value, ())
+        if names.method_class_scope(target.value) is scope
+    ]
     return (scope, values[0]) if len(values) == 1 else None
 
 
+_TUPLE_TARGETS: "weakref.WeakKeyDictionary[NameIndex, Dict[str, List[Tuple[cst.Attribute, cst.BaseExpression]]]]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _tuple_attribute_targets(names: NameIndex) -> Dict[str, List[Tuple[cst.Attribute, cst.BaseExpression]]]:
+    """attr -> every (`<name>.attr` target, its value) of the file's tuple assignments
+    `a.x, b.y = u, v`; found once per file (asked for every `self.<attr>` of the file)."""
+    found = _TUPLE_TARGETS.get(names)
+    if found is None:
+        found = _TUPLE_TARGETS[names] = {}
+        for statement in names.nodes_of_type(cst.Assign):
+            value = statement.value
+            if not isinstance(value, (cst.Tuple, cst.List)):
+                continue
+            for target in statement.targets:
+                elements = target.target.elements if isinstance(target.target, (cst.Tuple, cst.List)) else ()
+                if len(elements) != len(value.elements):
+                    continue
+                for element, element_value in zip(elements, value.elements):
+                    inner = element.value
+                    if isinstance(inner, cst.Attribute) and isinstance(inner.value, cst.Name):
+                        found.setdefault(inner.attr.value, []).append((inner, element_value.value))
+    return found
+
+
 def _unpacked_classes(names: NameIndex, bindings: List[Binding]) -> frozenset:
-    result = set()
+    # Asked for every load of a name: each binding's answer is worked out once per file.
+    known = _UNPACKED.setdefault(names, {})
+    result: frozenset = EMPTY
     for binding in bindings:
-        value = unpacked_value(names, binding)
-        if value is not None:
-            result |= names.instance_classes(value) & ANY_GRAD_SCALER
-    return frozenset(result)
+        classes = known.get(id(binding))
+        if classes is None:
+            value = unpacked_value(names, binding)
+            classes = known[id(binding)] = EMPTY if value is None else names.instance_classes(value) & ANY_GRAD_SCALER
+        result = result | classes if classes else result
+    return result
+
+
+_UNPACKED: "weakref.WeakKeyDictionary[NameIndex, Dict[int, frozenset]]" = weakref.WeakKeyDictionary()
 
 
 # ------------------------------------------------------------------------------ dict entries

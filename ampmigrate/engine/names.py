@@ -120,7 +120,17 @@ class NameIndex:
         second traversal of the tree)."""
         found = self._by_type.get(kinds)
         if found is None:
-            found = self._by_type[kinds] = [node for node in self.parents if isinstance(node, kinds)]
+            # One subclass test per node type, not an isinstance (an ABC check) per node.
+            matching: Dict[type, bool] = {}
+            found = []
+            for node in self.parents:
+                kind = type(node)
+                hit = matching.get(kind)
+                if hit is None:
+                    hit = matching[kind] = issubclass(kind, kinds)
+                if hit:
+                    found.append(node)
+            self._by_type[kinds] = found
         return found
 
     def enclosing(self, node: cst.CSTNode, kinds) -> Optional[cst.CSTNode]:
