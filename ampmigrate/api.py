@@ -366,3 +366,28 @@ def _star_exports() -> Dict[str, FrozenSet[str]]:
 
 
 STAR_EXPORTS: Dict[str, FrozenSet[str]] = _star_exports()
+
+
+def _modern_since() -> Dict[str, Version]:
+    table: Dict[str, Version] = {"torch.amp": (1, 12), "torch.autocast": (1, 12)}
+    for api in LEGACY_API.values():
+        submodule = "grad_scaler" if api.kind == "grad_scaler" else "autocast_mode"
+        table[f"torch.amp.{api.modern}"] = table[f"torch.amp.{submodule}.{api.modern}"] = api.since
+    for state in LEGACY_AUTOCAST_STATE.values():
+        table[f"torch.{state.modern}"] = state.since
+    return table
+
+
+# The first torch release with each modern mixed-precision name: what a feature probe such as
+# `hasattr(torch.amp, "custom_fwd")` finds on every torch at or above it.
+MODERN_SINCE: Dict[str, Version] = _modern_since()
+# Callables that turn a version string into something ordered like releases.
+VERSION_PARSERS: FrozenSet[str] = frozenset(
+    {
+        "packaging.version.parse",
+        "packaging.version.Version",
+        "pkg_resources.parse_version",
+        "distutils.version.LooseVersion",
+        "looseversion.LooseVersion",
+    }
+)
