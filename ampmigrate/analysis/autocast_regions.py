@@ -49,7 +49,8 @@ def enclosing_region(ctx: FileContext, node: cst.CSTNode, stop: Optional[cst.CST
 
 def _find(ctx: FileContext) -> Dict[cst.With, Region]:
     """Regions from the file's autocasts (analysis/autocasts.py reads their dtype and `enabled`)."""
-    by_call = {a.call: a for a in autocasts(ctx) if a.call is not None}
+    # An autocast entered through a parameter may be another context manager on other runs.
+    by_call = {a.call: a for a in autocasts(ctx) if a.call is not None and a.parameter is None}
     names = ctx.names
     found: Dict[cst.With, Region] = {}
     for statement in names.nodes_of_type(cst.With):

@@ -48,6 +48,9 @@ class Autocast:
     dtype: Optional[Followed]  # the followed dtype argument; None when there is none
     disabled: bool  # `enabled=False` written literally
     opaque: bool  # passed around or called with */** arguments: its dtype cannot be read
+    # The parameter an alias of the class was passed in as (`train_one_epoch(amp_autocast=ac)`,
+    # then `with amp_autocast():`); that parameter may hold another context manager in other runs.
+    parameter: Optional[str] = None
 
     def dtypes(self, ctx: FileContext) -> Optional[FrozenSet[str]]:
         """The dtypes it can run in, or None when that is not known."""
@@ -88,7 +91,71 @@ def _collect(ctx: FileContext) -> List[Autocast]:
             found.append(_analyse_call(ctx, ref, parent, legacy, opaque=mixed))
         elif not _is_alias_definition(ctx, ref):
             found.append(Autocast(ref, None, legacy, None, None, None, False, True))
+        elif legacy is not None and legacy.kind == "autocast" and not mixed:
+            found.extend(_entered_through_parameters(ctx, ref, legacy))
     return found
+
+
+def _entered_through_parameters(ctx: FileContext, ref: cst.BaseExpression, legacy: LegacyApi) -> List[Autocast]:
+    """`ac = torch.cuda.amp.autocast` handed to a function of this file (`train_one_epoch(...,
+    amp_autocast=ac)`, timm's trainers): the calls of that parameter in the function are autocasts
+    of the class (on the runs that pass it). Only where every use of the parameter there is a call."""
+    names = ctx.names
+    statement = names.parent(ref)
+    while isinstance(statement, cst.IfExp):
+        statement = names.parent(statement)
+    target = statement.targets[0].target if isinstance(statement, cst.Assign) else getattr(statement, "target", None)
+    if not isinstance(target, cst.Name):
+        return []
+    binding = next((b for b in names.scope_of(target).bindings.get(target.value, []) if b.node is target), None)
+    if binding is None:
+        return []
+    found: List[Autocast] = []
+    for use in names.references(binding):
+        arg = names.parent(use)
+        call = names.parent(arg)
+        if not (isinstance(arg, cst.Arg) and arg.value is use and not arg.star and isinstance(call, cst.Call)):
+            continue
+        parameter = _parameter_receiving(ctx, call, arg)
+        if parameter is None:
+            continue
+        uses = names.references(parameter)
+        calls = [names.parent(u) for u in uses]
+        if not uses or not all(isinstance(c, cst.Call) and c.func is u for c, u in zip(calls, uses)):
+            continue  # passed on again, tested, stored: not only entered
+        for inner, call_node in zip(uses, calls):
+            autocast = _analyse_call(ctx, inner, call_node, legacy, opaque=False)
+            autocast.parameter = parameter.name
+            found.append(autocast)
+    return found
+
+
+def _parameter_receiving(ctx: FileContext, call: cst.Call, arg: cst.Arg):
+    """The binding of the parameter of a function defined in this file that `arg` of `call` fills."""
+    names = ctx.names
+    if not isinstance(call.func, cst.Name):
+        return None
+    definitions = [b for b in names.bindings_of(call.func) if isinstance(b.node, cst.FunctionDef)]
+    if len(definitions) != 1 or len(names.bindings_of(call.func)) != 1:
+        return None
+    function = definitions[0].node
+    params = function.params
+    if arg.keyword is not None:
+        candidates = [p for p in (*params.posonly_params, *params.params, *params.kwonly_params) if p.name.value == arg.keyword.value]
+    else:
+        if any(a.star for a in call.args[: call.args.index(arg)]):
+            return None
+        position = [a for a in call.args if a.keyword is None].index(arg)
+        positional = [*params.posonly_params, *params.params]
+        candidates = positional[position : position + 1]
+    if len(candidates) != 1:
+        return None
+    scope_bindings = [
+        b for bindings in names.scope_of(function.body).bindings.values() for b in bindings if b.node is candidates[0].name
+    ]
+    if len(scope_bindings) != 1 or len(names.scope_of(function.body).bindings.get(candidates[0].name.value, [])) != 1:
+        return None  # the parameter is rebound in the function
+    return scope_bindings[0]
 
 
 def _is_alias_definition(ctx: FileContext, ref: cst.BaseExpression) -> bool:

@@ -76,6 +76,13 @@ class Float16Autocast(Rule):
         if ctx.settings.min_torch < BF16_AUTOCAST:
             ctx.report(autocast.ref, message, no_fix_reason=_too_old(ctx))
             return
+        if autocast.parameter is not None:
+            reason = (
+                f"`{autocast.parameter}` is `torch.{autocast.legacy.device}.amp.autocast` handed in by a caller, and other "
+                "context managers on other runs (`contextlib.suppress`): choose bfloat16 where the caller binds it"
+            )
+            ctx.report(autocast.ref, message, no_fix_reason=reason)
+            return
         hazard = bf16_hazard(ctx)
         if hazard is not None:
             ctx.report(autocast.ref, message, no_fix_reason=hazard)
