@@ -50,3 +50,6 @@ class Step:
     function: Scope
     branches: List[Branch]  # the `if` branches around it in its function (apex tests folded)
     steps: List[cst.Call] = field(default_factory=list)  # the `optimizer.step()` calls after it
+    # What the `with` body does after `scaled_loss.backward()` (an all-reduce of the still-scaled
+    # gradients, logging): it follows `scaler.scale(loss).backward()` unchanged.
+    rest: Sequence[cst.BaseStatement] = ()

@@ -249,10 +249,16 @@ class _Planner(StepRewrites, ForwardRegions):
             raise Unfixable(f"`with amp.scale_loss(...)` at line {self._line(call)} does not bind the scaled loss to a name")
         scaled = item.asname.name.value
         backward_args = self._backward_args(with_node, scaled)
+        rest = self._rest_of_body(with_node, scaled)
         if backward_args is None:
             raise Unfixable(
-                f"the body of `with amp.scale_loss(...)` at line {self._line(call)} does more than "
-                f"`{scaled}.backward()`"
+                f"the body of `with amp.scale_loss(...)` at line {self._line(call)} does not start with "
+                f"`{scaled}.backward()` alone on its line"
+            )
+        if rest is None:
+            raise Unfixable(
+                f"after `{scaled}.backward()`, the body of `with amp.scale_loss(...)` at line {self._line(call)} "
+                f"uses `{scaled}` or apex, or leaves the block early"
             )
         params = SCALE_LOSS_PARAMS if not ref.via_handle else ("loss", "optimizers")
         bound = bound_arguments(call, params)
@@ -269,7 +275,7 @@ class _Planner(StepRewrites, ForwardRegions):
         if "delay_unscale" in bound:
             self._note("`delay_unscale` goes: GradScaler keeps gradients scaled until `unscale_`/`step`")
         function = self._function_scope(call)
-        return Step(
+        step = Step(
             with_node,
             call,
             bound["loss"].value,
@@ -278,6 +284,8 @@ class _Planner(StepRewrites, ForwardRegions):
             function,
             self._branches(with_node, function.node),
         )
+        step.rest = rest
+        return step
 
     def _backward_args(self, with_node: cst.With, scaled: str) -> Optional[Sequence[cst.Arg]]:
         body = with_node.body
@@ -285,7 +293,7 @@ class _Planner(StepRewrites, ForwardRegions):
         if isinstance(body, cst.SimpleStatementSuite):
             smalls = list(body.body)
         else:
-            if len(body.body) != 1 or not isinstance(body.body[0], cst.SimpleStatementLine):
+            if not body.body or not isinstance(body.body[0], cst.SimpleStatementLine):
                 return None
             smalls = list(body.body[0].body)
         if len(smalls) != 1 or not isinstance(smalls[0], cst.Expr):
@@ -301,6 +309,28 @@ class _Planner(StepRewrites, ForwardRegions):
         ):
             return call.args
         return None
+
+    def _rest_of_body(self, with_node: cst.With, scaled: str) -> Optional[Sequence[cst.BaseStatement]]:
+        """The statements after `scaled.backward()` in the body, when they can run after
+        `scaler.scale(loss).backward()` as they are: in apex they see the gradients still scaled
+        (the unscale happens at the block's exit), as they do before `scaler.unscale_`. None when
+        one uses the scaled loss or apex, or leaves the block early (a return, break, raise, yield)."""
+        body = with_node.body
+        if isinstance(body, cst.SimpleStatementSuite):
+            return ()
+        rest = list(body.body[1:])
+        for statement in rest:
+            for node in walk(statement):
+                if isinstance(node, cst.Name) and node.value == scaled:
+                    return None
+                if isinstance(node, (cst.Return, cst.Break, cst.Continue, cst.Raise, cst.Yield, cst.Await)):
+                    return None
+                if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Global, cst.Nonlocal)):
+                    return None
+        inside = {id(n) for statement in rest for n in walk(statement)}
+        if any(id(ref.node) in inside for ref in self.refs):
+            return None
+        return rest
 
     def _check_other_refs(self) -> None:
         presence = self.presence_refs
@@ -355,12 +385,12 @@ class _Planner(StepRewrites, ForwardRegions):
         self._plan_scaler_creation()
         self.access.emit()
 
-    def _scaled_backward(self, step: Step) -> cst.SimpleStatementLine:
+    def _scaled_backward(self, step: Step):
         scaler = self.access.expression(step.with_node)
         loss_code = self.ctx.code(step.loss).strip()
         args = ", ".join(self.ctx.code(a).strip().rstrip(",") for a in step.backward_args)
         line = self.ctx.parse_statement(f"{scaler}.scale({loss_code}).backward({args})\n")
-        return line.with_changes(leading_lines=step.with_node.leading_lines)
+        return _then(line.with_changes(leading_lines=step.with_node.leading_lines), step.rest)
 
     # ---- master_params, state_dict, load_state_dict, disable_casts, _amp_state
     def _plan_simple_refs(self) -> None:
@@ -517,7 +547,7 @@ class _Planner(StepRewrites, ForwardRegions):
                 loss_code = f"({loss_code})"
             args = ", ".join(self.ctx.code(a).strip().rstrip(",") for a in step.backward_args)
             line = self.ctx.parse_statement(f"{loss_code}.backward({args})\n")
-            self.builder.replace(step.with_node, line.with_changes(leading_lines=step.with_node.leading_lines))
+            self.builder.replace(step.with_node, _then(line.with_changes(leading_lines=step.with_node.leading_lines), step.rest))
             self.handled.add(step.with_node)
         for ref in self.refs:
             if ref.api == "master_params":
@@ -657,3 +687,8 @@ def _side_effect_free(node: cst.BaseExpression) -> bool:
             node = node.value
         else:
             return False
+
+
+def _then(line: cst.SimpleStatementLine, rest: Sequence[cst.BaseStatement]):
+    """The backward line, followed by the rest of the `with` body (one level out)."""
+    return cst.FlattenSentinel([line, *rest]) if rest else line
