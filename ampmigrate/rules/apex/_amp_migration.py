@@ -42,7 +42,7 @@ from ampmigrate.rules.apex._amp_forward import ForwardRegions
 from ampmigrate.rules.apex._amp_options import bound_arguments, scaler_spec
 from ampmigrate.rules.apex._amp_refs import AmpRef, amp_usage
 from ampmigrate.rules.apex._amp_steps import StepRewrites
-from ampmigrate.rules.apex._flow import Branch, branches, expression_key, is_pure, walk
+from ampmigrate.rules.apex._flow import Branch, body_of, branches, expression_key, is_pure, walk
 from ampmigrate.rules.apex._presence import Action, Unsupported, presence_action, simplify, unwrap
 from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions
 from ampmigrate.rules.apex._removal import Removal, unused_after
@@ -146,10 +146,7 @@ class _Planner(StepRewrites, ForwardRegions):
                 f"min-torch is {format_version(self.ctx.settings.min_torch)}"
             )
         if init.api == "initialize" and spec.optimizers is None and not fp32:
-            raise Unfixable(
-                "`amp.initialize` without optimizers is inference: wrap the inference in "
-                '`torch.autocast("cuda", dtype=torch.float16)` by hand'
-            )
+            return self._inference_fix(plan, init, spec)
         self.fp32 = fp32
         self.spec = spec
         self.unsafe.extend(spec.unsafe)
@@ -187,6 +184,79 @@ class _Planner(StepRewrites, ForwardRegions):
         self.builder.message = message
         self.builder.applicability = UNSAFE if self.unsafe else SAFE
         return self.builder.build()
+
+    # ------------------------------------------------------------------ inference (no optimizers)
+    def _inference_fix(self, plan: AmpPlan, init: AmpRef, spec) -> Fix:
+        """`model = amp.initialize(model, opt_level=...)` without optimizers runs the model in fp16
+        for inference: each following statement of the same block that runs the model (calls it,
+        or hands it to a call) goes under `torch.autocast("cuda", dtype=torch.float16)`, enabled
+        as apex was; the initialize line goes."""
+        why_not = (
+            "`amp.initialize` without optimizers is inference, and no statement after it in the same block "
+            'runs the model: wrap the inference in `torch.autocast("cuda", dtype=torch.float16)` by hand'
+        )
+        if any(r.api not in (None, "initialize") for r in self.refs if r is not init):
+            raise Unfixable(why_not)
+        self.fp32, self.spec, self.init = False, spec, init
+        self.unsafe.extend(spec.unsafe)
+        self.notes.extend(spec.notes)
+        self.builder = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
+        self.init_line = self._init_line(init)
+        block = self.names.parent(self.init_line)
+        if self.names.parent(block) is not self._function_scope(init.call).node and block is not self.module:
+            raise Unfixable(why_not + " (the call is inside a block of its function)")
+        body = list(body_of(block) or ())
+        models = self._initialized_names()
+        runs = [s for s in body[body.index(self.init_line) + 1 :] if self._runs_model(s, models)]
+        if not runs or not all(c.code and is_pure(cst.parse_expression(c.code)) for c in spec.enabled):
+            raise Unfixable(why_not)
+        codes = list(dict.fromkeys(c.code for c in spec.enabled))
+        enabled = " and ".join(f"({c})" if len(codes) > 1 else c for c in codes)
+        torch = self._torch(self.init_line)
+        args = f'{self.ctx.string("cuda").value}, dtype={torch}.float16' + (f", enabled={enabled}" if enabled else "")
+        for statement in runs:
+            header = self.ctx.parse_statement(f"with {torch}.autocast({args}):\n    pass\n")
+            inner = statement.with_changes(leading_lines=())
+            wrapped = header.with_changes(body=header.body.with_changes(body=[inner]), leading_lines=statement.leading_lines)
+            self.builder.replace(statement, wrapped)
+        self._plan_presence_tests()
+        self._place_home(None)
+        self._plan_imports()
+        self._emit_removals()
+        self._check_nesting()
+        message = "Migrate inference under apex.amp to torch.autocast fp16"
+        details = self.notes + ([f"unsafe: {'; '.join(self.unsafe)}"] if self.unsafe else [])
+        if details:
+            message += " (" + "; ".join(details) + ")"
+        self.builder.message = message
+        self.builder.applicability = UNSAFE if self.unsafe else SAFE
+        return self.builder.build()
+
+    def _initialized_names(self) -> Set[str]:
+        small = self.init_line.body[0]
+        targets = [small.targets[0].target] if isinstance(small, cst.Assign) else []
+        if targets and isinstance(targets[0], (cst.Tuple, cst.List)):
+            targets = [e.value for e in targets[0].elements]
+        models = [self.spec.models] if self.spec.models is not None else []
+        if models and isinstance(models[0], (cst.Tuple, cst.List)):
+            models = [e.value for e in models[0].elements]
+        return {n.value for n in [*targets, *models] if isinstance(n, cst.Name)}
+
+    def _runs_model(self, statement: cst.CSTNode, models: Set[str]) -> bool:
+        """Calls a model (`model(x)`, `model.generate(x)`) or hands it to a call (`evaluate(model, ...)`);
+        not its bookkeeping (`model.eval()`, `model.to(device)`)."""
+        for node in walk(statement):
+            if not isinstance(node, cst.Call):
+                continue
+            func = node.func
+            if isinstance(func, cst.Name) and func.value in models:
+                return True
+            if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in models:
+                if func.attr.value not in _MODEL_BOOKKEEPING:
+                    return True
+            if any(isinstance(a.value, cst.Name) and a.value.value in models for a in node.args):
+                return True
+        return False
 
     def _standalone_fix(self, plan: AmpPlan) -> Fix:
         """No `amp.initialize` here, and nothing that needs the scaler: `amp.disable_casts()`,
@@ -692,3 +762,13 @@ def _side_effect_free(node: cst.BaseExpression) -> bool:
 def _then(line: cst.SimpleStatementLine, rest: Sequence[cst.BaseStatement]):
     """The backward line, followed by the rest of the `with` body (one level out)."""
     return cst.FlattenSentinel([line, *rest]) if rest else line
+
+
+# Methods of a module that do not run its forward pass.
+_MODEL_BOOKKEEPING = frozenset(
+    {
+        "eval", "train", "to", "cuda", "cpu", "half", "float", "double", "bfloat16", "parameters",
+        "named_parameters", "buffers", "named_buffers", "modules", "named_modules", "children",
+        "state_dict", "load_state_dict", "requires_grad_", "zero_grad", "register_buffer", "apply",
+    }
+)
