@@ -202,15 +202,24 @@ class _Planner(StepRewrites, ForwardRegions):
         self.notes.extend(spec.notes)
         self.builder = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
         self.init_line = self._init_line(init)
-        block = self.names.parent(self.init_line)
+        # The line itself, or `if <cond>: model = amp.initialize(...)` alone in its `if` (then the
+        # condition joins `enabled` and the `if` goes), directly in the function's (module's) body.
+        anchor, conditions = self.init_line, []
+        parent_block = self.names.parent(anchor)
+        guard = self.names.parent(parent_block)
+        if isinstance(guard, cst.If) and guard.orelse is None and len(body_of(parent_block) or ()) == 1:
+            if not is_pure(guard.test):
+                raise Unfixable(why_not)
+            anchor, conditions = guard, [self.ctx.code(guard.test).strip()]
+        block = self.names.parent(anchor)
         if self.names.parent(block) is not self._function_scope(init.call).node and block is not self.module:
             raise Unfixable(why_not + " (the call is inside a block of its function)")
         body = list(body_of(block) or ())
         models = self._initialized_names()
-        runs = [s for s in body[body.index(self.init_line) + 1 :] if self._runs_model(s, models)]
+        runs = self._statements_running(body[body.index(anchor) + 1 :], models)
         if not runs or not all(c.code and is_pure(cst.parse_expression(c.code)) for c in spec.enabled):
             raise Unfixable(why_not)
-        codes = list(dict.fromkeys(c.code for c in spec.enabled))
+        codes = list(dict.fromkeys([*conditions, *(c.code for c in spec.enabled if c.code != "True")]))
         enabled = " and ".join(f"({c})" if len(codes) > 1 else c for c in codes)
         torch = self._torch(self.init_line)
         args = f'{self.ctx.string("cuda").value}, dtype={torch}.float16' + (f", enabled={enabled}" if enabled else "")
@@ -220,7 +229,13 @@ class _Planner(StepRewrites, ForwardRegions):
             wrapped = header.with_changes(body=header.body.with_changes(body=[inner]), leading_lines=statement.leading_lines)
             self.builder.replace(statement, wrapped)
         self._plan_presence_tests()
-        self._place_home(None)
+        if anchor is self.init_line:
+            self._place_home(None)
+        elif self._rebinding() is None:
+            self.removal.remove_statement(anchor)
+            self.handled.add(self.init_line)
+        else:
+            raise Unfixable(why_not + " (it binds other names than the model it is given)")
         self._plan_imports()
         self._emit_removals()
         self._check_nesting()
@@ -242,6 +257,22 @@ class _Planner(StepRewrites, ForwardRegions):
             models = [e.value for e in models[0].elements]
         return {n.value for n in [*targets, *models] if isinstance(n, cst.Name)}
 
+    def _statements_running(self, statements: Sequence[cst.CSTNode], models: Set[str]) -> List[cst.CSTNode]:
+        """The simple statements that run a model, looking inside `with`/`for`/`if`/`try` blocks (so a
+        loop is not re-indented whole); a compound statement on one line counts as one statement."""
+        found: List[cst.CSTNode] = []
+        for statement in statements:
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) or not self._runs_model(statement, models):
+                continue
+            blocks = [b for b in _blocks_of(statement) if isinstance(b, cst.IndentedBlock)]
+            if isinstance(statement, cst.SimpleStatementLine) or len(blocks) != len(_blocks_of(statement)):
+                found.append(statement)
+                continue
+            inner = [s for b in blocks for s in self._statements_running(b.body, models)]
+            # A model run in the compound statement's header (`for x in model(...)`): the whole of it.
+            found.extend(inner if inner else [statement])
+        return found
+
     def _runs_model(self, statement: cst.CSTNode, models: Set[str]) -> bool:
         """Calls a model (`model(x)`, `model.generate(x)`) or hands it to a call (`evaluate(model, ...)`);
         not its bookkeeping (`model.eval()`, `model.to(device)`)."""
@@ -255,6 +286,11 @@ class _Planner(StepRewrites, ForwardRegions):
                 if func.attr.value not in _MODEL_BOOKKEEPING:
                     return True
             if any(isinstance(a.value, cst.Name) and a.value.value in models for a in node.args):
+                qnames = self.names.qualified_names(func)
+                if isinstance(func, cst.Name) and func.value in _NOT_COMPUTE_BUILTINS and not self.names.bindings_of(func):
+                    continue
+                if any(q.startswith(("torch.nn.", "torch.jit.")) for q in qnames):
+                    continue  # wrapping or scripting it (DataParallel, torch.jit.script) runs nothing
                 return True
         return False
 
@@ -764,6 +800,21 @@ def _then(line: cst.SimpleStatementLine, rest: Sequence[cst.BaseStatement]):
     return cst.FlattenSentinel([line, *rest]) if rest else line
 
 
+def _blocks_of(statement: cst.CSTNode) -> List[cst.BaseSuite]:
+    """The bodies of a compound statement: `if`/`elif`/`else`, loops' `else`, `try`'s handlers."""
+    blocks: List[cst.BaseSuite] = []
+    body = getattr(statement, "body", None)
+    if isinstance(body, cst.BaseSuite):
+        blocks.append(body)
+    for part in (*getattr(statement, "handlers", ()), getattr(statement, "orelse", None), getattr(statement, "finalbody", None)):
+        if isinstance(part, cst.If):
+            blocks.extend(_blocks_of(part))
+        elif part is not None and isinstance(getattr(part, "body", None), cst.BaseSuite):
+            blocks.append(part.body)
+    return blocks
+
+
+_NOT_COMPUTE_BUILTINS = frozenset({"print", "len", "isinstance", "type", "str", "repr", "id", "getattr", "hasattr", "setattr"})
 # Methods of a module that do not run its forward pass.
 _MODEL_BOOKKEEPING = frozenset(
     {
