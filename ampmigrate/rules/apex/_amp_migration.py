@@ -177,7 +177,10 @@ class _Planner(StepRewrites, ForwardRegions):
         self._emit_removals()
         self._check_nesting()
         kind = "fp32 (O0)" if fp32 else "torch.autocast fp16 and torch.amp.GradScaler"
-        message = f"Migrate apex.amp to {kind}"
+        return self._finish(f"Migrate apex.amp to {kind}")
+
+    def _finish(self, message: str) -> Fix:
+        """The fix, its message carrying the notes, unsafe when something changes numerics."""
         details = self.notes + ([f"unsafe: {'; '.join(self.unsafe)}"] if self.unsafe else [])
         if details:
             message += " (" + "; ".join(details) + ")"
@@ -239,13 +242,7 @@ class _Planner(StepRewrites, ForwardRegions):
         self._plan_imports()
         self._emit_removals()
         self._check_nesting()
-        message = "Migrate inference under apex.amp to torch.autocast fp16"
-        details = self.notes + ([f"unsafe: {'; '.join(self.unsafe)}"] if self.unsafe else [])
-        if details:
-            message += " (" + "; ".join(details) + ")"
-        self.builder.message = message
-        self.builder.applicability = UNSAFE if self.unsafe else SAFE
-        return self.builder.build()
+        return self._finish("Migrate inference under apex.amp to torch.autocast fp16")
 
     def _initialized_names(self) -> Set[str]:
         small = self.init_line.body[0]
