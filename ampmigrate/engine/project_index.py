@@ -31,7 +31,7 @@ from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 2
+_FORMAT = 3
 
 
 @dataclass
@@ -48,6 +48,9 @@ class ModuleSummary:
     # Every `from module import name` of the file (any file, not only training code): who
     # imports what by name, for values a call in another file may pass.
     from_imports: List[Tuple[str, str]] = field(default_factory=list)
+    # Issue 11: top-level classes whose `__call__` runs `.backward()` (timm-style NativeScaler
+    # wrappers): a file that imports one by name trains (see backward_runner_imported).
+    backward_runners: List[str] = field(default_factory=list)
 
 
 class ProjectIndex:
@@ -186,12 +189,25 @@ class ProjectIndex:
             parts.append("exports=" + ",".join(sorted(exported)))
         for name, trainer in sorted(self._trained_names.get(absolute, {}).items()):
             parts.append(f"trained:{name}={trainer}")
+        runner = self.backward_runner_imported(absolute)
+        if runner:
+            parts.append(f"backward_runner={runner}")
         for other in self._importers.get(absolute, ()):
             if self.modules[other].scaler_passed_to:
                 parts.append(f"scaler_from={other}:{self.modules[other].scaler_passed_to}")
         if not parts:
             return ""
         return hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest()
+
+    def backward_runner_imported(self, path: str) -> Optional[str]:
+        """The file of the run defining a class whose `__call__` runs `.backward()` that the module at
+        `path` imports by name (`from util.misc import NativeScalerWithGradNormCount`), if any."""
+        summary = self.modules.get(os.path.abspath(path))
+        for module, name in summary.from_imports if summary is not None else ():
+            target = self.module_for(module)
+            if target is not None and name in self.modules[target].backward_runners:
+                return target
+        return None
 
     def relative(self, path: str) -> str:
         try:
@@ -249,6 +265,8 @@ def summarize(raw: bytes, package: str) -> ModuleSummary:
     summary.from_imports = [(module, name) for module, name in from_imports if name]
     needs_ast = _NEEDS_AST.search(raw) is not None
     summary.trains = _TRAINS.search(raw) is not None
+    if summary.trains and b"__call__" in raw and b".backward(" in raw:
+        summary.backward_runners = _backward_runners(raw)
     if not (summary.trains or needs_ast):
         return summary
     summary.imports = _imports(raw, from_imports)
@@ -402,3 +420,29 @@ def _dotted(node: ast.AST) -> str:
         parts.append(node.id)
         return ".".join(reversed(parts))
     return ""
+
+
+# ------------------------------------------------------------- issue 11: backward-running callables
+def _backward_runners(raw: bytes) -> List[str]:
+    """Top-level classes whose `__call__` calls `.backward(...)` on anything (`loss.backward()`,
+    `self._scaler.scale(loss).backward()`): calling an instance runs the backward pass."""
+    try:
+        tree = ast.parse(raw)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return []
+    found: List[str] = []
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for method in node.body:
+            if isinstance(method, ast.FunctionDef) and method.name == "__call__" and _calls_backward(method):
+                found.append(node.name)
+                break
+    return found
+
+
+def _calls_backward(function: ast.FunctionDef) -> bool:
+    return any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward"
+        for n in ast.walk(function)
+    )

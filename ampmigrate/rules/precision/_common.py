@@ -53,7 +53,12 @@ def _trains(ctx: FileContext) -> bool:
         for call in ctx.names.nodes_of_type(cst.Call)
     ):
         return True
-    return any(node.name.value == "training_step" for node in ctx.names.nodes_of_type(cst.FunctionDef))
+    if any(node.name.value == "training_step" for node in ctx.names.nodes_of_type(cst.FunctionDef)):
+        return True
+    # Issue 11: the backward runs in a loss-scaler class of another file that this one imports
+    # (`loss_scaler(loss, optimizer, clip_grad=...)`, timm's NativeScaler shape).
+    index = ctx.project_index
+    return index is not None and index.backward_runner_imported(ctx.path) is not None
 
 
 def trained_elsewhere(ctx: FileContext, node: cst.CSTNode) -> Optional[str]:
