@@ -1,0 +1,72 @@
+"""apex's amp module passed across files (rules/apex/cross_module.py, the index's apex records).
+
+The positive shapes are multi-file fixtures (tests/fixtures/AMP101/*.project, run by
+test_project_index.py); here: the index records, the messages naming the other file, what is
+left alone, and that `fix` edits neither side while the scaler cannot be threaded.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ampmigrate.engine.project_index import ProjectIndex, summarize
+from ampmigrate.engine.runner import Job, run_files
+
+from conftest import FIXTURES, make_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAINER = FIXTURES / "AMP101" / "amp_passed_to_trainer.project"
+METHOD = FIXTURES / "AMP101" / "amp_passed_to_method.project"
+
+
+def _check(root: Path):
+    files = sorted(str(p) for p in root.rglob("*.py"))
+    index = ProjectIndex.build(str(root), files)
+    return run_files(files, make_settings({"select": ["AMP1"]}), Job("check"), jobs=1, index=index)
+
+
+def test_index_records_who_passes_apex_amp_and_who_scales_with_it():
+    main = summarize((TRAINER / "main.py").read_bytes(), "")
+    assert main.apex_amp_passed_to == [("train", 8)]
+    assert main.apex_amp_params == {}
+    trainer = summarize((TRAINER / "trainer.py").read_bytes(), "")
+    assert trainer.apex_amp_params == {"train": ["amp"]}
+    assert trainer.apex_amp_passed_to == []  # names no apex import: its `amp` is a parameter
+    engine = summarize((METHOD / "engine.py").read_bytes(), "")
+    assert engine.apex_amp_params == {"Trainer.step": ["amp"]}
+
+
+def test_a_non_apex_amp_argument_is_not_recorded():
+    raw = b"from mylib import amp\ntrain(model, opt, amp)\n"
+    assert summarize(raw, "").apex_amp_passed_to == []
+
+
+def test_messages_name_the_file_the_amp_module_comes_from():
+    for project, path in ((TRAINER, "trainer.py"), (METHOD, "engine.py")):
+        crossed = [f for f in _check(project).findings if f.path.endswith(path)]
+        assert len(crossed) == 1
+        assert "(apex's amp passed in from main.py)" in crossed[0].message
+        assert "comes from main.py" in crossed[0].no_fix_reason
+
+
+def test_a_parameter_no_file_passes_apex_amp_is_left_alone(tmp_path):
+    shutil.copy(TRAINER / "trainer.py", tmp_path / "trainer.py")
+    (tmp_path / "main.py").write_text("from trainer import train\nimport mylib\ntrain(1, 2, mylib.amp)\n")
+    assert _check(tmp_path).findings == []
+
+
+def test_fix_edits_neither_side(tmp_path):
+    project = tmp_path / "p"
+    shutil.copytree(TRAINER, project)
+    before = {p.name: p.read_bytes() for p in project.glob("*.py")}
+    subprocess.run(
+        [sys.executable, "-m", "ampmigrate", "fix", str(project)],
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        check=False,
+    )
+    assert {p.name: p.read_bytes() for p in project.glob("*.py")} == before
