@@ -70,3 +70,22 @@ def test_fix_edits_neither_side(tmp_path):
         check=False,
     )
     assert {p.name: p.read_bytes() for p in project.glob("*.py")} == before
+
+
+def test_amp_passed_to_a_function_of_the_same_file(tmp_path):
+    (tmp_path / "train.py").write_text(
+        "def train(model, opt, amp):\n"
+        "    loss = model(1)\n"
+        "    with amp.scale_loss(loss, opt) as scaled:\n"
+        "        scaled.backward()\n"
+        "    clip(amp.master_params(opt), 1.0)\n"
+        "    opt.step()\n"
+        "\n"
+        "\n"
+        "def main(model, opt):\n"
+        "    from apex import amp\n"
+        "    model, opt = amp.initialize(model, opt)\n"
+        "    train(model, opt, amp)\n"
+    )
+    found = [(f.location.row, f.message.split(" (")[0]) for f in _check(tmp_path).findings if "passed in" in f.message]
+    assert found == [(3, "`amp.scale_loss`"), (5, "`amp.master_params`")]

@@ -171,13 +171,14 @@ class ProjectIndex:
         return None
 
     def apex_amp_passed_from(self, path: str, function: str) -> Optional[str]:
-        """A file of the run that passes apex's amp module to `function` of the module at `path`,
-        which calls `.scale_loss` on one of its parameters."""
+        """A file of the run (`path` itself included) that passes apex's amp module to `function`
+        of the module at `path`, which calls `.scale_loss` on one of its parameters."""
         absolute = os.path.abspath(path)
         summary = self.modules.get(absolute)
         if summary is None or function not in summary.apex_amp_params:
             return None
-        for other in self._importers.get(absolute, ()):
+        # The file itself first (`main()` passes the `amp` it imported to `train(..., amp)`).
+        for other in (absolute, *self._importers.get(absolute, ())):
             name = function.rpartition(".")[2]  # `Trainer.train` is called as `trainer.train(...)`
             if any(callee.rpartition(".")[2] == name for callee, _ in self.modules[other].apex_amp_passed_to):
                 return other

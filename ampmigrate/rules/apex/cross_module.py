@@ -4,7 +4,9 @@ another file of the run (main.py calls `amp.initialize` and `train(model, opt, a
 The trainer's file never names apex, so the in-file plan (_amp_migration.py) cannot see it; the
 project index (engine/project_index.py, "apex.amp across files") records who passes apex's amp
 to which function. Threading one GradScaler through both files is not done yet: the site is
-reported, naming the file the amp module comes from, and the code is left alone.
+reported (with `amp.master_params`/`state_dict`/`load_state_dict` on the same parameter), naming
+the file the amp module comes from (the same file when its own `main()` passes it), and the code
+is left alone.
 """
 
 from __future__ import annotations
@@ -13,11 +15,15 @@ import os
 
 import libcst as cst
 
+from ampmigrate.rules.apex.amp101_apex_amp import _REPLACEMENT as _ALL
 from ampmigrate.rules.base import Rule
+
+# The apex amp calls AMP101 migrates (amp.initialize stays with the file that imports apex).
+_REPLACEMENT = {api: _ALL[api] for api in ("scale_loss", "master_params", "state_dict", "load_state_dict")}
 
 _REASON = (
     "apex's amp module comes from {origin} (amp.initialize there): the GradScaler must be made there and "
-    "passed here, an edit of both files the fix does not make yet"
+    "passed here, an edit of the caller and this function that the fix does not make yet"
 )
 
 
@@ -35,13 +41,12 @@ class ApexAmpPassedIn(Rule):
             if origin is None:
                 continue
             params = set(index.modules[os.path.abspath(ctx.path)].apex_amp_params[name])
-            for call in _scale_loss_calls(function, params):
-                where = index.relative(origin)
+            where = index.relative(origin)
+            for call, api in _amp_calls(function, params):
                 ctx.report(
                     call.func,
-                    f"`amp.scale_loss` (apex's amp passed in from {where}) was removed from apex in May 2025, "
-                    "so this no longer runs; use `scaler.scale(loss).backward()`, then `scaler.step(optimizer)` "
-                    "and `scaler.update()`",
+                    f"`amp.{api}` (apex's amp passed in from {where}) was removed from apex in May 2025, "
+                    f"so this no longer runs; use {_REPLACEMENT[api]}",
                     no_fix_reason=_REASON.format(origin=where),
                 )
 
@@ -56,7 +61,8 @@ def _functions(module: cst.Module):
                     yield statement.name.value, item
 
 
-def _scale_loss_calls(function: cst.FunctionDef, params: set):
+def _amp_calls(function: cst.FunctionDef, params: set):
+    """(call, apex amp API) for each `param.<api>(...)` on a parameter holding apex's amp."""
     found = []
 
     class _Find(cst.CSTVisitor):
@@ -64,11 +70,11 @@ def _scale_loss_calls(function: cst.FunctionDef, params: set):
             func = node.func
             if (
                 isinstance(func, cst.Attribute)
-                and func.attr.value == "scale_loss"
+                and func.attr.value in _REPLACEMENT
                 and isinstance(func.value, cst.Name)
                 and func.value.value in params
             ):
-                found.append(node)
+                found.append((node, func.attr.value))
 
     function.body.visit(_Find())
     return found
