@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ampmigrate.engine.cache import Cache
 from ampmigrate.engine.project_index import ProjectIndex, summarize
 from ampmigrate.engine.runner import Job, run_files
 
@@ -22,10 +23,10 @@ TRAINER = FIXTURES / "AMP101" / "amp_passed_to_trainer.project"
 METHOD = FIXTURES / "AMP101" / "amp_passed_to_method.project"
 
 
-def _check(root: Path):
+def _check(root: Path, cache=None):
     files = sorted(str(p) for p in root.rglob("*.py"))
-    index = ProjectIndex.build(str(root), files)
-    return run_files(files, make_settings({"select": ["AMP1"]}), Job("check"), jobs=1, index=index)
+    index = ProjectIndex.build(str(root), files, cache_path=cache.index_path if cache is not None else None)
+    return run_files(files, make_settings({"select": ["AMP1"]}), Job("check"), jobs=1, cache=cache, index=index)
 
 
 def test_index_records_who_passes_apex_amp_and_who_scales_with_it():
@@ -89,3 +90,18 @@ def test_amp_passed_to_a_function_of_the_same_file(tmp_path):
     )
     found = [(f.location.row, f.message.split(" (")[0]) for f in _check(tmp_path).findings if "passed in" in f.message]
     assert found == [(3, "`amp.scale_loss`"), (5, "`amp.master_params`")]
+
+
+def test_the_trainer_result_follows_the_caller_through_the_cache(tmp_path):
+    project = tmp_path / "p"
+    shutil.copytree(TRAINER, project)
+    cache = Cache(str(tmp_path / "cache"), "key")
+
+    def crossed():
+        return [f.location.row for f in _check(project, cache).findings if f.path.endswith("trainer.py")]
+
+    assert crossed() == [5]
+    assert crossed() == [5]  # from the cache
+    main = project / "main.py"
+    main.write_text(main.read_text().replace("train(model, opt, amp)", "train(model, opt, None)"))
+    assert crossed() == []
