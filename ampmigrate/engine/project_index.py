@@ -31,7 +31,7 @@ from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 3
+_FORMAT = 4
 
 
 @dataclass
@@ -51,6 +51,11 @@ class ModuleSummary:
     # Issue 11: top-level classes whose `__call__` runs `.backward()` (timm-style NativeScaler
     # wrappers): a file that imports one by name trains (see backward_runner_imported).
     backward_runners: List[str] = field(default_factory=list)
+    # --- apex.amp across files (rules/apex/cross_module.py) ---
+    # Functions and the parameters they call `.scale_loss(...)` on: apex's amp module received.
+    apex_amp_params: Dict[str, List[str]] = field(default_factory=dict)
+    # Calls passing apex's amp module (a name imported from apex) as an argument: (callee, line).
+    apex_amp_passed_to: List[Tuple[str, int]] = field(default_factory=list)
 
 
 class ProjectIndex:
@@ -106,6 +111,7 @@ class ProjectIndex:
 
     def _add(self, path: str, summary: ModuleSummary) -> None:
         summary.scaler_passed_to = [tuple(item) for item in summary.scaler_passed_to]
+        summary.apex_amp_passed_to = [tuple(item) for item in summary.apex_amp_passed_to]
         for module, name in summary.from_imports:
             self._exports.setdefault(module, set()).add(name)
         self.modules[path] = summary
@@ -167,6 +173,20 @@ class ProjectIndex:
                 return other
         return None
 
+    def apex_amp_passed_from(self, path: str, function: str) -> Optional[str]:
+        """A file of the run (`path` itself included) that passes apex's amp module to `function`
+        of the module at `path`, which calls `.scale_loss` on one of its parameters."""
+        absolute = os.path.abspath(path)
+        summary = self.modules.get(absolute)
+        if summary is None or function not in summary.apex_amp_params:
+            return None
+        # The file itself first (`main()` passes the `amp` it imported to `train(..., amp)`).
+        for other in (absolute, *self._importers.get(absolute, ())):
+            name = function.rpartition(".")[2]  # `Trainer.train` is called as `trainer.train(...)`
+            if any(callee.rpartition(".")[2] == name for callee, _ in self.modules[other].apex_amp_passed_to):
+                return other
+        return None
+
     def imported_from(self, path: str) -> FrozenSet[str]:
         """Names files of the run import from the module at `path` (`from .x import name` counts)."""
         names: Set[str] = set()
@@ -195,6 +215,8 @@ class ProjectIndex:
         for other in self._importers.get(absolute, ()):
             if self.modules[other].scaler_passed_to:
                 parts.append(f"scaler_from={other}:{self.modules[other].scaler_passed_to}")
+            if self.modules[other].apex_amp_passed_to:
+                parts.append(f"apex_amp_from={other}:{self.modules[other].apex_amp_passed_to}")
         if not parts:
             return ""
         return hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest()
@@ -264,20 +286,25 @@ def summarize(raw: bytes, package: str) -> ModuleSummary:
     from_imports = _from_imports(raw, package) if b"import" in raw else []
     summary.from_imports = [(module, name) for module, name in from_imports if name]
     needs_ast = _NEEDS_AST.search(raw) is not None
+    # A substring test first: the regex alone (no literal prefix) doubles the index's time.
+    needs_apex = (b"apex" in raw or b".scale_loss(" in raw) and _APEX_AMP.search(raw) is not None
     summary.trains = _TRAINS.search(raw) is not None
     if summary.trains and b"__call__" in raw and b".backward(" in raw:
         summary.backward_runners = _backward_runners(raw)
-    if not (summary.trains or needs_ast):
+    if not (summary.trains or needs_ast or needs_apex):
         return summary
     summary.imports = _imports(raw, from_imports)
-    if not needs_ast:
+    if not (needs_ast or needs_apex):
         return summary
     try:
         tree = ast.parse(raw)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return summary
     try:
-        _Summarizer(summary).run(tree)
+        if needs_ast:
+            _Summarizer(summary).run(tree)
+        if needs_apex:
+            _summarize_apex_amp(tree, summary)
     except RecursionError:
         return ModuleSummary(trains=summary.trains, imports=summary.imports)
     return summary
@@ -446,3 +473,55 @@ def _calls_backward(function: ast.FunctionDef) -> bool:
         isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward"
         for n in ast.walk(function)
     )
+# ---------------------------------------------------------------- apex.amp across files
+# Real apex code calls `amp.initialize` in main.py and hands `amp` to a trainer function in
+# another file that runs `with amp.scale_loss(loss, opt)`: the trainer's file never names apex.
+_APEX_AMP = re.compile(rb"\bapex\b|\.scale_loss\(")
+
+
+def _summarize_apex_amp(tree: ast.Module, summary: ModuleSummary) -> None:
+    """Fill `apex_amp_params` and `apex_amp_passed_to` (top-level functions and direct methods)."""
+    amp_names: Set[str] = set()  # names bound to apex's amp module by an import
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "apex":
+            amp_names.update(a.asname or a.name for a in node.names if a.name == "amp")
+        elif isinstance(node, ast.Import):
+            amp_names.update(a.asname for a in node.names if a.name == "apex.amp" and a.asname)
+    for owner, function in _functions(tree):
+        params = {a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]}
+        if not params:
+            continue
+        scaling = sorted(
+            {
+                node.func.value.id
+                for node in ast.walk(function)
+                if isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "scale_loss"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in params
+            }
+        )
+        if scaling:
+            summary.apex_amp_params[f"{owner}.{function.name}" if owner else function.name] = scaling
+    if not amp_names:
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            values = [*node.args, *(k.value for k in node.keywords)]
+            if any(isinstance(v, ast.Name) and v.id in amp_names for v in values):
+                callee = _dotted(node.func)
+                if callee:
+                    summary.apex_amp_passed_to.append((callee, node.lineno))
+    summary.apex_amp_passed_to.sort(key=lambda item: item[1])
+
+
+def _functions(tree: ast.Module):
+    """(class name or "", function) for each top-level function and each direct method."""
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield "", node
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    yield node.name, item

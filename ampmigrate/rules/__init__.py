@@ -10,6 +10,7 @@ from ampmigrate.rules.base import Rule
 def rule_classes() -> List[type]:
     from ampmigrate.rules.meta.amp001_unused_noqa import UnusedNoqa
     from ampmigrate.rules.apex.amp101_apex_amp import ApexAmp
+    from ampmigrate.rules.apex.cross_module import ApexAmpPassedIn
     from ampmigrate.rules.apex.amp102_apex_amp_o3 import ApexAmpO3
     from ampmigrate.rules.apex.amp103_apex_amp_o0 import ApexAmpO0
     from ampmigrate.rules.apex.amp104_apex_amp_handle import ApexAmpHandle
@@ -50,6 +51,7 @@ def rule_classes() -> List[type]:
     return [
         UnusedNoqa,
         ApexAmp,
+        ApexAmpPassedIn,
         ApexAmpO3,
         ApexAmpO0,
         ApexAmpHandle,

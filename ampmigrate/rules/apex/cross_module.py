@@ -1,0 +1,80 @@
+"""AMP101 across files: `amp.scale_loss` in a function that receives apex's amp module from
+another file of the run (main.py calls `amp.initialize` and `train(model, opt, amp)`).
+
+The trainer's file never names apex, so the in-file plan (_amp_migration.py) cannot see it; the
+project index (engine/project_index.py, "apex.amp across files") records who passes apex's amp
+to which function. Threading one GradScaler through both files is not done yet: the site is
+reported (with `amp.master_params`/`state_dict`/`load_state_dict` on the same parameter), naming
+the file the amp module comes from (the same file when its own `main()` passes it), and the code
+is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+
+import libcst as cst
+
+from ampmigrate.rules.apex.amp101_apex_amp import _REPLACEMENT as _ALL
+from ampmigrate.rules.base import Rule
+
+# The apex amp calls AMP101 migrates (amp.initialize stays with the file that imports apex).
+_REPLACEMENT = {api: _ALL[api] for api in ("scale_loss", "master_params", "state_dict", "load_state_dict")}
+
+_REASON = (
+    "apex's amp module comes from {origin} (amp.initialize there): the GradScaler must be made there and "
+    "passed here, an edit of the caller and this function that the fix does not make yet"
+)
+
+
+class ApexAmpPassedIn(Rule):
+    code = "AMP101"
+    triggers = (r"\.scale_loss\(",)
+
+    def check(self, ctx) -> None:
+        index = ctx.file.project_index
+        if index is None:
+            return
+        for owner, function in _functions(ctx.module):
+            name = f"{owner}.{function.name.value}" if owner else function.name.value
+            origin = index.apex_amp_passed_from(ctx.path, name)
+            if origin is None:
+                continue
+            params = set(index.modules[os.path.abspath(ctx.path)].apex_amp_params[name])
+            where = index.relative(origin)
+            for call, api in _amp_calls(function, params):
+                ctx.report(
+                    call.func,
+                    f"`amp.{api}` (apex's amp passed in from {where}) was removed from apex in May 2025, "
+                    f"so this no longer runs; use {_REPLACEMENT[api]}",
+                    no_fix_reason=_REASON.format(origin=where),
+                )
+
+
+def _functions(module: cst.Module):
+    for statement in module.body:
+        if isinstance(statement, cst.FunctionDef):
+            yield "", statement
+        elif isinstance(statement, cst.ClassDef):
+            for item in statement.body.body:
+                if isinstance(item, cst.FunctionDef):
+                    yield statement.name.value, item
+
+
+def _amp_calls(function: cst.FunctionDef, params: set):
+    """(call, apex amp API) for each `param.<api>(...)` on a parameter holding apex's amp."""
+    found = []
+
+    class _Find(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            func = node.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value in _REPLACEMENT
+                and isinstance(func.value, cst.Name)
+                and func.value.value in params
+            ):
+                found.append((node, func.attr.value))
+
+    function.body.visit(_Find())
+    return found
