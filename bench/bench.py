@@ -256,9 +256,9 @@ class Bench:
                 text = SourceFile.read(path).text
             except SourceError:
                 continue
-            if engine.rules_for(text, screen=False):
+            if engine.rules_for(text, path, screen=False):
                 triggered += 1
-                if engine.rules_for(text):
+                if engine.rules_for(text, path):
                     screened += 1
         return {"passed_triggers": triggered, "passed_name_screen": screened}
 
