@@ -13,6 +13,7 @@ time; `family()` gives the linked group, and `escapes()` the references no rule 
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
@@ -157,7 +158,15 @@ def _find(names: NameIndex, seed: Optional[Dict[Binding, FrozenSet[str]]] = None
 
 
 def _classes(names: NameIndex, node: cst.BaseExpression, received: Dict[Binding, FrozenSet[str]], depth: int = 0) -> FrozenSet[str]:
-    classes = (names.instance_classes(node) & ANY_GRAD_SCALER) or _container_classes(names, node)
+    known = _OWN_CLASSES.get(names)
+    if known is None:
+        known = _OWN_CLASSES[names] = {}
+    classes = known.get(id(node))
+    if classes is None:
+        # What the node itself shows, whatever the parameters received: every load of the file
+        # is asked in each round of `_find`, and `_find` runs twice (with and without protocol
+        # typing), so this is worked out once per node.
+        classes = known[id(node)] = (names.instance_classes(node) & ANY_GRAD_SCALER) or _container_classes(names, node)
     if classes or not received or depth > 3:
         return classes
     bindings = storage_bindings(names, node)
@@ -170,6 +179,9 @@ def _classes(names: NameIndex, node: cst.BaseExpression, received: Dict[Binding,
         elif binding.kind in ("assign", "walrus") and isinstance(binding.value, (cst.Name, cst.Attribute)):
             result |= _classes(names, binding.value, received, depth + 1)
     return frozenset(result)
+
+
+_OWN_CLASSES: "weakref.WeakKeyDictionary[NameIndex, Dict[int, FrozenSet[str]]]" = weakref.WeakKeyDictionary()
 
 
 def _discover(names: NameIndex, received: Dict[Binding, FrozenSet[str]]) -> List[Scaler]:

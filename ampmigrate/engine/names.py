@@ -100,6 +100,9 @@ class NameIndex:
         self._qname_memo: Dict[cst.CSTNode, FrozenSet[str]] = {}
         self._instance_memo: Dict[cst.CSTNode, FrozenSet[str]] = {}
         self._in_progress: Set[Tuple[int, int]] = set()
+        # id(a scope's list of bindings of one name) -> the qualified names of a load seeing it,
+        # for loads resolved outside any other resolution (see _compute_qualified_names).
+        self._bindings_qnames: Dict[int, FrozenSet[str]] = {}
         self._references: Optional[Dict[Binding, List[cst.Name]]] = None
         self._qualified: Optional[List[Tuple[cst.BaseExpression, FrozenSet[str]]]] = None
         self._by_type: Dict[object, List[cst.CSTNode]] = {}
@@ -198,10 +201,21 @@ class NameIndex:
     def references(self, binding: Binding) -> List[cst.Name]:
         """Every load that can see `binding`."""
         if self._references is None:
-            refs: Dict[Binding, List[cst.Name]] = {}
+            # A lookup answers with one scope's list of bindings of the name, and a binding is in
+            # one such list: the loads of each list, in order, are the references of each of its
+            # bindings (one pass over the loads, whatever the number of rebindings of a name).
+            lists: Dict[int, Tuple[List[Binding], List[cst.Name]]] = {}
             for name, scope in self.loads.items():
-                for found in self.lookup(name.value, scope):
-                    refs.setdefault(found, []).append(name)
+                found = self.lookup(name.value, scope)
+                if found:
+                    entry = lists.get(id(found))
+                    if entry is None:
+                        entry = lists[id(found)] = (found, [])
+                    entry[1].append(name)
+            refs: Dict[Binding, List[cst.Name]] = {}
+            for found, loads in lists.values():
+                for each in found:
+                    refs.setdefault(each, []).extend(loads)
             self._references = refs
         return self._references.get(binding, [])
 
@@ -228,13 +242,24 @@ class NameIndex:
 
     def _compute_qualified_names(self, node: cst.CSTNode) -> FrozenSet[str]:
         if isinstance(node, cst.Name):
-            result: Set[str] = set()
             bindings = self.bindings_of(node)
+            # A load resolved on its own (nothing else in progress: no cycle can cut its answer
+            # short) has the answer of every such load that sees the same bindings: a name bound
+            # hundreds of times is resolved once, not once per load.
+            alone = len(self._in_progress) == 1
+            if alone and bindings:
+                known = self._bindings_qnames.get(id(bindings))
+                if known is not None:
+                    return known
+            result: Set[str] = set()
             for binding in bindings:
                 result |= self.binding_qualified_names(binding)
             if not bindings and self.star_imports and node in self.loads:
                 result |= self._star_names(node)
-            return frozenset(result)
+            answer = frozenset(result)
+            if alone and bindings:
+                self._bindings_qnames[id(bindings)] = answer
+            return answer
         if isinstance(node, cst.Attribute):
             base = self.qualified_names(node.value)
             attr = node.attr.value

@@ -16,7 +16,7 @@ import libcst as cst
 
 from ampmigrate.config import Settings
 from ampmigrate.diagnostics import UNSAFE, FileError, Finding, Fix, Location
-from ampmigrate.engine import fixer, prescreen
+from ampmigrate.engine import collector, fixer, prescreen
 from ampmigrate.engine.context import FileContext, RuleContext
 from ampmigrate.engine.noqa import file_suppressions, parse_suppressions
 from ampmigrate.engine.prefilter import Prefilter
@@ -197,6 +197,7 @@ class Engine:
             )
         return [], current
 
+    @collector.pausing  # one round: parse, name pass, rules (engine/collector.py)
     def _analyze(
         self,
         text: str,
