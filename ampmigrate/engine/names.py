@@ -106,7 +106,33 @@ class NameIndex:
         self._references: Optional[Dict[Binding, List[cst.Name]]] = None
         self._qualified: Optional[List[Tuple[cst.BaseExpression, FrozenSet[str]]]] = None
         self._by_type: Dict[object, List[cst.CSTNode]] = {}
+        self._exact_types: Optional[Dict[type, List[int]]] = None
+        self._in_order: List[cst.CSTNode] = []
         walk(module, _Indexer(self))  # module.visit(...), without rebuilding the tree
+
+    def release(self) -> None:
+        """Let go of the tree once the file is done. Scopes and bindings point at each other,
+        and visitors defined inside functions hold this index in cycles: what they keep alive
+        would otherwise be freed only by a collection walking the whole tree."""
+        for scope in self.scopes:
+            scope.bindings = {}
+            scope.self_attrs = {}
+            scope.node = None  # type: ignore[assignment]
+        self.scopes = []
+        self.parents = {}
+        self.loads = {}
+        self.scope_entries = {}
+        self.name_attributes = []
+        self.store_attributes = set()
+        self._qname_memo = {}
+        self._instance_memo = {}
+        self._bindings_qnames = {}
+        self._references = None
+        self._qualified = None
+        self._by_type = {}
+        self._exact_types = None
+        self._in_order = []
+        self.module = None  # type: ignore[assignment]
 
     # ----------------------------------------------------------------------------- structure
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
@@ -123,16 +149,25 @@ class NameIndex:
         second traversal of the tree)."""
         found = self._by_type.get(kinds)
         if found is None:
-            # One subclass test per node type, not an isinstance (an ABC check) per node.
-            matching: Dict[type, bool] = {}
-            found = []
-            for node in self.parents:
-                kind = type(node)
-                hit = matching.get(kind)
-                if hit is None:
-                    hit = matching[kind] = issubclass(kind, kinds)
-                if hit:
-                    found.append(node)
+            if self._exact_types is None:
+                # One pass over the map for all the queries of the file: node type -> the
+                # positions (in source order) of its nodes.
+                positions: Dict[type, List[int]] = {}
+                for position, node in enumerate(self.parents):
+                    kind = type(node)
+                    at = positions.get(kind)
+                    if at is None:
+                        positions[kind] = [position]
+                    else:
+                        at.append(position)
+                self._exact_types = positions
+                self._in_order = list(self.parents)
+            lists = [at for kind, at in self._exact_types.items() if issubclass(kind, kinds)]
+            order = self._in_order
+            if len(lists) == 1:
+                found = [order[i] for i in lists[0]]
+            else:
+                found = [order[i] for i in sorted(i for at in lists for i in at)]
             self._by_type[kinds] = found
         return found
 

@@ -90,6 +90,9 @@ class Engine:
         self.before_parse: Optional[Callable[[], None]] = None
 
     # ------------------------------------------------------------------ entry points
+    # Paused for the whole check (engine/collector.py), so that the tree is freed before the
+    # collector runs again rather than walked by the first collection after the analysis.
+    @collector.pausing
     def check_text(
         self, text: str, path: str, *, want_edits: bool = False, rules: Optional[Sequence[Rule]] = None
     ) -> FileResult:
@@ -107,6 +110,7 @@ class Engine:
                 fixed = analysis.apply([fix])
                 fix.edits = fixer.text_edits(text, fixed) if fixed is not None else ()
         result.findings = analysis.findings
+        analysis.context.release()
         return result
 
     def fix_text(
