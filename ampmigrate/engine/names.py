@@ -24,7 +24,7 @@ from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tup
 import libcst as cst
 
 from ampmigrate.api import STAR_EXPORTS
-from ampmigrate.engine.cst_walk import walk
+from ampmigrate.engine.cst_walk import hooks, walk
 
 EMPTY: FrozenSet[str] = frozenset()
 
@@ -489,10 +489,13 @@ class _Indexer(cst.CSTVisitor):
         if scope is not None:
             self.scopes.append(scope)
             self.pushed[node] = scope
-        return super().on_visit(node)
+        visit = hooks(type(self), type(node))[0]  # CSTVisitor.on_visit, without its lookups
+        return visit is None or visit(self, node) is not False
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
-        super().on_leave(original_node)
+        leave = hooks(type(self), type(original_node))[1]
+        if leave is not None:
+            leave(self, original_node)
         if self.pushed.pop(original_node, None) is not None:
             self.scopes.pop()
         self.stack.pop()
