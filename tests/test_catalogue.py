@@ -65,3 +65,10 @@ def test_fix_safety_matches_catalogue():
             assert DOCS[code].fix != "none"
             if DOCS[code].fix == "unsafe":
                 assert finding.fix.applicability == "unsafe"
+
+
+def test_rule_codes_list_the_classes_codes_in_order():
+    """Settings are validated against RULE_CODES without importing the rules (nor LibCST)."""
+    from ampmigrate.rules import RULE_CODES
+
+    assert list(RULE_CODES) == [cls.code for cls in rule_classes()]
