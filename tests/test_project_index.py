@@ -154,3 +154,47 @@ def test_a_module_name_that_two_files_end_with_resolves_to_the_full_name(tmp_pat
     assert index.module_for("pkg.utils") == str(tmp_path / "pkg" / "utils.py")
     assert index.module_for("other") == str(tmp_path / "pkg" / "other.py")
     assert index.module_for("missing") is None
+
+
+# ------------------------------------------------------------------ AMP409 across files
+def test_trained_results_record_builders_whose_result_is_trained():
+    summary = summarize(
+        b"""
+import torch
+from models.build import build_model, build_teacher, build_head
+from models import loaders
+
+
+def main(cfg):
+    teacher = build_teacher(cfg)  # never trained here
+    head = build_head(cfg)
+    head.eval()
+    model = build_model(cfg)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = model(teacher(cfg.x)).sum()
+    loss.backward()
+
+
+def late(cfg):
+    opt = torch.optim.AdamW(net.parameters())  # `net` is built after: not this builder's result
+    net = build_head(cfg)
+""",
+        "",
+    )
+    assert summary.trained_results == ["models.build.build_model"]
+
+
+def test_trained_results_need_a_training_file():
+    summary = summarize(b"from models import build_model\nmodel = build_model()\nmodel.train()\n", "")
+    assert summary.trained_results == []  # nothing calls backward or makes a scaler: not training code
+
+
+def test_half_builder_result_follows_the_training_file(tmp_path):
+    project = tmp_path / "p"
+    shutil.copytree(FIXTURES / "AMP409" / "half_builder_elsewhere.project", project)
+    cache = Cache(str(tmp_path / "cache"), "key")
+    assert "models/build.py:8:15 AMP409" in _text(project, _check(project, cache=cache, select=["AMP409"]))
+    # train.py stops training the built model: build.py's cached finding must not be reused.
+    train = project / "train.py"
+    train.write_text(train.read_text().replace("model.parameters()", "teacher.parameters()").replace("    model.train()\n", ""))
+    assert "models/build.py" not in _text(project, _check(project, cache=cache, select=["AMP409"]))

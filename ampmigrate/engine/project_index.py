@@ -31,7 +31,7 @@ from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 4
+_FORMAT = 5
 
 
 @dataclass
@@ -56,6 +56,10 @@ class ModuleSummary:
     apex_amp_params: Dict[str, List[str]] = field(default_factory=dict)
     # Calls passing apex's amp module (a name imported from apex) as an argument: (callee, line).
     apex_amp_passed_to: List[Tuple[str, int]] = field(default_factory=list)
+    # Builders imported by name whose result a function of this (training) module trains:
+    # `model = build_model(cfg)` then an optimizer over `model.parameters()` or `model.train()`,
+    # as "module.name" (AMP409: a float16 conversion in the builder's file is trained here).
+    trained_results: List[str] = field(default_factory=list)
 
 
 class ProjectIndex:
@@ -65,6 +69,7 @@ class ProjectIndex:
         self._by_name: Dict[str, List[str]] = {}  # dotted module name (and its suffixes) -> paths
         self._importers: Dict[str, List[str]] = {}  # path -> the files of the run importing it
         self._trained_names: Dict[str, Dict[str, str]] = {}  # path -> name -> a training file importing it
+        self._trained_results: Dict[str, Dict[str, str]] = {}  # path -> builder -> a file training its result
         # `from X import a, b` of every file (a byte regex): module -> the names imported from it.
         self._exports: Dict[str, Set[str]] = {}
 
@@ -101,6 +106,11 @@ class ProjectIndex:
             for target in targets:
                 if target is not None and target != path:
                     self._importers.setdefault(target, []).append(path)
+            for spec in summary.trained_results:
+                module, _, name = spec.rpartition(".")
+                target = self.module_for(module) if module else None
+                if target is not None and target != path:
+                    self._trained_results.setdefault(target, {}).setdefault(name, path)
             if not summary.trains:
                 continue
             for spec in summary.imports:  # `from model import Net`: recorded as "model" and "model.Net"
@@ -161,6 +171,11 @@ class ProjectIndex:
         imports `name` (a function or class) from the module at `path` by name, if any."""
         return self._trained_names.get(os.path.abspath(path), {}).get(name)
 
+    def result_trained_in(self, path: str, function: str) -> Optional[str]:
+        """Another file of the run that imports `function` from the module at `path` by name,
+        calls it and trains what it returns (an optimizer over its parameters, `.train()`)."""
+        return self._trained_results.get(os.path.abspath(path), {}).get(function)
+
     def scaler_made_in(self, path: str, function: str) -> Optional[str]:
         """A file of the run that passes a GradScaler it makes to `function` of the module at
         `path`, which uses one of its parameters as a GradScaler."""
@@ -209,6 +224,8 @@ class ProjectIndex:
             parts.append("exports=" + ",".join(sorted(exported)))
         for name, trainer in sorted(self._trained_names.get(absolute, {}).items()):
             parts.append(f"trained:{name}={trainer}")
+        for name, trainer in sorted(self._trained_results.get(absolute, {}).items()):
+            parts.append(f"trained_result:{name}={trainer}")
         runner = self.backward_runner_imported(absolute)
         if runner:
             parts.append(f"backward_runner={runner}")
@@ -294,7 +311,9 @@ def summarize(raw: bytes, package: str) -> ModuleSummary:
     if not (summary.trains or needs_ast or needs_apex):
         return summary
     summary.imports = _imports(raw, from_imports)
-    if not (needs_ast or needs_apex):
+    # A training file that builds something it imported and trains it (AMP409 across files).
+    needs_results = summary.trains and bool(summary.from_imports) and _TRAINS_A_RESULT.search(raw) is not None
+    if not (needs_ast or needs_apex or needs_results):
         return summary
     try:
         tree = ast.parse(raw)
@@ -305,9 +324,66 @@ def summarize(raw: bytes, package: str) -> ModuleSummary:
             _Summarizer(summary).run(tree)
         if needs_apex:
             _summarize_apex_amp(tree, summary)
+        if needs_results:
+            summary.trained_results = _trained_results(tree, summary.from_imports)
     except RecursionError:
         return ModuleSummary(trains=summary.trains, imports=summary.imports)
     return summary
+
+
+_TRAINS_A_RESULT = re.compile(rb"\.(?:named_)?parameters\(|\.train\(")
+# Optimizer constructors by their last dotted part (`torch.optim.AdamW`, `optim.SGD`, `bnb.optim.Adam8bit`).
+_OPTIMIZER_NAME = re.compile(r"(?:Adam|SGD|RMSprop|Adagrad|Adadelta|Adamax|Lamb|LAMB|Lion|Adafactor|LARS|NovoGrad|Lars)")
+
+
+def _trained_results(tree: ast.Module, from_imports: List[Tuple[str, str]]) -> List[str]:
+    """"module.name" for each builder imported by name (`from models import build_model`) whose
+    result is trained later in the same function (or the module body): `model = build_model(...)`,
+    then `model.train()` or an optimizer over `model.parameters()`."""
+    imported = {name: module for module, name in from_imports if name}
+    found: Set[str] = set()
+    bodies: List[ast.AST] = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
+    for body in bodies:
+        built: Dict[str, Tuple[str, int]] = {}  # local name -> (builder, line it was built on)
+        uses: List[Tuple[str, int]] = []  # (local name, line) of a training use
+        for node in _own_nodes(body):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                value = node.value
+                if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in imported:
+                    built[node.targets[0].id] = (f"{imported[value.func.id]}.{value.func.id}", node.lineno)
+            elif isinstance(node, ast.Call):
+                func = node.func
+                if isinstance(func, ast.Attribute) and func.attr == "train" and isinstance(func.value, ast.Name):
+                    if all(isinstance(a, ast.Constant) and a.value is True for a in node.args):
+                        uses.append((func.value.id, node.lineno))
+                elif node.args and _is_optimizer_class(_dotted(func).rpartition(".")[2]):
+                    first = node.args[0]
+                    if (
+                        isinstance(first, ast.Call)
+                        and isinstance(first.func, ast.Attribute)
+                        and first.func.attr in ("parameters", "named_parameters")
+                        and isinstance(first.func.value, ast.Name)
+                    ):
+                        uses.append((first.func.value.id, node.lineno))
+        for name, line in uses:
+            if name in built and built[name][1] < line:
+                found.add(built[name][0])
+    return sorted(found)
+
+
+def _is_optimizer_class(name: str) -> bool:
+    return name[:1].isupper() and _OPTIMIZER_NAME.search(name) is not None
+
+
+def _own_nodes(body: ast.AST):
+    """The nodes of a function (or module) body, not those of the functions and classes inside it."""
+    stack = list(ast.iter_child_nodes(body))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
 
 
 def _imports(raw: bytes, from_imports: List[Tuple[str, str]]) -> List[str]:
