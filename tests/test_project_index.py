@@ -198,3 +198,40 @@ def test_half_builder_result_follows_the_training_file(tmp_path):
     train = project / "train.py"
     train.write_text(train.read_text().replace("model.parameters()", "teacher.parameters()").replace("    model.train()\n", ""))
     assert "models/build.py" not in _text(project, _check(project, cache=cache, select=["AMP409"]))
+
+
+# ------------------------------------------------------------------ AMP308 across files
+def test_checkpoint_savers_record_the_parameters_whose_state_is_saved():
+    summary = summarize(
+        b"""
+import torch
+from utils import save_on_master
+
+
+def save_checkpoint(model, optimizer, epoch, path):
+    save_on_master({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, path)
+
+
+def save_all(model, optimizer, loss_scaler, path):
+    torch.save({"optimizer": optimizer.state_dict(), "scaler": loss_scaler.state_dict()}, path)
+
+
+def describe(model, optimizer):
+    return {"optimizer": optimizer.state_dict()}  # nothing saved here
+""",
+        "",
+    )
+    assert summary.checkpoint_savers == {
+        "save_checkpoint": (["model", "optimizer", "epoch", "path"], ["model", "optimizer"])
+    }
+
+
+def test_checkpoint_saver_result_follows_the_helper_file(tmp_path):
+    project = tmp_path / "p"
+    shutil.copytree(FIXTURES / "AMP308" / "saver_elsewhere.project", project)
+    cache = Cache(str(tmp_path / "cache"), "key")
+    assert "train.py:16:9 AMP308" in _text(project, _check(project, cache=cache, select=["AMP308"]))
+    # The helper learns to save a scaler it finds on the model: train.py's cached result must go.
+    helper = project / "checkpoint.py"
+    helper.write_text(helper.read_text().replace('"epoch": epoch}', '"epoch": epoch, "scaler": model.scaler.state_dict()}', 1))
+    assert "train.py:16" not in _text(project, _check(project, cache=cache, select=["AMP308"]))

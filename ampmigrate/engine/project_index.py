@@ -60,6 +60,10 @@ class ModuleSummary:
     # `model = build_model(cfg)` then an optimizer over `model.parameters()` or `model.train()`,
     # as "module.name" (AMP409: a float16 conversion in the builder's file is trained here).
     trained_results: List[str] = field(default_factory=list)
+    # Checkpoint helpers (top-level functions): their positional parameters and those whose
+    # `.state_dict()` they save (`torch.save`, `save_on_master`, ...) while saving no scaler
+    # state: a caller passing its optimizer there checkpoints without the GradScaler (AMP308).
+    checkpoint_savers: Dict[str, Tuple[List[str], List[str]]] = field(default_factory=dict)
 
 
 class ProjectIndex:
@@ -122,6 +126,7 @@ class ProjectIndex:
     def _add(self, path: str, summary: ModuleSummary) -> None:
         summary.scaler_passed_to = [tuple(item) for item in summary.scaler_passed_to]
         summary.apex_amp_passed_to = [tuple(item) for item in summary.apex_amp_passed_to]
+        summary.checkpoint_savers = {k: (list(v[0]), list(v[1])) for k, v in summary.checkpoint_savers.items()}
         for module, name in summary.from_imports:
             self._exports.setdefault(module, set()).add(name)
         self.modules[path] = summary
@@ -171,6 +176,16 @@ class ProjectIndex:
         imports `name` (a function or class) from the module at `path` by name, if any."""
         return self._trained_names.get(os.path.abspath(path), {}).get(name)
 
+    def checkpoint_saver(self, qname: str) -> Optional[Tuple[str, List[str], List[str]]]:
+        """For `utils.save_checkpoint` (a qualified name): (its file, its positional parameters,
+        the parameters whose `.state_dict()` it saves without saving a scaler's), if it is one."""
+        found = self.function(qname)
+        if found is None:
+            return None
+        path, name = found
+        record = self.modules[path].checkpoint_savers.get(name)
+        return (path, *record) if record else None
+
     def result_trained_in(self, path: str, function: str) -> Optional[str]:
         """Another file of the run that imports `function` from the module at `path` by name,
         calls it and trains what it returns (an optimizer over its parameters, `.train()`)."""
@@ -219,6 +234,8 @@ class ProjectIndex:
                 other = self.module_for(spec)
                 if other is not None and other != absolute and self.modules[other].clip_helpers:
                     parts.append(f"{spec}={sorted(self.modules[other].clip_helpers.items())}")
+                if other is not None and other != absolute and self.modules[other].checkpoint_savers:
+                    parts.append(f"{spec}:savers={sorted(self.modules[other].checkpoint_savers.items())}")
         exported = self.imported_from(absolute)
         if exported:
             parts.append("exports=" + ",".join(sorted(exported)))
@@ -308,12 +325,13 @@ def summarize(raw: bytes, package: str) -> ModuleSummary:
     summary.trains = _TRAINS.search(raw) is not None
     if summary.trains and b"__call__" in raw and b".backward(" in raw:
         summary.backward_runners = _backward_runners(raw)
-    if not (summary.trains or needs_ast or needs_apex):
+    needs_savers = b"state_dict()" in raw and _SAVES.search(raw) is not None
+    if not (summary.trains or needs_ast or needs_apex or needs_savers):
         return summary
     summary.imports = _imports(raw, from_imports)
     # A training file that builds something it imported and trains it (AMP409 across files).
     needs_results = summary.trains and bool(summary.from_imports) and _TRAINS_A_RESULT.search(raw) is not None
-    if not (needs_ast or needs_apex or needs_results):
+    if not (needs_ast or needs_apex or needs_results or needs_savers):
         return summary
     try:
         tree = ast.parse(raw)
@@ -326,6 +344,8 @@ def summarize(raw: bytes, package: str) -> ModuleSummary:
             _summarize_apex_amp(tree, summary)
         if needs_results:
             summary.trained_results = _trained_results(tree, summary.from_imports)
+        if needs_savers:
+            summary.checkpoint_savers = _checkpoint_savers(tree)
     except RecursionError:
         return ModuleSummary(trains=summary.trains, imports=summary.imports)
     return summary
@@ -369,6 +389,38 @@ def _trained_results(tree: ast.Module, from_imports: List[Tuple[str, str]]) -> L
             if name in built and built[name][1] < line:
                 found.add(built[name][0])
     return sorted(found)
+
+
+_SAVES = re.compile(rb"\bsave\w*\(")
+
+
+def _checkpoint_savers(tree: ast.Module) -> Dict[str, Tuple[List[str], List[str]]]:
+    """Top-level functions that call a `*save*` function and `.state_dict()` on some of their
+    parameters, and on nothing that looks like a scaler (a name or attribute containing
+    "scaler"): {name: (positional parameters, the parameters whose state they save)}."""
+    found: Dict[str, Tuple[List[str], List[str]]] = {}
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        positional = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+        saved: Set[str] = set()
+        saves = scaler = False
+        for inner in ast.walk(node):
+            if not isinstance(inner, ast.Call):
+                continue
+            func = inner.func
+            last = _dotted(func).rpartition(".")[2] if isinstance(func, (ast.Name, ast.Attribute)) else ""
+            if "save" in last.lower():
+                saves = True
+            if isinstance(func, ast.Attribute) and func.attr == "state_dict":
+                owner = _dotted(func.value)
+                if "scaler" in owner.lower():
+                    scaler = True
+                elif owner in positional:
+                    saved.add(owner)
+        if saves and saved and not scaler:
+            found[node.name] = (positional, sorted(saved))
+    return found
 
 
 def _is_optimizer_class(name: str) -> bool:
