@@ -68,19 +68,7 @@ class Removal:
             if not isinstance(ancestor, cst.Try):
                 continue
             for handler in ancestor.handlers:
-                for statement in body_of(handler.body) or ():
-                    if not isinstance(statement, cst.SimpleStatementLine):
-                        continue
-                    for small in statement.body:
-                        if (
-                            isinstance(small, cst.Assign)
-                            and len(small.targets) == 1
-                            and isinstance(small.targets[0].target, cst.Name)
-                            and small.targets[0].target.value in bound
-                            and isinstance(small.value, cst.Name)
-                            and small.value.value in ("None", "False")
-                        ):
-                            found.append(small)
+                found.extend(_none_assignments(body_of(handler.body) or (), bound))
             break
         return found
 
