@@ -31,12 +31,14 @@ from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 4
+_FORMAT = 6
 
 
 @dataclass
 class ModuleSummary:
     trains: bool = False  # calls `.backward()`, makes a GradScaler or defines `training_step`
+    # Makes a GradScaler, or calls `<scaler>.scale(loss).backward()`: its training keeps one.
+    scales_loss: bool = False
     imports: List[str] = field(default_factory=list)  # modules it imports (absolute, dotted)
     # Functions (top level, `Class.method`) that clip gradients ("clip") with torch's clip
     # functions and never unscale (nor scale): a clip wherever they are called.
@@ -161,6 +163,9 @@ class ProjectIndex:
         imports `name` (a function or class) from the module at `path` by name, if any."""
         return self._trained_names.get(os.path.abspath(path), {}).get(name)
 
+    def scales_loss(self, path: str) -> bool:
+        return bool(self.modules.get(os.path.abspath(path), ModuleSummary()).scales_loss)
+
     def scaler_made_in(self, path: str, function: str) -> Optional[str]:
         """A file of the run that passes a GradScaler it makes to `function` of the module at
         `path`, which uses one of its parameters as a GradScaler."""
@@ -208,7 +213,7 @@ class ProjectIndex:
         if exported:
             parts.append("exports=" + ",".join(sorted(exported)))
         for name, trainer in sorted(self._trained_names.get(absolute, {}).items()):
-            parts.append(f"trained:{name}={trainer}")
+            parts.append(f"trained:{name}={trainer}:{self.modules[trainer].scales_loss}")
         runner = self.backward_runner_imported(absolute)
         if runner:
             parts.append(f"backward_runner={runner}")
@@ -412,6 +417,7 @@ class _Summarizer:
             value = node.value
             if isinstance(value, ast.Call) and _dotted(value.func).rpartition(".")[2] in _GRAD_SCALERS:
                 scope.made.update(t.id for t in node.targets if isinstance(t, ast.Name))
+                self.summary.scales_loss = True
             return
         if not isinstance(node, ast.Call):
             return
@@ -425,6 +431,7 @@ class _Summarizer:
             elif last == "backward":
                 inner = func.value
                 if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "scale":
+                    self.summary.scales_loss = True
                     if isinstance(inner.func.value, ast.Name):
                         scope.scaled.add(inner.func.value.id)
             elif last in ("step", "unscale_", "update") and isinstance(func.value, ast.Name):
