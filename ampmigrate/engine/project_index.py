@@ -31,7 +31,7 @@ from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 6
+_FORMAT = 7
 
 
 @dataclass
@@ -39,6 +39,9 @@ class ModuleSummary:
     trains: bool = False  # calls `.backward()`, makes a GradScaler or defines `training_step`
     # Makes a GradScaler, or calls `<scaler>.scale(loss).backward()`: its training keeps one.
     scales_loss: bool = False
+    # Top-level functions that run an FFT op (no bfloat16 kernel) on an input not cast to
+    # float32 there: {name: the op as written}. A bfloat16 region whose values reach one breaks.
+    fft_helpers: Dict[str, str] = field(default_factory=dict)
     imports: List[str] = field(default_factory=list)  # modules it imports (absolute, dotted)
     # Functions (top level, `Class.method`) that clip gradients ("clip") with torch's clip
     # functions and never unscale (nor scale): a clip wherever they are called.
@@ -163,6 +166,15 @@ class ProjectIndex:
         imports `name` (a function or class) from the module at `path` by name, if any."""
         return self._trained_names.get(os.path.abspath(path), {}).get(name)
 
+    def fft_helper(self, qname: str) -> Optional[Tuple[str, str]]:
+        """For `losses.mel_loss` (a qualified name): (its file, the FFT op it runs), if it is one."""
+        found = self.function(qname)
+        if found is None:
+            return None
+        path, name = found
+        op = self.modules[path].fft_helpers.get(name)
+        return (path, op) if op else None
+
     def scales_loss(self, path: str) -> bool:
         return bool(self.modules.get(os.path.abspath(path), ModuleSummary()).scales_loss)
 
@@ -209,6 +221,8 @@ class ProjectIndex:
                 other = self.module_for(spec)
                 if other is not None and other != absolute and self.modules[other].clip_helpers:
                     parts.append(f"{spec}={sorted(self.modules[other].clip_helpers.items())}")
+                if other is not None and other != absolute and self.modules[other].fft_helpers:
+                    parts.append(f"{spec}:fft={sorted(self.modules[other].fft_helpers.items())}")
         exported = self.imported_from(absolute)
         if exported:
             parts.append("exports=" + ",".join(sorted(exported)))
@@ -296,6 +310,8 @@ def summarize(raw: bytes, package: str) -> ModuleSummary:
     summary.trains = _TRAINS.search(raw) is not None
     if summary.trains and b"__call__" in raw and b".backward(" in raw:
         summary.backward_runners = _backward_runners(raw)
+    if b"fft" in raw:
+        summary.fft_helpers = _fft_helpers(raw)
     if not (summary.trains or needs_ast or needs_apex):
         return summary
     summary.imports = _imports(raw, from_imports)
@@ -313,6 +329,30 @@ def summarize(raw: bytes, package: str) -> ModuleSummary:
     except RecursionError:
         return ModuleSummary(trains=summary.trains, imports=summary.imports)
     return summary
+
+
+def _fft_helpers(raw: bytes) -> Dict[str, str]:
+    """Top-level functions calling `*.stft`/`*.istft`/`*fft.*` on an input that is not `.float()`."""
+    try:
+        tree = ast.parse(raw)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return {}
+    found: Dict[str, str] = {}
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for inner in ast.walk(node):
+            if not (isinstance(inner, ast.Call) and inner.args):
+                continue
+            name = _dotted(inner.func)
+            last = name.rpartition(".")[2]
+            if not (last in ("stft", "istft") or ".fft." in f".{name}" and name.split(".")[-2:-1] == ["fft"]):
+                continue
+            first = inner.args[0]
+            if isinstance(first, ast.Call) and isinstance(first.func, ast.Attribute) and first.func.attr == "float":
+                continue
+            found.setdefault(node.name, name)
+    return found
 
 
 def _imports(raw: bytes, from_imports: List[Tuple[str, str]]) -> List[str]:

@@ -38,10 +38,15 @@ class _Blocked(Exception):
     """Raised while planning; the message says why the scaler stays."""
 
 
+class _GuardBlocked(_Blocked):
+    """The scaler is the only guard of a step against inf/NaN gradients: it must stay enabled."""
+
+
 @dataclass
 class RemovalPlan:
     changes: List[Tuple[cst.CSTNode, object]] = field(default_factory=list)
     reason: Optional[str] = None
+    guards: bool = False  # blocked because it is a step's only inf/NaN guard: not even disabled
 
     def apply_to(self, builder: FixBuilder) -> FixBuilder:
         for node, new in self.changes:
@@ -85,7 +90,7 @@ def scalers_that_stay(ctx: FileContext) -> StayingScalers:
             continue  # AMP402 removes it once autocast runs in bfloat16
         reasons.append(f"`{scaler.display}` would stay ({plan.reason})")
         creations = [call for m in members for call in m.creations]
-        made_here = bool(creations)
+        made_here = bool(creations) and not plan.guards  # disabling a guard applies NaN steps
         for call in creations if made_here and disable is not None else ():
             disabled = _disabled_call(call)
             if disabled is None:
@@ -115,10 +120,11 @@ def _disabled_call(call: cst.Call) -> Optional[cst.Call]:
 
 
 def plan_removal(ctx: FileContext, scaler: Scaler) -> RemovalPlan:
+    planner = _Planner(ctx, scaler)
     try:
-        return RemovalPlan(_Planner(ctx, scaler).plan())
+        return RemovalPlan(planner.plan())
     except _Blocked as exc:
-        return RemovalPlan(reason=str(exc))
+        return RemovalPlan(reason=str(exc), guards=isinstance(exc, _GuardBlocked) or planner.only_guard())
 
 
 class _Planner:
@@ -241,6 +247,16 @@ class _Planner:
             rpar=use.call.rpar,
         )
 
+    def only_guard(self) -> bool:
+        """Some step of the scaler is its function's only inf/NaN guard (whatever else blocks)."""
+        for use in self.scaler.uses:
+            if use.method == "step":
+                try:
+                    self._check_finiteness_guard(use)
+                except _GuardBlocked:
+                    return True
+        return False
+
     def _check_finiteness_guard(self, use: ScalerUse) -> None:
         """The scaler skips a step whose gradients hold inf/NaN. Where the same function guards its
         other (fp32) `optimizer.step()` with a finiteness test and this one has none, the code relied on
@@ -254,7 +270,7 @@ class _Planner:
         for guard in _finiteness_ifs(owner):
             other = _other_step(guard, call)
             if other is not None:
-                raise _Blocked(
+                raise _GuardBlocked(
                     f"`{self.ctx.code(call)}` at line {self._line(call)} is the only guard against inf/NaN "
                     f"gradients there (the scaler skips such steps), while `{self.ctx.code(other)}` at line "
                     f"{self._line(other)} is guarded by a finiteness test: guard this step the same way, then "

@@ -13,7 +13,7 @@ from ampmigrate.api import format_version
 from ampmigrate.diagnostics import Fix
 from ampmigrate.engine.context import rebuild_args
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.precision._bf16_hazards import bf16_hazard
+from ampmigrate.rules.precision._bf16_hazards import bf16_hazards
 from ampmigrate.rules.precision._common import (
     AMPERE,
     in_bf16_choice,
@@ -88,7 +88,8 @@ class Float16Autocast(Rule):
             )
             ctx.report(autocast.ref, message, no_fix_reason=reason)
             return
-        hazard = bf16_hazard(ctx) or half_migration()
+        hazards = bf16_hazards(ctx)
+        hazard = hazards.reason or half_migration()
         if hazard is not None:
             ctx.report(autocast.ref, message, no_fix_reason=hazard)
             return
@@ -104,6 +105,7 @@ class Float16Autocast(Rule):
         if needs_import:
             fix.require_import("torch")
         fix.replace(call, rebuild_args(call, args))
+        _casting(hazards, fix)
         _disabling(ctx, fix)
         ctx.report(autocast.ref, message, fix=fix.build())
 
@@ -126,7 +128,8 @@ class Float16Autocast(Rule):
         reason = followed.blocker or next((s.no_bf16 for s in fp16_sources if s.no_bf16), None)
         if ctx.settings.min_torch < BF16_AUTOCAST:
             reason = _too_old(ctx)
-        reason = reason or bf16_hazard(ctx) or half_migration()
+        hazards = bf16_hazards(ctx)
+        reason = reason or hazards.reason or half_migration()
         edits: List[Tuple[cst.CSTNode, cst.BaseExpression]] = []
         imports = False
         for source in fp16_sources:
@@ -149,6 +152,7 @@ class Float16Autocast(Rule):
                 builder.replace(node, new)
             if imports:
                 builder.require_import("torch")
+            _casting(hazards, builder)
             _disabling(ctx, builder)
             fix = shared_fixes[key] = builder.build()
         ctx.report(autocast.dtype_arg.value, message, fix=fix)
@@ -165,6 +169,14 @@ def _scaler_stays_here(ctx) -> str:
         f"{staying.reason}: bfloat16 autocast beside a float16 loss scaler is half a migration; move both "
         "by hand (bfloat16 and no scaler), or keep float16"
     )
+
+
+def _casting(hazards, builder) -> None:
+    """Cast the input of this file's real-input FFT ops to float32 (no bfloat16 FFT kernel)."""
+    for node, new in hazards.casts:
+        builder.replace(node, new)
+    if hazards.casts:
+        builder.message += hazards.note()
 
 
 def _disabling(ctx, builder) -> None:
