@@ -129,7 +129,7 @@ class Float16Autocast(Rule):
         if ctx.settings.min_torch < BF16_AUTOCAST:
             reason = _too_old(ctx)
         hazards = bf16_hazards(ctx)
-        reason = reason or hazards.reason or half_migration()
+        reason = reason or _shared_with_other_device(ctx, autocast, fp16_sources) or hazards.reason or half_migration()
         edits: List[Tuple[cst.CSTNode, cst.BaseExpression]] = []
         imports = False
         for source in fp16_sources:
@@ -169,6 +169,24 @@ def _scaler_stays_here(ctx) -> str:
         f"{staying.reason}: bfloat16 autocast beside a float16 loss scaler is half a migration; move both "
         "by hand (bfloat16 and no scaler), or keep float16"
     )
+
+
+def _shared_with_other_device(ctx, autocast: Autocast, fp16_sources: List[Source]) -> str:
+    """The float16 value is also the dtype of an autocast for another device (npu, xla, mps, cpu):
+    that one stays as it was, so the shared value cannot change (issue 16)."""
+    mine = {id(s.node) for s in fp16_sources if s.node is not None}
+    for other in autocasts(ctx.file):
+        if other is autocast or other.dtype is None or other.call is None:
+            continue
+        if other.devices is None or "cuda" in other.devices:
+            continue
+        if any(id(s.node) in mine for s in other.dtype.sources if s.node is not None):
+            device = "/".join(sorted(other.devices))
+            return (
+                f"the float16 value is also the dtype of the {device} autocast at line {line_of(ctx, other.call)}, "
+                "which stays as it was: give the CUDA autocast its own dtype to move it alone"
+            )
+    return None
 
 
 def _casting(hazards, builder) -> None:
