@@ -52,14 +52,14 @@ def test_project_fixture(project: Path):
 @pytest.mark.parametrize("project", PROJECTS, ids=[f"{p.parent.name}/{p.name}" for p in PROJECTS])
 def test_project_fixture_needs_the_index(project: Path):
     """Each multi-file fixture shows something single-file analysis cannot: without the index,
-    the findings (or what their messages say) differ."""
+    the findings (or what their messages or their fixes say) differ."""
     files = sorted(str(p) for p in project.rglob("*.py"))
     settings = make_settings({"select": [project.parent.name[:4]]})
     alone = run_files(files, settings, Job("check"), jobs=1)
     together = _check(project)
 
     def described(result):
-        return [(f.path, f.location.row, f.code, f.message) for f in result.findings]
+        return [(f.path, f.location.row, f.code, f.message, f.no_fix_reason) for f in result.findings]
 
     assert described(alone) != described(together)
 

@@ -163,6 +163,16 @@ class RuleContext:
         return FixBuilder(message, applicability, frozenset({self.rule.code, *requires}))
 
 
+def _inserted_around(before: List[Any], after: List[Any], leading_lines: List[cst.EmptyLine]):
+    """A replacement function: `before`, the node as the other changes left it (its leading lines
+    set to `leading_lines`), then `after`."""
+
+    def replacement(updated: cst.CSTNode) -> cst.FlattenSentinel:
+        return cst.FlattenSentinel([*before, updated.with_changes(leading_lines=leading_lines), *after])
+
+    return replacement
+
+
 class FixBuilder:
     """Collects CST changes for one fix: replacements, removals and statement insertions."""
 
@@ -226,6 +236,7 @@ class FixBuilder:
             if callable(replacement):
                 raise ValueError("statements cannot be inserted next to a node replaced by a function")
             items: List[Any] = list(before)
+            moved_blanks: Optional[List[cst.EmptyLine]] = None  # the target keeps the rest of its lines
             if before and isinstance(target, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
                 # Blank lines above the target now separate the inserted statements instead.
                 lead = list(getattr(replacement, "leading_lines", ()) or ())
@@ -234,7 +245,14 @@ class FixBuilder:
                     blank += 1
                 if blank and replacement is not cst.RemovalSentinel.REMOVE:
                     items[0] = items[0].with_changes(leading_lines=lead[:blank])
-                    replacement = replacement.with_changes(leading_lines=lead[blank:])
+                    if replacement is target:
+                        moved_blanks = lead[blank:]
+                    else:
+                        replacement = replacement.with_changes(leading_lines=lead[blank:])
+            if moved_blanks is not None:
+                # The target itself stays, with the changes made inside it (a copy would lose them).
+                changes.append((target, _inserted_around(items, after, moved_blanks)))
+                continue
             if replacement is not cst.RemovalSentinel.REMOVE:
                 items.append(replacement)
             items.extend(after)

@@ -31,12 +31,17 @@ from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 5
+_FORMAT = 8
 
 
 @dataclass
 class ModuleSummary:
     trains: bool = False  # calls `.backward()`, makes a GradScaler or defines `training_step`
+    # Makes a GradScaler, or calls `<scaler>.scale(loss).backward()`: its training keeps one.
+    scales_loss: bool = False
+    # Top-level functions that run an FFT op (no bfloat16 kernel) on an input not cast to
+    # float32 there: {name: the op as written}. A bfloat16 region whose values reach one breaks.
+    fft_helpers: Dict[str, str] = field(default_factory=dict)
     imports: List[str] = field(default_factory=list)  # modules it imports (absolute, dotted)
     # Functions (top level, `Class.method`) that clip gradients ("clip") with torch's clip
     # functions and never unscale (nor scale): a clip wherever they are called.
@@ -191,6 +196,18 @@ class ProjectIndex:
         calls it and trains what it returns (an optimizer over its parameters, `.train()`)."""
         return self._trained_results.get(os.path.abspath(path), {}).get(function)
 
+    def fft_helper(self, qname: str) -> Optional[Tuple[str, str]]:
+        """For `losses.mel_loss` (a qualified name): (its file, the FFT op it runs), if it is one."""
+        found = self.function(qname)
+        if found is None:
+            return None
+        path, name = found
+        op = self.modules[path].fft_helpers.get(name)
+        return (path, op) if op else None
+
+    def scales_loss(self, path: str) -> bool:
+        return bool(self.modules.get(os.path.abspath(path), ModuleSummary()).scales_loss)
+
     def scaler_made_in(self, path: str, function: str) -> Optional[str]:
         """A file of the run that passes a GradScaler it makes to `function` of the module at
         `path`, which uses one of its parameters as a GradScaler."""
@@ -236,11 +253,13 @@ class ProjectIndex:
                     parts.append(f"{spec}={sorted(self.modules[other].clip_helpers.items())}")
                 if other is not None and other != absolute and self.modules[other].checkpoint_savers:
                     parts.append(f"{spec}:savers={sorted(self.modules[other].checkpoint_savers.items())}")
+                if other is not None and other != absolute and self.modules[other].fft_helpers:
+                    parts.append(f"{spec}:fft={sorted(self.modules[other].fft_helpers.items())}")
         exported = self.imported_from(absolute)
         if exported:
             parts.append("exports=" + ",".join(sorted(exported)))
         for name, trainer in sorted(self._trained_names.get(absolute, {}).items()):
-            parts.append(f"trained:{name}={trainer}")
+            parts.append(f"trained:{name}={trainer}:{self.modules[trainer].scales_loss}")
         for name, trainer in sorted(self._trained_results.get(absolute, {}).items()):
             parts.append(f"trained_result:{name}={trainer}")
         runner = self.backward_runner_imported(absolute)
@@ -325,6 +344,8 @@ def summarize(raw: bytes, package: str) -> ModuleSummary:
     summary.trains = _TRAINS.search(raw) is not None
     if summary.trains and b"__call__" in raw and b".backward(" in raw:
         summary.backward_runners = _backward_runners(raw)
+    if b"fft" in raw:
+        summary.fft_helpers = _fft_helpers(raw)
     needs_savers = b"state_dict()" in raw and _SAVES.search(raw) is not None
     if not (summary.trains or needs_ast or needs_apex or needs_savers):
         return summary
@@ -438,6 +459,30 @@ def _own_nodes(body: ast.AST):
         stack.extend(ast.iter_child_nodes(node))
 
 
+def _fft_helpers(raw: bytes) -> Dict[str, str]:
+    """Top-level functions calling `*.stft`/`*.istft`/`*fft.*` on an input that is not `.float()`."""
+    try:
+        tree = ast.parse(raw)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return {}
+    found: Dict[str, str] = {}
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for inner in ast.walk(node):
+            if not (isinstance(inner, ast.Call) and inner.args):
+                continue
+            name = _dotted(inner.func)
+            last = name.rpartition(".")[2]
+            if not (last in ("stft", "istft") or ".fft." in f".{name}" and name.split(".")[-2:-1] == ["fft"]):
+                continue
+            first = inner.args[0]
+            if isinstance(first, ast.Call) and isinstance(first.func, ast.Attribute) and first.func.attr == "float":
+                continue
+            found.setdefault(node.name, name)
+    return found
+
+
 def _imports(raw: bytes, from_imports: List[Tuple[str, str]]) -> List[str]:
     """Modules a file imports (and `module.name` for each name imported from one), by regex."""
     found: Set[str] = set()
@@ -540,6 +585,7 @@ class _Summarizer:
             value = node.value
             if isinstance(value, ast.Call) and _dotted(value.func).rpartition(".")[2] in _GRAD_SCALERS:
                 scope.made.update(t.id for t in node.targets if isinstance(t, ast.Name))
+                self.summary.scales_loss = True
             return
         if not isinstance(node, ast.Call):
             return
@@ -553,6 +599,7 @@ class _Summarizer:
             elif last == "backward":
                 inner = func.value
                 if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "scale":
+                    self.summary.scales_loss = True
                     if isinstance(inner.func.value, ast.Name):
                         scope.scaled.add(inner.func.value.id)
             elif last in ("step", "unscale_", "update") and isinstance(func.value, ast.Name):
