@@ -234,7 +234,10 @@ class _Planner:
         if group.reason is None and group.sites:
             apis = sorted({legacy_spelling(s.api) for s in group.sites})
             note = builder.message  # what a planning step added (why the fix is unsafe)
-            builder.message = f"Move {', '.join(f'`{a}`' for a in apis)} to `torch.amp` with the device made explicit{note}"
+            how = "with the device made explicit"
+            if any(s.usage == "base" for s in group.sites):
+                how = "(a subclass rebased on `torch.amp.GradScaler`, the device made explicit where it is needed)"
+            builder.message = f"Move {', '.join(f'`{a}`' for a in apis)} to `torch.amp` {how}{note}"
             builder.requires = frozenset(s.code for s in group.sites) | builder.requires
             group.fix = builder.build()
         elif group.reason is None and builder.targets():
