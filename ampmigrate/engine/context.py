@@ -51,10 +51,25 @@ class FileContext:
         self.imported_elsewhere: FrozenSet[str] = frozenset()
         # The run's project index (engine/project_index.py), when the runner built one.
         self.project_index: Optional["ProjectIndex"] = None
+        # Whether `imported_elsewhere` comes from a scan of the project (set by the pipeline).
+        self.imports_scanned = False
 
     def exported(self, binding) -> bool:
         """Whether another module of the project imports this module-level binding by name."""
         return binding.scope is self.names.module_scope and binding.name in self.imported_elsewhere
+
+    def imported_by_others(self, binding) -> Optional[bool]:
+        """Whether another file (of the project scan or of the run's index) imports this
+        module-level binding by name; None where neither was built (a lone text: not known)."""
+        if binding.scope is not self.names.module_scope:
+            return False
+        if self.exported(binding):
+            return True
+        if self.project_index is not None and binding.name in self.project_index.imported_from(self.path):
+            return True
+        if not self.imports_scanned and self.project_index is None:
+            return None
+        return False
 
     def reexported(self, binding) -> bool:
         """Whether this module hands the module-level `binding` on to others: listed in `__all__`,
