@@ -6,7 +6,8 @@ Pre-`torch.amp` float16 training scaled the loss itself: `(loss * loss_scale).ba
 the same scale (after following a local `loss_scale = 2 ** self.lg_loss_scale`), in one function,
 or in methods of one class when the scale is an attribute of `self`. Multiplying the loss alone
 (`loss * (1 / accumulation_steps)`, a loss weight) is never reported: without the division of the
-gradients it is not loss scaling.
+gradients it is not loss scaling. Nor is the fallback a torch version check keeps for torch without
+`torch.amp` beside a branch that uses it (mmcv's `Fp16OptimizerHook` before torch 1.6).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from ampmigrate.analysis.version_gates import chooses_modern, version_gate
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.precision._common import is_test_file
 
@@ -53,7 +55,7 @@ class HandRolledLossScaling(Rule):
         reported: Set[int] = set()
         loss_names = _loss_names(names)
         for product, scale in _loss_products(names):
-            if not _becomes_backward(names, product, loss_names):
+            if not _becomes_backward(names, product, loss_names) or _fallback_for_old_torch(names, product):
                 continue
             for owner in _owners(names, product, scale):
                 unscale = unscales.get((owner, _key(names, scale)))
@@ -71,6 +73,17 @@ class HandRolledLossScaling(Rule):
                     no_fix_reason="the model, its float32 master copy and the scaling code must move to "
                     "autocast and a GradScaler together, which needs a hand",
                 )
+
+
+def _is_torch_amp(qname: str) -> bool:
+    return qname.startswith(("torch.cuda.amp.", "torch.amp.", "torch.cpu.amp.")) or qname == "torch.autocast"
+
+
+def _fallback_for_old_torch(names, node: cst.CSTNode) -> bool:
+    """The scaling sits in the branch a torch version check (or a try-import) keeps for torch
+    without `torch.amp` (mmcv's `Fp16OptimizerHook` before torch 1.6), beside a branch that uses it."""
+    gate = version_gate(names, node)
+    return gate is not None and chooses_modern(names, gate, node, _is_torch_amp)
 
 
 def _gradient_divisions(names) -> List[Tuple[cst.CSTNode, cst.BaseExpression]]:
