@@ -101,6 +101,20 @@ def test_rebuild_args_keeps_the_closing_paren_on_its_own_line():
     assert module.code_for_node(new) == "f(a,\n  b,\n  s=s\n  )"
 
 
+def test_statements_inserted_above_a_statement_after_a_blank_line_keep_the_changes_inside_it():
+    """The inserted line takes the blank line above its target; the target (an `if` whose body
+    another change of the same fix edits) must keep that edit, not come back as it was."""
+    from ampmigrate.engine.context import FixBuilder
+
+    module = cst.parse_module("x = 1\n\nif c:\n    a = old()\n")
+    if_node = module.body[1]
+    call = if_node.body.body[0].body[0].value
+    builder = FixBuilder("m", "safe", frozenset())
+    builder.replace(call, cst.parse_expression("new()"))
+    builder.insert_before(if_node, cst.parse_statement("scaler = make()\n"))
+    assert apply_fixes(module, [builder.build()]) == "x = 1\n\nscaler = make()\nif c:\n    a = new()\n"
+
+
 def test_a_replacement_function_composes_with_changes_inside_it():
     module = cst.parse_module("if x:\n    a = old()\n")
     if_node = module.body[0]

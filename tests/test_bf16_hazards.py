@@ -1,4 +1,5 @@
-"""AMP401 withholds the bfloat16 fix where the file calls an op that has no bfloat16 kernel (issue 16)."""
+"""FFT ops have no bfloat16 kernel (issue 16): the AMP401 fix casts a real-input op's input to float32,
+and is withheld for complex-input ops and for FFTs in helpers of other files."""
 
 from __future__ import annotations
 
@@ -22,14 +23,31 @@ def train(model, loader, optimizer):
 
 
 @pytest.mark.parametrize(
-    "imports, loss, op",
+    "imports, loss, op, cast",
     [
-        ("", "torch.stft(out, 256, return_complex=True).abs()", "torch.stft"),
-        ("from torch.fft import rfft as spectrum", "spectrum(out).abs()", "torch.fft.rfft"),
-        ("from torch import fft", "fft.irfft(out)", "torch.fft.irfft"),
+        ("", "torch.stft(out, 256, return_complex=True).abs()", "torch.stft", "torch.stft(out.float(), 256"),
+        ("from torch.fft import rfft as spectrum", "spectrum(out).abs()", "torch.fft.rfft", "spectrum(out.float())"),
+        ("", "torch.fft.rfft(input=out + 1).abs()", "torch.fft.rfft", "torch.fft.rfft(input=(out + 1).float())"),
     ],
 )
-def test_fft_input_from_fp16_region_keeps_fp16_and_its_scaler(imports, loss, op):
+def test_real_input_fft_gets_its_input_cast_to_float32(imports, loss, op, cast):
+    text = TRAIN.format(imports=imports, loss=loss)
+    findings = check(text, **{"unsafe-fixes": True})
+    assert codes(findings) == ["AMP401"] and findings[0].fix is not None
+    assert f"`{op}`" in findings[0].fix.message and "float32" in findings[0].fix.message
+    fixed = fix(text, **{"unsafe-fixes": True})
+    assert cast in fixed and "dtype=torch.bfloat16" in fixed and "GradScaler" not in fixed
+
+
+@pytest.mark.parametrize(
+    "imports, loss, op",
+    [
+        ("from torch import fft", "fft.irfft(out)", "torch.fft.irfft"),
+        ("", "torch.istft(out, 256)", "torch.istft"),
+        ("", "torch.fft.fft(out).abs()", "torch.fft.fft"),
+    ],
+)
+def test_complex_input_fft_keeps_fp16_and_its_scaler(imports, loss, op):
     text = TRAIN.format(imports=imports, loss=loss)
     findings = check(text, **{"unsafe-fixes": True})
     assert codes(findings) == ["AMP401"] and findings[0].fix is None

@@ -52,14 +52,14 @@ def test_project_fixture(project: Path):
 @pytest.mark.parametrize("project", PROJECTS, ids=[f"{p.parent.name}/{p.name}" for p in PROJECTS])
 def test_project_fixture_needs_the_index(project: Path):
     """Each multi-file fixture shows something single-file analysis cannot: without the index,
-    the findings (or what their messages say) differ."""
+    the findings (or what their messages or their fixes say) differ."""
     files = sorted(str(p) for p in project.rglob("*.py"))
     settings = make_settings({"select": [project.parent.name[:4]]})
     alone = run_files(files, settings, Job("check"), jobs=1)
     together = _check(project)
 
     def described(result):
-        return [(f.path, f.location.row, f.code, f.message) for f in result.findings]
+        return [(f.path, f.location.row, f.code, f.message, f.no_fix_reason) for f in result.findings]
 
     assert described(alone) != described(together)
 
@@ -154,3 +154,84 @@ def test_a_module_name_that_two_files_end_with_resolves_to_the_full_name(tmp_pat
     assert index.module_for("pkg.utils") == str(tmp_path / "pkg" / "utils.py")
     assert index.module_for("other") == str(tmp_path / "pkg" / "other.py")
     assert index.module_for("missing") is None
+
+
+# ------------------------------------------------------------------ AMP409 across files
+def test_trained_results_record_builders_whose_result_is_trained():
+    summary = summarize(
+        b"""
+import torch
+from models.build import build_model, build_teacher, build_head
+from models import loaders
+
+
+def main(cfg):
+    teacher = build_teacher(cfg)  # never trained here
+    head = build_head(cfg)
+    head.eval()
+    model = build_model(cfg)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = model(teacher(cfg.x)).sum()
+    loss.backward()
+
+
+def late(cfg):
+    opt = torch.optim.AdamW(net.parameters())  # `net` is built after: not this builder's result
+    net = build_head(cfg)
+""",
+        "",
+    )
+    assert summary.trained_results == ["models.build.build_model"]
+
+
+def test_trained_results_need_a_training_file():
+    summary = summarize(b"from models import build_model\nmodel = build_model()\nmodel.train()\n", "")
+    assert summary.trained_results == []  # nothing calls backward or makes a scaler: not training code
+
+
+def test_half_builder_result_follows_the_training_file(tmp_path):
+    project = tmp_path / "p"
+    shutil.copytree(FIXTURES / "AMP409" / "half_builder_elsewhere.project", project)
+    cache = Cache(str(tmp_path / "cache"), "key")
+    assert "models/build.py:8:15 AMP409" in _text(project, _check(project, cache=cache, select=["AMP409"]))
+    # train.py stops training the built model: build.py's cached finding must not be reused.
+    train = project / "train.py"
+    train.write_text(train.read_text().replace("model.parameters()", "teacher.parameters()").replace("    model.train()\n", ""))
+    assert "models/build.py" not in _text(project, _check(project, cache=cache, select=["AMP409"]))
+
+
+# ------------------------------------------------------------------ AMP308 across files
+def test_checkpoint_savers_record_the_parameters_whose_state_is_saved():
+    summary = summarize(
+        b"""
+import torch
+from utils import save_on_master
+
+
+def save_checkpoint(model, optimizer, epoch, path):
+    save_on_master({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, path)
+
+
+def save_all(model, optimizer, loss_scaler, path):
+    torch.save({"optimizer": optimizer.state_dict(), "scaler": loss_scaler.state_dict()}, path)
+
+
+def describe(model, optimizer):
+    return {"optimizer": optimizer.state_dict()}  # nothing saved here
+""",
+        "",
+    )
+    assert summary.checkpoint_savers == {
+        "save_checkpoint": (["model", "optimizer", "epoch", "path"], ["model", "optimizer"])
+    }
+
+
+def test_checkpoint_saver_result_follows_the_helper_file(tmp_path):
+    project = tmp_path / "p"
+    shutil.copytree(FIXTURES / "AMP308" / "saver_elsewhere.project", project)
+    cache = Cache(str(tmp_path / "cache"), "key")
+    assert "train.py:16:9 AMP308" in _text(project, _check(project, cache=cache, select=["AMP308"]))
+    # The helper learns to save a scaler it finds on the model: train.py's cached result must go.
+    helper = project / "checkpoint.py"
+    helper.write_text(helper.read_text().replace('"epoch": epoch}', '"epoch": epoch, "scaler": model.scaler.state_dict()}', 1))
+    assert "train.py:16" not in _text(project, _check(project, cache=cache, select=["AMP308"]))

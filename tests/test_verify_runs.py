@@ -57,6 +57,16 @@ _MODERN_SPELLING = [
 ]
 _STEP_WITHOUT_SCALER = ("scaler.step(optimizer)\n            scaler.update()", "optimizer.step()")
 AFTERS = {
+    # Issue 16: the GradScaler dropped from a step it alone guarded (bf16, no guard): NaN updates.
+    "unguarded_bf16.py": (
+        PROJECTS / "nonfinite_guard",
+        [
+            ("dtype=torch.float16", "dtype=torch.bfloat16"),
+            ("scaler.scale(loss).backward()", "loss.backward()"),
+            ("                scaler.unscale_(optimizer)\n", ""),
+            ("scaler.step(optimizer)\n                scaler.update()", "optimizer.step()"),
+        ],
+    ),
     # The migration `fix --unsafe-fixes` aims at: bf16 autocast, no GradScaler. Equivalent.
     "bf16_no_scaler.py": (
         EXAMPLE,
@@ -633,3 +643,25 @@ def test_the_emulation_imports_like_a_current_apex_in_after_runs(tmp_path):
     env = {**os.environ, "AMPMIGRATE_APEX_EMULATION": "current"}
     done = subprocess.run([sys.executable, "-c", code, APEX_EMULATION], capture_output=True, text=True, env=env, timeout=300)
     assert done.stdout.strip() == "apex.amp", done.stderr
+
+
+# ------------------------------------------------------------------------------ issue 16
+def test_a_step_only_the_scaler_guarded_keeps_it_and_verifies(cli, monkeypatch, tmp_path):
+    """The migration leaves the scaler where it is the mixed-precision step's only inf/NaN guard
+    (AMP401 withheld), so the program trains through the corrupt sample as before."""
+    project = copy_of(PROJECTS / "nonfinite_guard", tmp_path / "nonfinite_guard")
+
+    result, data = run_verify(cli, monkeypatch, project, "train.py", "--steps", "60", "--runs", "2")
+
+    assert result.exit_code == 0, result.output
+    assert "train.py" not in data["migration"]["changed_files"]
+
+
+def test_dropping_the_scaler_that_guarded_a_step_is_not_equivalent(cli, monkeypatch, tmp_path):
+    project = project_with_after(tmp_path / "nonfinite_guard", "unguarded_bf16.py")
+
+    result, data = run_verify(cli, monkeypatch, project, "train.py", "--after", "unguarded_bf16.py", "--steps", "60", "--runs", "2")
+
+    assert result.exit_code == 1, result.output
+    assert any("not finite" in reason for reason in data["reasons"]), data["reasons"]
+

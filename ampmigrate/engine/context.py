@@ -51,10 +51,25 @@ class FileContext:
         self.imported_elsewhere: FrozenSet[str] = frozenset()
         # The run's project index (engine/project_index.py), when the runner built one.
         self.project_index: Optional["ProjectIndex"] = None
+        # Whether `imported_elsewhere` comes from a scan of the project (set by the pipeline).
+        self.imports_scanned = False
 
     def exported(self, binding) -> bool:
         """Whether another module of the project imports this module-level binding by name."""
         return binding.scope is self.names.module_scope and binding.name in self.imported_elsewhere
+
+    def imported_by_others(self, binding) -> Optional[bool]:
+        """Whether another file (of the project scan or of the run's index) imports this
+        module-level binding by name; None where neither was built (a lone text: not known)."""
+        if binding.scope is not self.names.module_scope:
+            return False
+        if self.exported(binding):
+            return True
+        if self.project_index is not None and binding.name in self.project_index.imported_from(self.path):
+            return True
+        if not self.imports_scanned and self.project_index is None:
+            return None
+        return False
 
     def reexported(self, binding) -> bool:
         """Whether this module hands the module-level `binding` on to others: listed in `__all__`,
@@ -174,6 +189,16 @@ class RuleContext:
         return FixBuilder(message, applicability, frozenset({self.rule.code, *requires}))
 
 
+def _inserted_around(before: List[Any], after: List[Any], leading_lines: List[cst.EmptyLine]):
+    """A replacement function: `before`, the node as the other changes left it (its leading lines
+    set to `leading_lines`), then `after`."""
+
+    def replacement(updated: cst.CSTNode) -> cst.FlattenSentinel:
+        return cst.FlattenSentinel([*before, updated.with_changes(leading_lines=leading_lines), *after])
+
+    return replacement
+
+
 class FixBuilder:
     """Collects CST changes for one fix: replacements, removals and statement insertions."""
 
@@ -237,6 +262,7 @@ class FixBuilder:
             if callable(replacement):
                 raise ValueError("statements cannot be inserted next to a node replaced by a function")
             items: List[Any] = list(before)
+            moved_blanks: Optional[List[cst.EmptyLine]] = None  # the target keeps the rest of its lines
             if before and isinstance(target, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
                 # Blank lines above the target now separate the inserted statements instead.
                 lead = list(getattr(replacement, "leading_lines", ()) or ())
@@ -245,7 +271,14 @@ class FixBuilder:
                     blank += 1
                 if blank and replacement is not cst.RemovalSentinel.REMOVE:
                     items[0] = items[0].with_changes(leading_lines=lead[:blank])
-                    replacement = replacement.with_changes(leading_lines=lead[blank:])
+                    if replacement is target:
+                        moved_blanks = lead[blank:]
+                    else:
+                        replacement = replacement.with_changes(leading_lines=lead[blank:])
+            if moved_blanks is not None:
+                # The target itself stays, with the changes made inside it (a copy would lose them).
+                changes.append((target, _inserted_around(items, after, moved_blanks)))
+                continue
             if replacement is not cst.RemovalSentinel.REMOVE:
                 items.append(replacement)
             items.extend(after)

@@ -223,6 +223,7 @@ class Engine:
             return None
         if self.project is not None:
             context.imported_elsewhere = self.project.imported_from(path)
+            context.imports_scanned = True
         context.project_index = self.index
         for rule in rules:
             try:

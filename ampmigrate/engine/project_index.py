@@ -31,12 +31,17 @@ from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 4
+_FORMAT = 8
 
 
 @dataclass
 class ModuleSummary:
     trains: bool = False  # calls `.backward()`, makes a GradScaler or defines `training_step`
+    # Makes a GradScaler, or calls `<scaler>.scale(loss).backward()`: its training keeps one.
+    scales_loss: bool = False
+    # Top-level functions that run an FFT op (no bfloat16 kernel) on an input not cast to
+    # float32 there: {name: the op as written}. A bfloat16 region whose values reach one breaks.
+    fft_helpers: Dict[str, str] = field(default_factory=dict)
     imports: List[str] = field(default_factory=list)  # modules it imports (absolute, dotted)
     # Functions (top level, `Class.method`) that clip gradients ("clip") with torch's clip
     # functions and never unscale (nor scale): a clip wherever they are called.
@@ -56,12 +61,22 @@ class ModuleSummary:
     apex_amp_params: Dict[str, List[str]] = field(default_factory=dict)
     # Calls passing apex's amp module (a name imported from apex) as an argument: (callee, line).
     apex_amp_passed_to: List[Tuple[str, int]] = field(default_factory=list)
+    # Builders imported by name whose result a function of this (training) module trains:
+    # `model = build_model(cfg)` then an optimizer over `model.parameters()` or `model.train()`,
+    # as "module.name" (AMP409: a float16 conversion in the builder's file is trained here).
+    trained_results: List[str] = field(default_factory=list)
+    # Checkpoint helpers (top-level functions): their positional parameters and those whose
+    # `.state_dict()` they save (`torch.save`, `save_on_master`, ...) while saving no scaler
+    # state: a caller passing its optimizer there checkpoints without the GradScaler (AMP308).
+    checkpoint_savers: Dict[str, Tuple[List[str], List[str]]] = field(default_factory=dict)
 
 
 def _as_data(summary: ModuleSummary) -> dict:
     """`dataclasses.asdict(summary)` (what the cache stores), without its generic deep copy."""
     return {
         "trains": summary.trains,
+        "scales_loss": summary.scales_loss,
+        "fft_helpers": dict(summary.fft_helpers),
         "imports": list(summary.imports),
         "clip_helpers": dict(summary.clip_helpers),
         "scaler_params": {name: list(params) for name, params in summary.scaler_params.items()},
@@ -70,6 +85,8 @@ def _as_data(summary: ModuleSummary) -> dict:
         "backward_runners": list(summary.backward_runners),
         "apex_amp_params": {name: list(params) for name, params in summary.apex_amp_params.items()},
         "apex_amp_passed_to": [tuple(item) for item in summary.apex_amp_passed_to],
+        "trained_results": list(summary.trained_results),
+        "checkpoint_savers": {name: (list(v[0]), list(v[1])) for name, v in summary.checkpoint_savers.items()},
     }
 
 
@@ -80,6 +97,7 @@ class ProjectIndex:
         self._by_name: Dict[str, List[str]] = {}  # dotted module name (and its suffixes) -> paths
         self._importers: Dict[str, List[str]] = {}  # path -> the files of the run importing it
         self._trained_names: Dict[str, Dict[str, str]] = {}  # path -> name -> a training file importing it
+        self._trained_results: Dict[str, Dict[str, str]] = {}  # path -> builder -> a file training its result
         # `from X import a, b` of every file (a byte regex): module -> the names imported from it.
         self._exports: Dict[str, Set[str]] = {}
         self._module_names: Dict[str, List[str]] = {}  # path -> module_names(path), computed once
@@ -117,6 +135,11 @@ class ProjectIndex:
             for target in targets:
                 if target is not None and target != path:
                     self._importers.setdefault(target, []).append(path)
+            for spec in summary.trained_results:
+                module, _, name = spec.rpartition(".")
+                target = self.module_for(module) if module else None
+                if target is not None and target != path:
+                    self._trained_results.setdefault(target, {}).setdefault(name, path)
             if not summary.trains:
                 continue
             for spec in summary.imports:  # `from model import Net`: recorded as "model" and "model.Net"
@@ -128,6 +151,7 @@ class ProjectIndex:
     def _add(self, path: str, summary: ModuleSummary) -> None:
         summary.scaler_passed_to = [tuple(item) for item in summary.scaler_passed_to]
         summary.apex_amp_passed_to = [tuple(item) for item in summary.apex_amp_passed_to]
+        summary.checkpoint_savers = {k: (list(v[0]), list(v[1])) for k, v in summary.checkpoint_savers.items()}
         for module, name in summary.from_imports:
             self._exports.setdefault(module, set()).add(name)
         self.modules[path] = summary
@@ -180,6 +204,33 @@ class ProjectIndex:
         imports `name` (a function or class) from the module at `path` by name, if any."""
         return self._trained_names.get(os.path.abspath(path), {}).get(name)
 
+    def checkpoint_saver(self, qname: str) -> Optional[Tuple[str, List[str], List[str]]]:
+        """For `utils.save_checkpoint` (a qualified name): (its file, its positional parameters,
+        the parameters whose `.state_dict()` it saves without saving a scaler's), if it is one."""
+        found = self.function(qname)
+        if found is None:
+            return None
+        path, name = found
+        record = self.modules[path].checkpoint_savers.get(name)
+        return (path, *record) if record else None
+
+    def result_trained_in(self, path: str, function: str) -> Optional[str]:
+        """Another file of the run that imports `function` from the module at `path` by name,
+        calls it and trains what it returns (an optimizer over its parameters, `.train()`)."""
+        return self._trained_results.get(os.path.abspath(path), {}).get(function)
+
+    def fft_helper(self, qname: str) -> Optional[Tuple[str, str]]:
+        """For `losses.mel_loss` (a qualified name): (its file, the FFT op it runs), if it is one."""
+        found = self.function(qname)
+        if found is None:
+            return None
+        path, name = found
+        op = self.modules[path].fft_helpers.get(name)
+        return (path, op) if op else None
+
+    def scales_loss(self, path: str) -> bool:
+        return bool(self.modules.get(os.path.abspath(path), ModuleSummary()).scales_loss)
+
     def scaler_made_in(self, path: str, function: str) -> Optional[str]:
         """A file of the run that passes a GradScaler it makes to `function` of the module at
         `path`, which uses one of its parameters as a GradScaler."""
@@ -223,11 +274,17 @@ class ProjectIndex:
                 other = self.module_for(spec)
                 if other is not None and other != absolute and self.modules[other].clip_helpers:
                     parts.append(f"{spec}={sorted(self.modules[other].clip_helpers.items())}")
+                if other is not None and other != absolute and self.modules[other].checkpoint_savers:
+                    parts.append(f"{spec}:savers={sorted(self.modules[other].checkpoint_savers.items())}")
+                if other is not None and other != absolute and self.modules[other].fft_helpers:
+                    parts.append(f"{spec}:fft={sorted(self.modules[other].fft_helpers.items())}")
         exported = self.imported_from(absolute)
         if exported:
             parts.append("exports=" + ",".join(sorted(exported)))
         for name, trainer in sorted(self._trained_names.get(absolute, {}).items()):
-            parts.append(f"trained:{name}={trainer}")
+            parts.append(f"trained:{name}={trainer}:{self.modules[trainer].scales_loss}")
+        for name, trainer in sorted(self._trained_results.get(absolute, {}).items()):
+            parts.append(f"trained_result:{name}={trainer}")
         runner = self.backward_runner_imported(absolute)
         if runner:
             parts.append(f"backward_runner={runner}")
@@ -343,17 +400,22 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True) -> ModuleSummary
     if summary.trains and b"__call__" in raw and b".backward(" in raw:
         if not shortcuts or not raw.isascii() or _may_define_backward_runner(raw):
             summary.backward_runners = _backward_runners(parse())
-    if not (summary.trains or needs_ast or needs_apex):
+    if b"fft" in raw:
+        summary.fft_helpers = _fft_helpers(parse())
+    needs_savers = b"state_dict()" in raw and _SAVES.search(raw) is not None
+    if not (summary.trains or needs_ast or needs_apex or needs_savers):
         return summary
     summary.imports = _imports(raw, from_imports, shortcuts)
-    if not (needs_ast or needs_apex):
+    # A training file that builds something it imported and trains it (AMP409 across files).
+    needs_results = summary.trains and bool(summary.from_imports) and _TRAINS_A_RESULT.search(raw) is not None
+    if not (needs_ast or needs_apex or needs_results or needs_savers):
         return summary
     if shortcuts and raw.isascii():
         # Only a file that spells what a record needs can have one: in an ASCII file every
         # identifier `ast` reports is spelled as is (elsewhere NFKC may join other spellings).
         needs_ast = needs_ast and _may_record_scaler_or_clip(raw)
         needs_apex = needs_apex and (b"scale_loss" in raw or _APEX_AMP_IMPORT.search(raw) is not None)
-        if not (needs_ast or needs_apex):
+        if not (needs_ast or needs_apex or needs_results or needs_savers):
             return summary
     if parse() is None:
         return summary
@@ -362,29 +424,137 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True) -> ModuleSummary
             _Summarizer(summary).run(tree)
         if needs_apex:
             _summarize_apex_amp(tree, summary)
+        if needs_results:
+            summary.trained_results = _trained_results(tree, summary.from_imports)
+        if needs_savers:
+            summary.checkpoint_savers = _checkpoint_savers(tree)
     except RecursionError:
         return ModuleSummary(trains=summary.trains, imports=summary.imports)
     return summary
+
+
+_TRAINS_A_RESULT = re.compile(rb"\.(?:named_)?parameters\(|\.train\(")
+# Optimizer constructors by their last dotted part (`torch.optim.AdamW`, `optim.SGD`, `bnb.optim.Adam8bit`).
+_OPTIMIZER_NAME = re.compile(r"(?:Adam|SGD|RMSprop|Adagrad|Adadelta|Adamax|Lamb|LAMB|Lion|Adafactor|LARS|NovoGrad|Lars)")
+
+
+def _trained_results(tree: ast.Module, from_imports: List[Tuple[str, str]]) -> List[str]:
+    """"module.name" for each builder imported by name (`from models import build_model`) whose
+    result is trained later in the same function (or the module body): `model = build_model(...)`,
+    then `model.train()` or an optimizer over `model.parameters()`."""
+    imported = {name: module for module, name in from_imports if name}
+    found: Set[str] = set()
+    bodies: List[ast.AST] = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
+    for body in bodies:
+        built: Dict[str, Tuple[str, int]] = {}  # local name -> (builder, line it was built on)
+        uses: List[Tuple[str, int]] = []  # (local name, line) of a training use
+        for node in _own_nodes(body):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                value = node.value
+                if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in imported:
+                    built[node.targets[0].id] = (f"{imported[value.func.id]}.{value.func.id}", node.lineno)
+            elif isinstance(node, ast.Call):
+                func = node.func
+                if isinstance(func, ast.Attribute) and func.attr == "train" and isinstance(func.value, ast.Name):
+                    if all(isinstance(a, ast.Constant) and a.value is True for a in node.args):
+                        uses.append((func.value.id, node.lineno))
+                elif node.args and _is_optimizer_class(_dotted(func).rpartition(".")[2]):
+                    first = node.args[0]
+                    if (
+                        isinstance(first, ast.Call)
+                        and isinstance(first.func, ast.Attribute)
+                        and first.func.attr in ("parameters", "named_parameters")
+                        and isinstance(first.func.value, ast.Name)
+                    ):
+                        uses.append((first.func.value.id, node.lineno))
+        for name, line in uses:
+            if name in built and built[name][1] < line:
+                found.add(built[name][0])
+    return sorted(found)
+
+
+_SAVES = re.compile(rb"\bsave\w*\(")
+
+
+def _checkpoint_savers(tree: ast.Module) -> Dict[str, Tuple[List[str], List[str]]]:
+    """Top-level functions that call a `*save*` function and `.state_dict()` on some of their
+    parameters, and on nothing that looks like a scaler (a name or attribute containing
+    "scaler"): {name: (positional parameters, the parameters whose state they save)}."""
+    found: Dict[str, Tuple[List[str], List[str]]] = {}
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        positional = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+        saved: Set[str] = set()
+        saves = scaler = False
+        for inner in ast.walk(node):
+            if not isinstance(inner, ast.Call):
+                continue
+            func = inner.func
+            last = _dotted(func).rpartition(".")[2] if isinstance(func, (ast.Name, ast.Attribute)) else ""
+            if "save" in last.lower():
+                saves = True
+            if isinstance(func, ast.Attribute) and func.attr == "state_dict":
+                owner = _dotted(func.value)
+                if "scaler" in owner.lower():
+                    scaler = True
+                elif owner in positional:
+                    saved.add(owner)
+        if saves and saved and not scaler:
+            found[node.name] = (positional, sorted(saved))
+    return found
+
+
+def _is_optimizer_class(name: str) -> bool:
+    return name[:1].isupper() and _OPTIMIZER_NAME.search(name) is not None
+
+
+def _own_nodes(body: ast.AST):
+    """The nodes of a function (or module) body, not those of the functions and classes inside it."""
+    stack = list(ast.iter_child_nodes(body))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _fft_helpers(tree: Optional[ast.Module]) -> Dict[str, str]:
+    """Top-level functions calling `*.stft`/`*.istft`/`*fft.*` on an input that is not `.float()`."""
+    if tree is None:  # not Python
+        return {}
+    found: Dict[str, str] = {}
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for inner in ast.walk(node):
+            if not (isinstance(inner, ast.Call) and inner.args):
+                continue
+            name = _dotted(inner.func)
+            last = name.rpartition(".")[2]
+            if not (last in ("stft", "istft") or ".fft." in f".{name}" and name.split(".")[-2:-1] == ["fft"]):
+                continue
+            first = inner.args[0]
+            if isinstance(first, ast.Call) and isinstance(first.func, ast.Attribute) and first.func.attr == "float":
+                continue
+            found.setdefault(node.name, name)
+    return found
 
 
 def _may_record_scaler_or_clip(raw: bytes) -> bool:
     """False when `_Summarizer` cannot record anything in this (ASCII) file. A clip helper needs
     a clip function called as an attribute of `...utils` or `...clip_grad`
     (`torch.nn.utils.clip_grad_norm_(...)`) or imported from `torch.nn.utils`; a GradScaler
-    parameter needs `p.scale(x).backward()` and `p.step`/`p.unscale_`/`p.update`; a GradScaler
-    passed on needs a `GradScaler(...)` call. Between tokens: any whitespace, continuation,
+    parameter and `scales_loss` need `<x>.scale(loss).backward()`, or a `GradScaler(...)` call
+    (which a GradScaler passed on needs too). Between tokens: any whitespace, continuation,
     comment (inside brackets) or closing parenthesis (`(torch.nn.utils).clip_grad_norm_`)."""
     if b"GradScaler" in raw:
         return True
     if (b"clip_grad_norm" in raw or b"clip_grad_value" in raw) and b"utils" in raw:
         if _CLIP_ATTRIBUTE.search(raw) is not None or _CLIP_IMPORT.search(raw) is not None:
             return True
-    return (
-        b"scale" in raw
-        and b"backward" in raw
-        and (b"step" in raw or b"unscale_" in raw or b"update" in raw)
-        and _SCALE_CALL.search(raw) is not None
-    )
+    return b"scale" in raw and b"backward" in raw and _SCALE_CALL.search(raw) is not None
 
 
 _GAP = rb"(?:[\s\\]|#[^\n]*)*"  # between two tokens of one expression
@@ -517,6 +687,7 @@ class _Summarizer:
             value = node.value
             if isinstance(value, ast.Call) and _dotted(value.func).rpartition(".")[2] in _GRAD_SCALERS:
                 scope.made.update(t.id for t in node.targets if isinstance(t, ast.Name))
+                self.summary.scales_loss = True
             return
         if not isinstance(node, ast.Call):
             return
@@ -530,6 +701,7 @@ class _Summarizer:
             elif last == "backward":
                 inner = func.value
                 if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "scale":
+                    self.summary.scales_loss = True
                     if isinstance(inner.func.value, ast.Name):
                         scope.scaled.add(inner.func.value.id)
             elif last in ("step", "unscale_", "update") and isinstance(func.value, ast.Name):

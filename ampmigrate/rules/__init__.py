@@ -47,6 +47,7 @@ def rule_classes() -> List[type]:
     from ampmigrate.rules.precision.amp408_deepspeed_fp16_config import DeepSpeedFp16Config
     from ampmigrate.rules.precision.amp409_pure_fp16_training import PureFp16Training
     from ampmigrate.rules.precision.amp410_legacy_tf32_flags import LegacyTf32Flags
+    from ampmigrate.rules.precision.amp411_hand_rolled_loss_scaling import HandRolledLossScaling
 
     return [
         UnusedNoqa,
@@ -88,6 +89,7 @@ def rule_classes() -> List[type]:
         DeepSpeedFp16Config,
         PureFp16Training,
         LegacyTf32Flags,
+        HandRolledLossScaling,
     ]
 
 

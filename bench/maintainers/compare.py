@@ -9,6 +9,10 @@ keywords), custom_fwd/custom_bwd, the scaler protocol calls (scale/unscale_/step
 apex amp calls. Pairs whose extractions differ are judged by hand in pairs.toml (`verdict`,
 `why`): agree / better / partial / miss / wrong.
 
+By default each before is fixed as `ampmigrate fix` does (safe fixes only); `--unsafe-fixes` runs
+`fix --unsafe-fixes --target-dtype float16` instead (the maintainers kept float16), judged by a
+pair's `unsafe_verdict`/`unsafe_why` where the result differs from the safe one.
+
 Repositories are read from the fetch mirror (/work/.mirror/<owner>+<name>/repo, a bare git
 directory); nothing fetched is ever committed here. A missing one is named with what to fetch.
 
@@ -193,7 +197,7 @@ def extract(text: str) -> Optional[collections.Counter]:
 
 
 # ---------------------------------------------------------------------------------- comparison
-def run_pair(engines: Dict[bool, Engine], pair: dict, show_diff: bool) -> Tuple[str, List[str]]:
+def run_pair(engines: Dict[bool, Engine], pair: dict, show_diff: bool, unsafe: bool) -> Tuple[str, List[str]]:
     gdir = git_dir(pair["repo"])
     if gdir is None:
         return "missing", [f"fetch github:{pair['repo']}"]
@@ -205,7 +209,7 @@ def run_pair(engines: Dict[bool, Engine], pair: dict, show_diff: bool) -> Tuple[
         if before is None:
             notes.append(f"{path}: not in {pair['before'][:10]}")
             continue
-        result = engines[pair.get("unsafe", False)].fix_text(before, path)
+        result = engines[unsafe].fix_text(before, path)
         fixed = result.new_text if result.new_text is not None else before
         for error in result.errors:
             notes.append(f"{path}: engine error: {error}")
@@ -232,24 +236,34 @@ def main(argv=None) -> int:
     parser.add_argument("--pairs", default=os.path.join(HERE, "pairs.toml"))
     parser.add_argument("--show", help="only pairs whose repo contains this")
     parser.add_argument("--diff", action="store_true", help="also list what the tool left reported")
+    parser.add_argument(
+        "--unsafe-fixes",
+        action="store_true",
+        help="run `fix --unsafe-fixes` (verdicts from `unsafe_verdict`/`unsafe_why` where a pair has them)",
+    )
     args = parser.parse_args(argv)
     with open(args.pairs, "rb") as handle:
         data = tomllib.load(handle)
     pairs = data["pair"]
     excluded = data.get("excluded", [])
-    engines = {False: Engine(Settings()), True: Engine(Settings(unsafe_fixes=True))}
+    # The maintainers kept float16: `--unsafe-fixes` compares the migrations the tool withholds as
+    # unsafe, with `target-dtype = "float16"` so its bfloat16 recommendation stays out of it.
+    engines = {False: Engine(Settings()), True: Engine(Settings(unsafe_fixes=True, target_dtype="float16"))}
     tally: collections.Counter = collections.Counter()
     missing = []
     for pair in pairs:
         if args.show and args.show not in pair["repo"]:
             continue
-        status, notes = run_pair(engines, pair, args.diff)
+        status, notes = run_pair(engines, pair, args.diff, args.unsafe_fixes)
         if status == "missing":
             missing.append(pair["repo"])
             continue
-        verdict = "agree" if status == "same" else pair.get("verdict", "UNJUDGED")
+        judged = pair
+        if args.unsafe_fixes and "unsafe_verdict" in pair:
+            judged = {"verdict": pair["unsafe_verdict"], "why": pair.get("unsafe_why", "")}
+        verdict = "agree" if status == "same" else judged.get("verdict", "UNJUDGED")
         tally[verdict] += 1
-        print(f"[{verdict:8}] {pair['repo']} {pair['before'][:10]}..{pair['after'][:10]} ({pair.get('kind', '')}) {pair.get('why', '')}")
+        print(f"[{verdict:8}] {pair['repo']} {pair['before'][:10]}..{pair['after'][:10]} ({pair.get('kind', '')}) {judged.get('why', '')}")
         for note in notes:
             print("    " + note)
     total = sum(tally.values())

@@ -43,7 +43,7 @@ from ampmigrate.rules.apex._amp_options import bound_arguments, scaler_spec
 from ampmigrate.rules.apex._amp_refs import AmpRef, amp_usage
 from ampmigrate.rules.apex._amp_steps import StepRewrites
 from ampmigrate.rules.apex._flow import Branch, body_of, branches, expression_key, is_pure, walk
-from ampmigrate.rules.apex._presence import Action, Unsupported, presence_action, simplify, unwrap
+from ampmigrate.rules.apex._presence import Action, Unsupported, choose, presence_action, simplify, unwrap
 from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions
 from ampmigrate.rules.apex._removal import Removal, unused_after
 from ampmigrate.rules.apex._scaler_access import ScalerAccess
@@ -74,8 +74,8 @@ class _Planner(StepRewrites, ForwardRegions):
         refs = [r for r in usage.refs if r.api not in APEX_AMP_CAST_ANNOTATIONS]
         plan = AmpPlan()
         for ref in refs:
-            if ref.api is None or (ref.via_handle and ref.api == "handle"):
-                continue  # presence tests and the handle itself are not findings
+            if ref.api in (None, "pass") or (ref.via_handle and ref.api == "handle"):
+                continue  # presence tests, the module handed on and the handle itself are not findings
             api = ref.node.attr.value if ref.api == "unknown" and isinstance(ref.node, cst.Attribute) else ref.api
             plan.sites.append(Site(ref.node, self._code_for(ref), api))
         if not plan.sites:
@@ -713,6 +713,8 @@ class _Planner(StepRewrites, ForwardRegions):
                 continue
             if action.kind == "unwrap":
                 self.builder.replace(action.node, unwrap(action.node, action.new))
+            elif action.kind == "choose":
+                self.builder.replace(action.node, choose(action.node, action.new))
             else:
                 self.builder.replace(action.node, action.new)
 

@@ -142,6 +142,51 @@ def _possible_levels(names: NameIndex, node: cst.BaseExpression, depth: int = 0)
     return None
 
 
+def _levels_tested_around(names: NameIndex, call: cst.Call, level_node: cst.BaseExpression) -> Optional[Set[str]]:
+    """`if args.opt_level == "O1": amp.initialize(..., opt_level=args.opt_level)`: inside the `if`
+    the level is the one tested (also `in ("O1", "O2")`), whatever the run time value was."""
+    key = expression_key(level_node)
+    child: cst.CSTNode = call
+    for ancestor in names.ancestors(call):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return None
+        if isinstance(ancestor, cst.If) and child is ancestor.body:
+            levels = _tested_levels(ancestor.test, key)
+            if levels is not None:
+                return levels
+        child = ancestor
+    return None
+
+
+def _tested_levels(test: cst.BaseExpression, key: str) -> Optional[Set[str]]:
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _tested_levels(test.left, key) or _tested_levels(test.right, key)
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return None
+    target = test.comparisons[0]
+    left, right = test.left, target.comparator
+    if isinstance(target.operator, cst.Equal):
+        for subject, value in ((left, right), (right, left)):
+            if expression_key(subject) == key:
+                try:
+                    level = literal_value(value)
+                except ValueError:
+                    return None
+                return {level} if isinstance(level, str) else None
+    if isinstance(target.operator, cst.In) and expression_key(left) == key and isinstance(right, (cst.Tuple, cst.List, cst.Set)):
+        levels: Set[str] = set()
+        for element in right.elements:
+            try:
+                level = literal_value(element.value)
+            except ValueError:
+                return None
+            if not isinstance(level, str):
+                return None
+            levels.add(level)
+        return levels
+    return None
+
+
 def scaler_spec(
     module: cst.Module, names: NameIndex, call: cst.Call, quote: str = '"', *, handle_api: bool = False
 ) -> ScalerSpec:
@@ -168,6 +213,8 @@ def scaler_spec(
             spec.levels = {"O1"}
         else:
             levels = _possible_levels(names, level_node)
+            if levels is None:
+                levels = _levels_tested_around(names, call, level_node)
             bad = (levels or set()) - set(OPT_LEVELS)
             if bad:
                 spec.error = f"`opt_level` {sorted(bad)[0]!r} is not an apex opt level (apex raises on it)"

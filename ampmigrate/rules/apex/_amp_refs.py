@@ -5,12 +5,18 @@
 (`handle = amp.init(...)`, `handle.scale_loss(...)`) is followed through the handle's bindings.
 References to the module itself (`amp is None`, `assert amp`) are kept apart: they test whether
 apex imported, and the migration has to rewrite them too.
+
+The module handed to a function of the same file (`train(model, opt, amp)` in `main()`, with
+`def train(model, optimizer, amp):` using `amp.scale_loss`) is followed into it: when every call
+of the function passes apex's amp in the same parameter, that parameter's uses are apex uses too
+(a presence test of `amp is not None` included), and the arguments are kept apart as "pass"
+references, where the migration passes the GradScaler instead.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import List, Optional
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
@@ -25,6 +31,9 @@ class AmpRef:
     api: Optional[str]  # "initialize", "scale_loss", ...; None for the module (a presence test)
     call: Optional[cst.Call]  # the call when `node` is called
     via_handle: bool = False  # `handle.scale_loss(...)` of the old `amp.init()` API
+    # api "pass": the argument that hands the module to a function of this file; `slot` is the
+    # parameter that receives it there.
+    slot: Optional[cst.Param] = None
 
 
 @dataclass
@@ -32,6 +41,8 @@ class AmpUsage:
     refs: List[AmpRef]
     import_bindings: List[Binding]  # bindings of names to apex / apex.amp / apex.amp.X
     handle_bindings: List[Binding]  # `handle = amp.init(...)`
+    # Functions of this file that receive apex's amp module: FunctionDef -> the parameter.
+    slots: Dict[cst.FunctionDef, cst.Param] = field(default_factory=dict)
 
 
 def amp_usage(ctx: FileContext) -> AmpUsage:
@@ -65,6 +76,7 @@ def _collect(ctx: FileContext) -> AmpUsage:
         if isinstance(parent, cst.Attribute) and parent.value is node and parent not in seen:
             if f"{APEX_AMP_MODULE}.{parent.attr.value}" not in APEX_AMP_API:
                 refs.append(AmpRef(parent, "unknown", _called(names, parent)))
+    slots = _follow_into_functions(names, refs)
     handle_bindings: List[Binding] = []
     for ref in list(refs):
         if ref.api != "init" or ref.call is None:
@@ -91,7 +103,74 @@ def _collect(ctx: FileContext) -> AmpUsage:
         and b.qname is not None
         and (b.qname == APEX_AMP_MODULE or b.qname in APEX_AMP_API or b.qname == "apex" and _uses_amp(names, b))
     ]
-    return AmpUsage(refs, imports, handle_bindings)
+    return AmpUsage(refs, imports, handle_bindings, slots)
+
+
+def _follow_into_functions(names: NameIndex, refs: List[AmpRef]) -> Dict[cst.FunctionDef, cst.Param]:
+    """Turn the arguments that pass the module to a module-level function of this file into
+    "pass" references, and add that function's uses of its parameter (see the module docstring).
+    Only when every reference to the function is a call passing the module in that parameter,
+    and nothing rebinds the parameter."""
+    passed: Dict[cst.FunctionDef, List[Tuple[AmpRef, cst.Param]]] = {}
+    for ref in refs:
+        if ref.api is not None:
+            continue
+        arg = names.parent(ref.node)
+        call = names.parent(arg) if isinstance(arg, cst.Arg) else None
+        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and not arg.star):
+            continue
+        bindings = names.bindings_of(call.func)
+        if len(bindings) != 1 or bindings[0].kind != "def" or bindings[0].scope is not names.module_scope:
+            continue
+        function = bindings[0].node
+        param = _parameter_for(function, call, arg)
+        if param is not None:
+            passed.setdefault(function, []).append((ref, param))
+    slots: Dict[cst.FunctionDef, cst.Param] = {}
+    for function, pairs in passed.items():
+        params = {id(p) for _, p in pairs}
+        binding = next(b for b in names.module_scope.bindings[function.name.value] if b.node is function)
+        calls = names.references(binding)
+        if len(params) != 1 or len(pairs) != len(calls):
+            continue  # another parameter, or a call (or use) that does not pass the module
+        passing = {id(names.parent(names.parent(r.node))) for r, _ in pairs}
+        if any(not (isinstance(names.parent(c), cst.Call) and names.parent(c).func is c and id(names.parent(c)) in passing) for c in calls):
+            continue
+        param = pairs[0][1]
+        scope = names.scope_of(function.body)
+        param_bindings = scope.bindings.get(param.name.value, [])
+        if len(param_bindings) != 1 or param_bindings[0].kind != "param":
+            continue  # rebound inside the function
+        slots[function] = param
+        for ref, _ in pairs:
+            ref.api, ref.slot = "pass", param
+        for use in names.references(param_bindings[0]):
+            parent = names.parent(use)
+            if isinstance(parent, cst.Attribute) and parent.value is use:
+                api = APEX_AMP_API.get(f"{APEX_AMP_MODULE}.{parent.attr.value}", "unknown")
+                refs.append(AmpRef(parent, api, _called(names, parent)))
+            else:
+                refs.append(AmpRef(use, None, _called(names, use)))
+    return slots
+
+
+def _parameter_for(function: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> Optional[cst.Param]:
+    """The parameter of `function` that `arg` of `call` binds (positional or keyword)."""
+    params = function.params
+    positional = [*params.posonly_params, *params.params]
+    if arg.keyword is not None:
+        for param in [*params.params, *params.kwonly_params]:
+            if param.name.value == arg.keyword.value:
+                return param
+        return None
+    position = 0
+    for other in call.args:
+        if other.star or other.keyword is not None:
+            return None
+        if other is arg:
+            return positional[position] if position < len(positional) else None
+        position += 1
+    return None
 
 
 def _uses_amp(names: NameIndex, binding: Binding) -> bool:

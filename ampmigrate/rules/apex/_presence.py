@@ -70,7 +70,7 @@ def simplify(expression: cst.BaseExpression, refs: Set[cst.CSTNode]) -> Folded:
 
 @dataclass
 class Action:
-    kind: str  # "remove" | "unwrap" | "replace"
+    kind: str  # "remove" | "unwrap" | "choose" (an arm of `a if test else b`) | "replace"
     node: cst.CSTNode
     new: Optional[cst.CSTNode] = None
 
@@ -105,6 +105,9 @@ def presence_action(names: NameIndex, ref: cst.CSTNode, refs: Set[cst.CSTNode]) 
             return Action("unwrap", parent, parent.orelse.body)
         if isinstance(value, bool):
             raise Unsupported("an `elif` chain whose first test is now constant")
+    if isinstance(parent, cst.IfExp) and parent.test is top and isinstance(value, bool):
+        # `amp.state_dict() if amp else None`: the arm that is now always taken.
+        return Action("choose", parent, parent.body if value else parent.orelse)
     if isinstance(value, bool):
         return Action("replace", top, cst.Name("True" if value else "False"))
     return Action("replace", top, value)
@@ -113,6 +116,20 @@ def presence_action(names: NameIndex, ref: cst.CSTNode, refs: Set[cst.CSTNode]) 
 def _alone(names: NameIndex, small: cst.CSTNode) -> bool:
     line = names.parent(small)
     return isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
+
+
+def choose(if_exp: cst.IfExp, arm: cst.CSTNode) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """A replacement function: one arm of the conditional expression, after the changes inside
+    it, keeping the expression's own parentheses."""
+    use_body = arm is if_exp.body
+
+    def replacement(updated: cst.CSTNode) -> cst.CSTNode:
+        chosen = updated.body if use_body else updated.orelse
+        if updated.lpar and not chosen.lpar:
+            chosen = chosen.with_changes(lpar=updated.lpar, rpar=updated.rpar)
+        return chosen
+
+    return replacement
 
 
 def unwrap(if_node: cst.If, arm: cst.CSTNode) -> Callable[[cst.CSTNode], cst.CSTNode]:

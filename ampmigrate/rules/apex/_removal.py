@@ -1,9 +1,10 @@
 """Removing apex imports a fix leaves unused, and the statements that only existed for them.
 
 An apex import is often wrapped: `try: from apex import amp / except ImportError: amp = None`,
-`if args.fp16: from apex import amp`. When the import goes, a `try` whose handlers only set the
-fallback, raise or log goes with it, and an `if` left without a body goes too (Python needs one,
-and an `if x: pass` is noise). Everything else keeps its statements; a block emptied here gets a
+`if args.fp16: from apex import amp / else: amp = None`. When the import goes, a `try` whose
+handlers only set the fallback, raise or log goes with it, the `else` that only set the fallback
+goes, and an `if` left without a body (and without an `else`) goes too (Python needs one, and an
+`if x: pass` is noise). Everything else keeps its statements; a block emptied here gets a
 `pass` from the engine.
 """
 
@@ -56,25 +57,18 @@ class Removal:
             if a.asname is None or isinstance(a.asname.name, cst.Name)
         }
         found: List[cst.CSTNode] = []
+        child: cst.CSTNode = node
         for ancestor in self.names.ancestors(node):
             if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
                 break
+            if isinstance(ancestor, cst.If) and child is ancestor.body and isinstance(ancestor.orelse, cst.Else):
+                # `if use_apex: from apex import amp ... else: amp = None`
+                found.extend(_none_assignments(body_of(ancestor.orelse.body) or (), bound))
+            child = ancestor
             if not isinstance(ancestor, cst.Try):
                 continue
             for handler in ancestor.handlers:
-                for statement in body_of(handler.body) or ():
-                    if not isinstance(statement, cst.SimpleStatementLine):
-                        continue
-                    for small in statement.body:
-                        if (
-                            isinstance(small, cst.Assign)
-                            and len(small.targets) == 1
-                            and isinstance(small.targets[0].target, cst.Name)
-                            and small.targets[0].target.value in bound
-                            and isinstance(small.value, cst.Name)
-                            and small.value.value in ("None", "False")
-                        ):
-                            found.append(small)
+                found.extend(_none_assignments(body_of(handler.body) or (), bound))
             break
         return found
 
@@ -134,7 +128,11 @@ class Removal:
                     if block is None or not self._block_emptied(block, removed):
                         continue
                     owner = self.names.parent(block)
-                    if isinstance(owner, cst.If) and owner.body is block and owner.orelse is None:
+                    if isinstance(owner, cst.Else) and owner not in removed:
+                        # `else: amp = None` left empty: the `else` goes (the `if` may go next)
+                        removed.add(owner)
+                        changed = True
+                    elif isinstance(owner, cst.If) and owner.body is block and owner.orelse in (None, *removed):
                         if owner not in removed and _is_statement(owner, self.names):
                             removed.add(owner)
                             changed = True
@@ -245,3 +243,22 @@ def unused_after(names: NameIndex, binding: Binding, handled: Iterable[cst.CSTNo
             continue
         return False
     return True
+
+
+def _none_assignments(statements: Iterable[cst.CSTNode], bound: Set[str]) -> List[cst.CSTNode]:
+    """`name = None` / `name = False` small statements of `statements` for the names in `bound`."""
+    found: List[cst.CSTNode] = []
+    for statement in statements:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if (
+                isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Name)
+                and small.targets[0].target.value in bound
+                and isinstance(small.value, cst.Name)
+                and small.value.value in ("None", "False")
+            ):
+                found.append(small)
+    return found

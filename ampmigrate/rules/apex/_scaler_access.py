@@ -199,7 +199,7 @@ class ScalerAccess:
     def _home_uses(self) -> List[cst.CSTNode]:
         uses: List[cst.CSTNode] = []
         for ref in self.p.refs:
-            if ref.api in ("initialize", "init") or ref.api is None:
+            if ref.api in ("initialize", "init", "pass") or ref.api is None:
                 continue
             if self.p._function_scope(ref.node) is self.home:
                 uses.append(ref.node)
@@ -289,8 +289,12 @@ class ScalerAccess:
     # ---- edits for threading
     def emit(self) -> None:
         builder = self.p.builder
+        slots = self.p.usage.slots
         for scope in self.threaded:
             func = scope.node
+            if func in slots:
+                self._reuse_slot(func, slots[func])
+                continue
             builder.replace(func.params, add_parameter(func.params, self.name))
             binding = self._def_binding(scope)
             for ref in self.names.references(binding):
@@ -302,12 +306,35 @@ class ScalerAccess:
                 )
                 builder.replace(call, rebuild_args(call, [*call.args, arg]))
                 self.p.handled.add(call)
-        if self.threaded:
+        added = [s for s in self.threaded if s.node not in slots]
+        if added:
             self.p._note(
                 "the scaler is passed to "
-                + ", ".join(f"`{s.node.name.value}()`" for s in self.threaded)
-                + " as a new `scaler` argument"
+                + ", ".join(f"`{s.node.name.value}()`" for s in added)
+                + f" as a new `{self.name}` argument"
             )
+        reused = [s for s in self.threaded if s.node in slots]
+        if reused:
+            self.p._note(
+                "the scaler is passed where apex's amp was ("
+                + ", ".join(f"`{s.node.name.value}({slots[s.node].name.value})`" for s in reused)
+                + f", renamed `{self.name}`)"
+            )
+
+    def _reuse_slot(self, func: cst.FunctionDef, param: cst.Param) -> None:
+        """The function already receives apex's amp module in `param`: the scaler takes its place
+        (the parameter renamed, each call passing the scaler). Every use of the parameter in the
+        function is an apex use the migration rewrites."""
+        builder = self.p.builder
+        builder.replace(param.name, cst.Name(self.name))
+        for ref in self.p.refs:
+            if ref.api != "pass" or ref.slot is not param:
+                continue
+            builder.replace(ref.node, cst.Name(self.name))
+            arg = self.names.parent(ref.node)
+            if arg.keyword is not None:
+                builder.replace(arg.keyword, cst.Name(self.name))
+            self.p.handled.add(ref.node)
 
 
 def add_parameter(params: cst.Parameters, name: str) -> cst.Parameters:

@@ -1,4 +1,11 @@
-"""AMP106: apex.fp16_utils (FP16_Optimizer, network_to_half, ...), removed in May 2025."""
+"""AMP106: apex.fp16_utils (FP16_Optimizer, network_to_half, ...), removed in May 2025.
+
+Besides the names themselves, `optimizer.backward(loss)` on an FP16_Optimizer (a local or a
+`self.` attribute assigned one in this file) is reported: it is the scaled backward the migration
+has to replace, often in another method than the wrapper's construction.
+"""
+
+import libcst as cst
 
 from ampmigrate.api import APEX_FP16_UTILS
 from ampmigrate.rules.apex._class_migration import ClassSite, Mapping, report_class_sites
@@ -24,6 +31,8 @@ _WHAT = {
     "clip_grad_norm": "use `torch.nn.utils.clip_grad_norm_` after `scaler.unscale_(optimizer)`",
 }
 
+_FP16_OPTIMIZERS = frozenset(q for q, short in APEX_FP16_UTILS.items() if short == "FP16_Optimizer")
+
 MAPPINGS = {
     qname: Mapping("AMP106", None, (0, 0), None, reason=_REASON) for qname in APEX_FP16_UTILS
 }
@@ -36,6 +45,17 @@ class ApexFp16Utils(Rule):
 
     def check(self, ctx) -> None:
         report_class_sites(ctx, MAPPINGS, "fp16_utils", self.message)
+        for call in ctx.names.nodes_of_type(cst.Call):
+            func = call.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "backward" and call.args):
+                continue
+            if ctx.names.instance_classes(func.value) & _FP16_OPTIMIZERS:
+                ctx.report(
+                    func,
+                    f"`{ctx.code(func).strip()}(...)` is apex FP16_Optimizer's scaled backward, removed with "
+                    "apex.fp16_utils in May 2025; " + _WHAT["FP16_Optimizer"],
+                    no_fix_reason=_REASON,
+                )
 
     @staticmethod
     def message(site: ClassSite) -> str:

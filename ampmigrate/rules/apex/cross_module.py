@@ -5,8 +5,9 @@ The trainer's file never names apex, so the in-file plan (_amp_migration.py) can
 project index (engine/project_index.py, "apex.amp across files") records who passes apex's amp
 to which function. Threading one GradScaler through both files is not done yet: the site is
 reported (with `amp.master_params`/`state_dict`/`load_state_dict` on the same parameter), naming
-the file the amp module comes from (the same file when its own `main()` passes it), and the code
-is left alone.
+the file the amp module comes from, and the code is left alone. A function that only this file's
+own calls hand the module to (`main()` passes the `amp` it imported to `train(..., amp)`) is the
+in-file migration's (_amp_refs.py follows the module into it), not this rule's.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 
 import libcst as cst
 
+from ampmigrate.rules.apex._amp_refs import amp_usage
 from ampmigrate.rules.apex.amp101_apex_amp import _REPLACEMENT as _ALL
 from ampmigrate.rules.base import Rule
 
@@ -35,7 +37,10 @@ class ApexAmpPassedIn(Rule):
         index = ctx.file.project_index
         if index is None:
             return
+        followed = amp_usage(ctx.file).slots  # this file's own calls: the in-file migration's
         for owner, function in _functions(ctx.module):
+            if function in followed:
+                continue
             name = f"{owner}.{function.name.value}" if owner else function.name.value
             origin = index.apex_amp_passed_from(ctx.path, name)
             if origin is None:

@@ -44,6 +44,7 @@ class CheckpointWithoutScalerState(Rule):
             if not optimizers:
                 continue
             display = members[0].display
+            self._savers_elsewhere(ctx, optimizers, display, reported)
             if state_dict_calls is None:
                 state_dict_calls = [(call, optimizer_key(names, call.func.value)) for call in _state_dict_calls(names)]
             for call, receiver_key in state_dict_calls:
@@ -56,6 +57,35 @@ class CheckpointWithoutScalerState(Rule):
                     f"at its initial value and may skip steps until it backs off; save `{display}.state_dict()` "
                     f"too and restore it with `{display}.load_state_dict(...)`",
                 )
+
+    def _savers_elsewhere(self, ctx, optimizers, display: str, reported: Set[cst.CSTNode]) -> None:
+        """`save_checkpoint(model, optimizer, epoch)`, a helper of another file of the run that
+        saves its optimizer parameter's `.state_dict()` and no scaler's (the project index)."""
+        index = ctx.file.project_index
+        if index is None:
+            return
+        names = ctx.names
+        for call in names.nodes_of_type(cst.Call):
+            if call in reported or not isinstance(call.func, (cst.Name, cst.Attribute)):
+                continue
+            record = next(filter(None, (index.checkpoint_saver(q) for q in sorted(names.qualified_names(call.func)))), None)
+            if record is None:
+                continue
+            path, positional, saved = record
+            for position, arg in enumerate(call.args):
+                if arg.star:
+                    break
+                param = arg.keyword.value if arg.keyword is not None else (positional[position] if position < len(positional) else None)
+                if param in saved and optimizer_key(names, arg.value) in optimizers:
+                    reported.add(call)
+                    ctx.report(
+                        call.func,
+                        f"`{ctx.code(call.func).strip()}(...)` ({index.relative(path)}) saves the state of "
+                        f"`{ctx.code(arg.value).strip()}` but not the scaler's: a resumed run restarts the loss scale "
+                        f"at its initial value and may skip steps until it backs off; save `{display}.state_dict()` "
+                        f"too and restore it with `{display}.load_state_dict(...)`",
+                    )
+                    break
 
 
 def _state_dict_calls(names) -> List[cst.Call]:

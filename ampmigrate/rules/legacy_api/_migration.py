@@ -197,7 +197,10 @@ class _Planner:
     def _qualified_group(self, ref: cst.Attribute, api: LegacyApi, legacy_module: cst.Attribute) -> Group:
         site = Site(ref, api, self._usage(ref))
         group = Group([site], min_since=api.since)
-        builder = FixBuilder(f"Use `{modern_spelling(api, self.ctx.quote)}`", SAFE, frozenset({site.code}))
+        message = f"Use `{modern_spelling(api, self.ctx.quote)}`"
+        if site.usage == "base":
+            message = f"Subclass `torch.amp.{api.modern}`"
+        builder = FixBuilder(message, SAFE, frozenset({site.code}))
         try:
             new_path = self._modern_path(ref, api, legacy_module, builder)
             self._rewrite_use(builder, site.ref, site.usage, api, new_path, group, depth=0)
@@ -235,7 +238,10 @@ class _Planner:
         if group.reason is None and group.sites:
             apis = sorted({legacy_spelling(s.api) for s in group.sites})
             note = builder.message  # what a planning step added (why the fix is unsafe)
-            builder.message = f"Move {', '.join(f'`{a}`' for a in apis)} to `torch.amp` with the device made explicit{note}"
+            how = "with the device made explicit"
+            if any(s.usage == "base" for s in group.sites):
+                how = "(a subclass rebased on `torch.amp.GradScaler`, the device made explicit where it is needed)"
+            builder.message = f"Move {', '.join(f'`{a}`' for a in apis)} to `torch.amp` {how}{note}"
             builder.requires = frozenset(s.code for s in group.sites) | builder.requires
             group.fix = builder.build()
         elif group.reason is None and builder.targets():
@@ -394,6 +400,12 @@ class _Planner:
             if isinstance(call, cst.Call) and call.args and call.args[0] is parent:
                 if "functools.partial" in self.names.qualified_names(call.func):
                     return "partial"
+        if isinstance(parent, cst.Arg) and parent.value is ref and not parent.star and parent.keyword is None:
+            classdef = self.names.parent(parent)
+            if isinstance(classdef, cst.ClassDef) and parent in classdef.bases:
+                return "base"
+        if self._base_init_callee(ref) is not None:
+            return "base-init"
         for ancestor in self.names.ancestors(ref):
             if isinstance(ancestor, cst.Annotation):
                 return "annotation"
@@ -443,6 +455,14 @@ class _Planner:
             builder.replace(call, self._modern_partial(call, api, new_path))
         elif usage == "alias":
             self._rewrite_alias(builder, ref, api, new_path, group, depth)
+        elif usage == "base" and api.kind == "grad_scaler":
+            self._rewrite_base(builder, ref, api, new_path)
+        elif usage == "base-init" and api.kind == "grad_scaler":
+            call = self.names.parent(parent)
+            new_call = self._with_device(call, api, skip=1)
+            if new_path is not None:
+                new_call = new_call.with_changes(func=new_call.func.with_changes(value=new_path))
+            builder.replace(call, new_call)
         elif usage == "value" and api.kind in ("autocast", "grad_scaler") and self._passable_value(ref):
             self._rewrite_value(builder, ref, api, new_path)
         else:
@@ -490,6 +510,149 @@ class _Planner:
         return cst.Call(
             func=self.ctx.parse_expression(f"{partial[0]}.partial"),
             args=[cst.Arg(callee, comma=_comma()), cst.Arg(self.ctx.string(api.device))],
+        )
+
+    # ------------------------------------------------------------------ subclasses
+    # The legacy GradScaler is torch.amp's with one method of its own: `__init__(init_scale, ...)`,
+    # which calls `super().__init__(device, ...)`. Rebasing a subclass on torch.amp.GradScaler keeps
+    # every method and changes one thing: the constructor it inherits or calls takes `device` first
+    # (defaulting to "cuda"). So a call to the base's `__init__` gets the device in front where it
+    # passes arguments by position (or the device is not "cuda"), and a class without an
+    # `__init__` of its own is rebased only where no call can pass it positional arguments.
+
+    def _base_init_callee(self, ref: cst.CSTNode) -> Optional[cst.Call]:
+        """`GradScaler.__init__(self, ...)`: the call, where `ref` is its `GradScaler`."""
+        attribute = self.names.parent(ref)
+        if not (isinstance(attribute, cst.Attribute) and attribute.value is ref and attribute.attr.value == "__init__"):
+            return None
+        call = self.names.parent(attribute)
+        return call if isinstance(call, cst.Call) and call.func is attribute else None
+
+    def _with_device(self, call: cst.Call, api: LegacyApi, skip: int) -> cst.Call:
+        """A call of the legacy `__init__` (after `skip` leading arguments: `self`) as a call of
+        torch.amp.GradScaler's: the device goes first where any argument is positional (or
+        `*args`), or where the device is not torch.amp's default "cuda"; keywords keep their meaning."""
+        head, rest = list(call.args[:skip]), list(call.args[skip:])
+        if len(head) != skip or any(a.keyword is not None or a.star for a in head):
+            raise _Unfixable(f"`{self.ctx.code(call.func)}` is called without `self` first at line {self._line(call)}")
+        if api.device == "cuda" and all(a.keyword is not None or a.star == "**" for a in rest):
+            return call
+        return rebuild_args(call, [*head, cst.Arg(self.ctx.string(api.device)), *rest])
+
+    def _rewrite_base(self, builder, ref, api, new_path) -> None:
+        """`class ClosureGradScaler(torch.cuda.amp.GradScaler)` -> `(torch.amp.GradScaler)`."""
+        classdef = self.names.parent(self.names.parent(ref))
+        name = classdef.name.value
+        if len(classdef.bases) != 1 or classdef.keywords:
+            raise _Unfixable(
+                f"`{name}` has other bases besides `{self.ctx.code(ref)}`; which `__init__` its `super()` reaches "
+                "depends on them, so the rebase is left to a person"
+            )
+        if classdef.decorators:
+            raise _Unfixable(f"`{name}` is decorated; the decorator may depend on its constructor")
+        body = classdef.body.body if isinstance(classdef.body, cst.IndentedBlock) else ()
+        has_init = False
+        for statement in body:
+            if isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__":
+                has_init = True
+            elif isinstance(statement, cst.SimpleStatementLine) and any(
+                isinstance(small, (cst.Assign, cst.AnnAssign))
+                and any(isinstance(t, cst.Name) and t.value == "__init__" for t in _targets(small))
+                for small in statement.body
+            ):
+                raise _Unfixable(f"`{name}.__init__` is assigned; the fix cannot follow what it calls")
+        for call in self._super_init_calls(classdef):
+            new_call = self._with_device(call, api, skip=0)
+            if new_call is not call:
+                builder.replace(call, new_call)
+        if not has_init:
+            self._check_instantiations(builder, classdef, api)
+        if new_path is not None:
+            builder.replace(ref, new_path)
+
+    def _super_init_calls(self, classdef: cst.ClassDef) -> List[cst.Call]:
+        """`super().__init__(...)` (or `super(<the class>, self).__init__(...)`) in the class's methods."""
+        found = []
+        for call in self.names.nodes_of_type(cst.Call):
+            func = call.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "__init__" and isinstance(func.value, cst.Call)):
+                continue
+            inner = func.value
+            if not (isinstance(inner.func, cst.Name) and inner.func.value == "super" and not self.names.bindings_of(inner.func)):
+                continue
+            if self.names.enclosing(call, cst.ClassDef) is not classdef:
+                continue
+            if inner.args and not (
+                len(inner.args) == 2
+                and isinstance(inner.args[0].value, cst.Name)
+                and inner.args[0].value.value == classdef.name.value
+            ):
+                raise _Unfixable(
+                    f"`{self.ctx.code(inner)}` at line {self._line(inner)} names another class; "
+                    "the fix cannot follow which `__init__` it reaches"
+                )
+            found.append(call)
+        return found
+
+    def _check_instantiations(self, builder, classdef: cst.ClassDef, api: LegacyApi) -> None:
+        """A subclass without `__init__` inherits torch.amp.GradScaler's after the rebase: every
+        call of the class must pass keywords only. Calls this file shows are checked; a class that
+        other modules may call (imported elsewhere, in `__all__`, or where that is not known) or
+        that is handed on as a value makes the fix unsafe."""
+        name = classdef.name.value
+        if api.device != "cuda":
+            raise _Unfixable(
+                f"`{name}` has no `__init__` of its own: on torch.amp.GradScaler it would inherit a device "
+                f'defaulting to "cuda", not "{api.device}"; give it an `__init__` calling `super().__init__("{api.device}", ...)`'
+            )
+        outer = self.names.scope_of(self.names.parent(classdef))
+        binding = next((b for b in outer.bindings.get(name, []) if b.node is classdef), None)
+        if binding is None:  # pragma: no cover - defensive
+            raise _Unfixable(f"the binding of `{name}` was not found")
+        unseen: Optional[cst.CSTNode] = None
+        for use in self.names.references(binding):
+            parent = self.names.parent(use)
+            if isinstance(parent, cst.Call) and parent.func is use:
+                if any(a.keyword is None and a.star != "**" for a in parent.args):
+                    raise _Unfixable(
+                        f"`{name}` has no `__init__` of its own and is instantiated with positional arguments at "
+                        f"line {self._line(parent)}; on torch.amp.GradScaler they would bind to other parameters "
+                        "(`device` comes first), so the rebase is left to a person"
+                    )
+                continue
+            if self._usage(use) in ("isinstance", "annotation", "test") or self._names_super_class(use, classdef):
+                continue
+            unseen = unseen or use
+        reasons = []
+        others = self.ctx.imported_by_others(binding)
+        if others is None:
+            reasons.append("whether other modules import it is not known here")
+        elif others:
+            reasons.append("other modules of the project import it")
+        if self.ctx.reexported(binding):
+            reasons.append("it is exported (`__all__`)")
+        if unseen is not None:
+            reasons.append(f"it is used as a value at line {self._line(unseen)}")
+        if reasons:
+            builder.applicability = UNSAFE
+            note = (
+                f" (unsafe: `{name}` has no `__init__` and would inherit torch.amp.GradScaler's, which takes `device` "
+                f"first; {', '.join(reasons)}, so a call passing positional arguments where this file cannot see "
+                "would bind them to other parameters)"
+            )
+            if note not in builder.message:
+                builder.message += note
+
+    def _names_super_class(self, use: cst.CSTNode, classdef: cst.ClassDef) -> bool:
+        """`super(Cls, self)` inside the class: the first argument names the class itself."""
+        arg = self.names.parent(use)
+        call = self.names.parent(arg) if isinstance(arg, cst.Arg) else None
+        return (
+            isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Name)
+            and call.func.value == "super"
+            and call.args[0] is arg
+            and self.names.enclosing(call, cst.ClassDef) is classdef
         )
 
     # ------------------------------------------------------------------ the class as a value
@@ -731,6 +894,12 @@ class SiteRule(Rule):
     @staticmethod
     def message(site: Site) -> str:  # pragma: no cover - each rule says its own
         raise NotImplementedError
+
+
+def _targets(small: cst.BaseSmallStatement) -> List[cst.BaseExpression]:
+    if isinstance(small, cst.Assign):
+        return [t.target for t in small.targets]
+    return [small.target]
 
 
 def _comma() -> cst.Comma:

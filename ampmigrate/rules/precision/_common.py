@@ -65,6 +65,17 @@ def trained_elsewhere(ctx: FileContext, node: cst.CSTNode) -> Optional[str]:
     """For code of a file that trains nothing itself: another file of the run that trains and
     imports, by name, the top-level function or class holding `node` (a model whose forward
     autocasts, trained in train.py): that file, relative to the project root."""
+    trainer = _trainer(ctx, node)
+    return ctx.project_index.relative(trainer) if trainer else None
+
+
+def trainer_scales_loss(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """The file `trained_elsewhere` names scales its loss with a GradScaler."""
+    trainer = _trainer(ctx, node)
+    return trainer is not None and ctx.project_index.scales_loss(trainer)
+
+
+def _trainer(ctx: FileContext, node: cst.CSTNode) -> Optional[str]:
     index = ctx.project_index
     if index is None:
         return None
@@ -74,8 +85,7 @@ def trained_elsewhere(ctx: FileContext, node: cst.CSTNode) -> Optional[str]:
             top = ancestor
     if top is None or _wraps_for_caller(ctx, node):
         return None
-    trainer = index.trained_with(ctx.path, top.name.value)
-    return index.relative(trainer) if trainer else None
+    return index.trained_with(ctx.path, top.name.value)
 
 
 def _wraps_for_caller(ctx: FileContext, node: cst.CSTNode) -> bool:

@@ -25,7 +25,8 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ampmigrate.analysis.scalers import Scaler, ScalerUse
+from ampmigrate.analysis.scalers import Scaler, ScalerUse, family, protocol_scalers
+from ampmigrate.analysis.values import literal_value
 from ampmigrate.analysis.values import snippet
 from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args, without_items
 
@@ -37,10 +38,15 @@ class _Blocked(Exception):
     """Raised while planning; the message says why the scaler stays."""
 
 
+class _GuardBlocked(_Blocked):
+    """The scaler is the only guard of a step against inf/NaN gradients: it must stay enabled."""
+
+
 @dataclass
 class RemovalPlan:
     changes: List[Tuple[cst.CSTNode, object]] = field(default_factory=list)
     reason: Optional[str] = None
+    guards: bool = False  # blocked because it is a step's only inf/NaN guard: not even disabled
 
     def apply_to(self, builder: FixBuilder) -> FixBuilder:
         for node, new in self.changes:
@@ -48,11 +54,77 @@ class RemovalPlan:
         return builder
 
 
+def inert_under_bf16(scaler: Scaler) -> bool:
+    """Created `enabled=False`, or enabled only for float16 runs: nothing to remove under bf16."""
+    return any(_disabled(call) or _enabled_only_for_float16(call) for call in scaler.creations)
+
+
+@dataclass
+class StayingScalers:
+    """The GradScalers of a file that scale a loss and cannot be removed with the switch to
+    bfloat16: why, and the changes that disable them in place (`enabled=False`) when every one
+    is created in this file (None when one comes from elsewhere: a parameter, another module)."""
+
+    reason: Optional[str] = None
+    disable: Optional[List[Tuple[cst.CSTNode, cst.CSTNode]]] = None
+
+
+def scalers_that_stay(ctx: FileContext) -> StayingScalers:
+    """The switch of autocast to bfloat16 (AMP401) and the scaler's removal (AMP402) go together:
+    a bfloat16 region beside a float16 loss scaler that stays is a half migration (issue 16: both
+    move, or neither). Where AMP402 cannot remove a scaler (it is passed to other functions,
+    tested, stored), AMP401 disables it where it is made; where it is made elsewhere, AMP401
+    withholds its fix."""
+    seen: Set[int] = set()
+    reasons: List[str] = []
+    disable: Optional[List[Tuple[cst.CSTNode, cst.CSTNode]]] = []
+    for scaler in protocol_scalers(ctx):  # a parameter used as a GradScaler counts (it stays)
+        members = family(scaler)
+        if id(members[0]) in seen:
+            continue
+        seen.update(id(m) for m in members)
+        if inert_under_bf16(scaler) or not any(m.calls("scale") for m in members):
+            continue
+        plan = plan_removal(ctx, scaler)
+        if plan.reason is None:
+            continue  # AMP402 removes it once autocast runs in bfloat16
+        reasons.append(f"`{scaler.display}` would stay ({plan.reason})")
+        creations = [call for m in members for call in m.creations]
+        made_here = bool(creations) and not plan.guards  # disabling a guard applies NaN steps
+        for call in creations if made_here and disable is not None else ():
+            disabled = _disabled_call(call)
+            if disabled is None:
+                disable = None
+                break
+            disable.append((call, disabled))
+        if not made_here:
+            disable = None
+    if not reasons:
+        return StayingScalers()
+    return StayingScalers("; ".join(reasons), disable)
+
+
+def _disabled_call(call: cst.Call) -> Optional[cst.Call]:
+    """`GradScaler(...)` with `enabled=False` (replacing a given `enabled=`); None when `enabled`
+    may be passed positionally or through `*`/`**`."""
+    args = list(call.args)
+    if any(a.star for a in args) or sum(1 for a in args if a.keyword is None) > 1:
+        return None  # `GradScaler("cuda", 2.0**16, ...)`: positions differ between the two APIs
+    kept = [a for a in args if not (a.keyword is not None and a.keyword.value == "enabled")]
+    off = cst.Arg(
+        cst.Name("False"),
+        keyword=cst.Name("enabled"),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+    return rebuild_args(call, [*kept, off])
+
+
 def plan_removal(ctx: FileContext, scaler: Scaler) -> RemovalPlan:
+    planner = _Planner(ctx, scaler)
     try:
-        return RemovalPlan(_Planner(ctx, scaler).plan())
+        return RemovalPlan(planner.plan())
     except _Blocked as exc:
-        return RemovalPlan(reason=str(exc))
+        return RemovalPlan(reason=str(exc), guards=isinstance(exc, _GuardBlocked) or planner.only_guard())
 
 
 class _Planner:
@@ -175,6 +247,16 @@ class _Planner:
             rpar=use.call.rpar,
         )
 
+    def only_guard(self) -> bool:
+        """Some step of the scaler is its function's only inf/NaN guard (whatever else blocks)."""
+        for use in self.scaler.uses:
+            if use.method == "step":
+                try:
+                    self._check_finiteness_guard(use)
+                except _GuardBlocked:
+                    return True
+        return False
+
     def _check_finiteness_guard(self, use: ScalerUse) -> None:
         """The scaler skips a step whose gradients hold inf/NaN. Where the same function guards its
         other (fp32) `optimizer.step()` with a finiteness test and this one has none, the code relied on
@@ -188,7 +270,7 @@ class _Planner:
         for guard in _finiteness_ifs(owner):
             other = _other_step(guard, call)
             if other is not None:
-                raise _Blocked(
+                raise _GuardBlocked(
                     f"`{self.ctx.code(call)}` at line {self._line(call)} is the only guard against inf/NaN "
                     f"gradients there (the scaler skips such steps), while `{self.ctx.code(other)}` at line "
                     f"{self._line(other)} is guarded by a finiteness test: guard this step the same way, then "
@@ -369,3 +451,35 @@ def _is_pure(expression: cst.CSTNode) -> bool:
 
     expression.visit(_Finder())
     return not impure
+
+
+def _disabled(call) -> bool:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "enabled":
+            return literal_value(arg.value) is False
+    return False
+
+
+_FLOAT16_SPELLINGS = {"float16", "fp16", "half", "torch.float16", "torch.half"}
+
+
+def _enabled_only_for_float16(call) -> bool:
+    """`enabled=(dtype == "float16")` (llama2.c, nanoGPT): the scaler runs only in float16 runs."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "enabled":
+            test = arg.value
+            if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+                return False
+            if not isinstance(test.comparisons[0].operator, cst.Equal):
+                return False
+            sides = (test.left, test.comparisons[0].comparator)
+            return any(_spells_float16(side) for side in sides)
+    return False
+
+
+def _spells_float16(node) -> bool:
+    if isinstance(node, cst.SimpleString):
+        return node.evaluated_value in _FLOAT16_SPELLINGS
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
+        return f"{node.value.value}.{node.attr.value}" in _FLOAT16_SPELLINGS
+    return False

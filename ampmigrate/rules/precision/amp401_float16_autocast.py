@@ -13,7 +13,7 @@ from ampmigrate.api import format_version
 from ampmigrate.diagnostics import Fix
 from ampmigrate.engine.context import rebuild_args
 from ampmigrate.rules.base import Rule
-from ampmigrate.rules.precision._bf16_hazards import bf16_hazard
+from ampmigrate.rules.precision._bf16_hazards import bf16_hazards
 from ampmigrate.rules.precision._common import (
     AMPERE,
     in_bf16_choice,
@@ -22,7 +22,9 @@ from ampmigrate.rules.precision._common import (
     line_of,
     recommends_bf16_at,
     trained_elsewhere,
+    trainer_scales_loss,
 )
+from ampmigrate.rules.precision._scaler_removal import scalers_that_stay
 from ampmigrate.api import ANY_AUTOCAST
 
 BF16_AUTOCAST = (1, 10)  # `dtype=` of torch.autocast / torch.cuda.amp.autocast
@@ -53,19 +55,22 @@ class Float16Autocast(Rule):
             if in_inference_code(ctx.file, autocast.call):
                 continue
             note = scaler_note
+            half_migration = lambda: _scaler_stays_here(ctx)  # noqa: E731
             if not trains_here:
                 # A module that trains nothing itself: is what holds the autocast trained elsewhere?
                 trainer = trained_elsewhere(ctx.file, autocast.call)
                 if trainer is None:
                     continue
                 note = f" (its backward runs in {trainer})"
+                if trainer_scales_loss(ctx.file, autocast.call):
+                    half_migration = lambda: _scaler_stays_there(trainer)  # noqa: E731
             if autocast.dtype is None:
-                self._implicit(ctx, autocast, note)
+                self._implicit(ctx, autocast, note, half_migration)
             else:
-                self._explicit(ctx, autocast, note, shared_fixes)
+                self._explicit(ctx, autocast, note, shared_fixes, half_migration)
 
     # ------------------------------------------------------------------ no dtype: the CUDA default
-    def _implicit(self, ctx, autocast: Autocast, scaler_note: str) -> None:
+    def _implicit(self, ctx, autocast: Autocast, scaler_note: str, half_migration) -> None:
         if autocast.devices is None or "cuda" not in autocast.devices or autocast_dtype_is_changed(ctx.file):
             return
         message = (
@@ -83,7 +88,8 @@ class Float16Autocast(Rule):
             )
             ctx.report(autocast.ref, message, no_fix_reason=reason)
             return
-        hazard = bf16_hazard(ctx)
+        hazards = bf16_hazards(ctx)
+        hazard = hazards.reason or half_migration()
         if hazard is not None:
             ctx.report(autocast.ref, message, no_fix_reason=hazard)
             return
@@ -98,10 +104,13 @@ class Float16Autocast(Rule):
         fix = ctx.fix("Pass `dtype=torch.bfloat16`")
         if needs_import:
             fix.require_import("torch")
-        ctx.report(autocast.ref, message, fix=fix.replace(call, rebuild_args(call, args)).build())
+        fix.replace(call, rebuild_args(call, args))
+        _casting(hazards, fix)
+        _disabling(ctx, fix)
+        ctx.report(autocast.ref, message, fix=fix.build())
 
     # ------------------------------------------------------------------ an explicit dtype
-    def _explicit(self, ctx, autocast: Autocast, scaler_note: str, shared_fixes) -> None:
+    def _explicit(self, ctx, autocast: Autocast, scaler_note: str, shared_fixes, half_migration) -> None:
         followed = autocast.dtype
         dtypes = autocast.dtypes(ctx.file)
         if dtypes is None or "float16" not in dtypes or "bfloat16" in dtypes:
@@ -119,7 +128,8 @@ class Float16Autocast(Rule):
         reason = followed.blocker or next((s.no_bf16 for s in fp16_sources if s.no_bf16), None)
         if ctx.settings.min_torch < BF16_AUTOCAST:
             reason = _too_old(ctx)
-        reason = reason or bf16_hazard(ctx)
+        hazards = bf16_hazards(ctx)
+        reason = reason or _shared_with_other_device(ctx, autocast, fp16_sources) or hazards.reason or half_migration()
         edits: List[Tuple[cst.CSTNode, cst.BaseExpression]] = []
         imports = False
         for source in fp16_sources:
@@ -142,8 +152,69 @@ class Float16Autocast(Rule):
                 builder.replace(node, new)
             if imports:
                 builder.require_import("torch")
+            _casting(hazards, builder)
+            _disabling(ctx, builder)
             fix = shared_fixes[key] = builder.build()
         ctx.report(autocast.dtype_arg.value, message, fix=fix)
+
+
+def _scaler_stays_here(ctx) -> str:
+    """Issue 16: bfloat16 autocast and the scaler's removal go together, or neither happens. A
+    scaler made here that cannot be removed is disabled by the same fix (see `_disabling`); one
+    that comes from elsewhere blocks the fix."""
+    staying = scalers_that_stay(ctx.file)
+    if staying.reason is None or staying.disable is not None:
+        return None
+    return (
+        f"{staying.reason}: bfloat16 autocast beside a float16 loss scaler is half a migration; move both "
+        "by hand (bfloat16 and no scaler), or keep float16"
+    )
+
+
+def _shared_with_other_device(ctx, autocast: Autocast, fp16_sources: List[Source]) -> str:
+    """The float16 value is also the dtype of an autocast for another device (npu, xla, mps, cpu):
+    that one stays as it was, so the shared value cannot change (issue 16)."""
+    mine = {id(s.node) for s in fp16_sources if s.node is not None}
+    for other in autocasts(ctx.file):
+        if other is autocast or other.dtype is None or other.call is None:
+            continue
+        if other.devices is None or "cuda" in other.devices:
+            continue
+        if any(id(s.node) in mine for s in other.dtype.sources if s.node is not None):
+            device = "/".join(sorted(other.devices))
+            return (
+                f"the float16 value is also the dtype of the {device} autocast at line {line_of(ctx, other.call)}, "
+                "which stays as it was: give the CUDA autocast its own dtype to move it alone"
+            )
+    return None
+
+
+def _casting(hazards, builder) -> None:
+    """Cast the input of this file's real-input FFT ops to float32 (no bfloat16 FFT kernel)."""
+    for node, new in hazards.casts:
+        builder.replace(node, new)
+    if hazards.casts:
+        builder.message += hazards.note()
+
+
+def _disabling(ctx, builder) -> None:
+    """Add `enabled=False` to the scalers made here that AMP402 cannot remove, and say so."""
+    staying = scalers_that_stay(ctx.file)
+    if staying.reason is None or not staying.disable:
+        return
+    for call, disabled in staying.disable:
+        builder.replace(call, disabled)
+    builder.message += (
+        f"; the GradScaler is disabled (`enabled=False`) rather than removed: {staying.reason}, so its calls "
+        "stay (each is then the identity) until removed by hand"
+    )
+
+
+def _scaler_stays_there(trainer: str) -> str:
+    return (
+        f"its backward runs in {trainer} with a GradScaler, which this fix cannot remove there: bfloat16 "
+        "autocast beside a float16 loss scaler is half a migration; move both by hand, or keep float16"
+    )
 
 
 def _too_old(ctx) -> str:

@@ -7,14 +7,11 @@ removes a scaler that fp16 code still needs: with AMP401 the fp16 -> bf16 switch
 
 from __future__ import annotations
 
-import libcst as cst
-
 from ampmigrate.analysis.autocasts import autocasts
 from ampmigrate.analysis.scalers import find_scalers
-from ampmigrate.analysis.values import literal_value
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.precision._common import in_inference_code, recommends_bf16_at
-from ampmigrate.rules.precision._scaler_removal import plan_removal
+from ampmigrate.rules.precision._scaler_removal import inert_under_bf16, plan_removal
 from ampmigrate.api import ANY_GRAD_SCALER
 
 
@@ -33,7 +30,7 @@ class RedundantGradScaler(Rule):
         if not scalers or not _all_autocasts_bf16(ctx):
             return
         for scaler in scalers:
-            if any(_disabled(call) or _enabled_only_for_float16(call) for call in scaler.creations):
+            if inert_under_bf16(scaler):
                 continue  # switched off on purpose, or on only when the run is float16 (off under bf16)
             node = scaler.creations[0].func if scaler.creations else (scaler.uses[0].call if scaler.uses else None)
             if node is None:
@@ -63,35 +60,3 @@ def _all_autocasts_bf16(ctx) -> bool:
             return False
         seen_bf16 = seen_bf16 or "bfloat16" in dtypes
     return seen_bf16
-
-
-def _disabled(call) -> bool:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == "enabled":
-            return literal_value(arg.value) is False
-    return False
-
-
-_FLOAT16_SPELLINGS = {"float16", "fp16", "half", "torch.float16", "torch.half"}
-
-
-def _enabled_only_for_float16(call) -> bool:
-    """`enabled=(dtype == "float16")` (llama2.c, nanoGPT): the scaler runs only in float16 runs."""
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == "enabled":
-            test = arg.value
-            if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
-                return False
-            if not isinstance(test.comparisons[0].operator, cst.Equal):
-                return False
-            sides = (test.left, test.comparisons[0].comparator)
-            return any(_spells_float16(side) for side in sides)
-    return False
-
-
-def _spells_float16(node) -> bool:
-    if isinstance(node, cst.SimpleString):
-        return node.evaluated_value in _FLOAT16_SPELLINGS
-    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
-        return f"{node.value.value}.{node.attr.value}" in _FLOAT16_SPELLINGS
-    return False

@@ -50,11 +50,8 @@ class PureFp16Training(Rule):
     code = "AMP409"
     # A float16 conversion (`torch.float16`, `torch.half`, `.half()`) ...
     triggers = ("float16", r"\bhalf\b")
-    requires = (
-        r"\.\s*(?:half\s*\(\s*\)|to\s*\()",  # ... as `.half()` or `.to(...)`,
-        r"train\b|optim",  # and a training use: `.train(` or an optimizer (all have "optim" in their package)
-        r"\.\s*train\s*\(|parameters",  # given `.parameters()`
-    )
+    # ... as `.half()` or `.to(...)` (the training use may be in another file: see the screen).
+    requires = (r"\.\s*(?:half\s*\(\s*\)|to\s*\()",)
 
     def screen(self, tree: ast.Module) -> bool:
         return _may_train_a_conversion(tree)
@@ -68,6 +65,7 @@ class PureFp16Training(Rule):
         calls = _calls(ctx)
         conversions = self._conversions(ctx, calls)
         reported: Set[int] = set()
+        self._trained_in_other_files(ctx, conversions, reported)
         for conversion in conversions + _builder_results(ctx, conversions, calls):
             origin = conversion.origin or conversion
             if id(origin) in reported:
@@ -90,6 +88,31 @@ class PureFp16Training(Rule):
             ctx.report(
                 origin.call.func.attr,
                 message,
+                no_fix_reason="the weights must stay float32 and the forward pass move under autocast, which needs a hand",
+            )
+
+    def _trained_in_other_files(self, ctx, conversions: List[_Conversion], reported: Set[int]) -> None:
+        """A top-level builder of this file that converts what it returns, imported by name and
+        its result trained in another file of the run (the project index): pure float16
+        training split across files, reported at the conversion, where the change belongs."""
+        index = ctx.file.project_index
+        if index is None:
+            return
+        for function, conversion in _returning_builders(ctx, conversions).items():
+            if ctx.names.parent(function) is not ctx.module or not _explicit_conversion(conversion.call):
+                continue
+            trainer = index.result_trained_in(ctx.path, function.name.value)
+            if trainer is None:
+                continue
+            reported.add(id(conversion))
+            what = "`.half()`" if conversion.call.func.attr.value == "half" else "`.to(torch.float16)`"
+            ctx.report(
+                conversion.call.func.attr,
+                f"`{conversion.target}` is converted to float16 ({what} in `{function.name.value}`, which returns "
+                f"it) and then trained ({index.relative(trainer)} builds it with `{function.name.value}` and trains "
+                "it): the optimizer updates float16 weights directly, with no float32 master copy, so small "
+                "updates round away and large gradients overflow; keep the weights in float32 and train under "
+                "autocast (bfloat16, or float16 with a GradScaler)",
                 no_fix_reason="the weights must stay float32 and the forward pass move under autocast, which needs a hand",
             )
 
@@ -187,11 +210,10 @@ class PureFp16Training(Rule):
         return what
 
 
-def _builder_results(ctx, conversions: List[_Conversion], calls: List[cst.Call]) -> List[_Conversion]:
-    """`model = build_model(...)` in one function where `build_model`, a function of this file,
-    converts a name to float16 and returns it (`model.half(); return model`): the conversion
-    reaches the caller, which may train it (pure float16 training split across functions)."""
-    returned: dict = {}  # FunctionDef -> the conversion whose target every `return` gives back
+def _returning_builders(ctx, conversions: List[_Conversion]) -> dict:
+    """FunctionDef -> the conversion whose target every `return` of that function gives back
+    (`model.half(); return model`)."""
+    returned: dict = {}
     for conversion in conversions:
         function = ctx.names.enclosing(conversion.call, cst.FunctionDef)
         if function is None or "." in conversion.target or function in returned:
@@ -203,6 +225,14 @@ def _builder_results(ctx, conversions: List[_Conversion], calls: List[cst.Call])
         ]
         if returns and all(isinstance(r.value, cst.Name) and r.value.value == conversion.target for r in returns):
             returned[function] = conversion
+    return returned
+
+
+def _builder_results(ctx, conversions: List[_Conversion], calls: List[cst.Call]) -> List[_Conversion]:
+    """`model = build_model(...)` in one function where `build_model`, a function of this file,
+    converts a name to float16 and returns it (`model.half(); return model`): the conversion
+    reaches the caller, which may train it (pure float16 training split across functions)."""
+    returned = _returning_builders(ctx, conversions)
     found: List[_Conversion] = []
     if not returned:
         return found
@@ -220,6 +250,13 @@ def _builder_results(ctx, conversions: List[_Conversion], calls: List[cst.Call])
             origin = returned[bindings[0].node]
             found.append(_Conversion(call, target, statement, ctx.names.scope_of(call), origin))
     return found
+
+
+def _explicit_conversion(call: cst.Call) -> bool:
+    """The CST twin of the screen's `_explicit_fp16`: `.half()`, or `.to(torch.float16 | torch.half)`."""
+    if call.func.attr.value == "half":
+        return True
+    return any(isinstance(a.value, cst.Attribute) and a.value.attr.value in ("float16", "half") for a in call.args)
 
 
 def _owner_name(ctx, node: cst.CSTNode) -> str:
@@ -327,6 +364,7 @@ class _Group:
         self.training = False  # a call that could be a training use
         self.names_passed: Set[str] = set()  # names given to a call (an optimizer given params?)
         self.returns = False  # a `return` with a value: a builder handing a conversion to its caller?
+        self.explicit = False  # a conversion spelled `.half()` / `.to(torch.float16)`: another file may train it
 
 
 def _may_train_a_conversion(tree: ast.Module) -> bool:
@@ -351,12 +389,14 @@ def _may_train_a_conversion(tree: ast.Module) -> bool:
             if _could_convert(node):
                 for owner in owners:
                     owner.conversion = True
+                    owner.explicit = owner.explicit or _explicit_fp16(node.value)
             if _holds_parameters(node.value):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 parameter_names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
         elif isinstance(node, ast.Expr) and _could_convert(node):
             for owner in owners:
                 owner.conversion = True
+                owner.explicit = owner.explicit or _explicit_fp16(node.value)
         elif isinstance(node, ast.Return) and node.value is not None:
             for owner in owners:
                 owner.returns = True
@@ -368,8 +408,19 @@ def _may_train_a_conversion(tree: ast.Module) -> bool:
     trains = [g.training or bool(g.names_passed & parameter_names) for g in groups]
     if any(g.conversion and t for g, t in zip(groups, trains)):
         return True
-    # A builder that converts and returns, trained by another function of the file.
-    return any(g.conversion and g.returns for g in groups) and any(trains)
+    # A builder that converts and returns, trained by another function of the file, or (an
+    # explicit conversion) by another file of the run.
+    return any(g.conversion and g.returns and (g.explicit or any(trains)) for g in groups)
+
+
+def _explicit_fp16(call: ast.AST) -> bool:
+    """`x.half()`, or `x.to(...)` given `torch.float16` / `torch.half` itself (not a variable)."""
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+        return False
+    if call.func.attr == "half":
+        return True
+    values = [*call.args, *(k.value for k in call.keywords)]
+    return any(isinstance(v, ast.Attribute) and v.attr in ("float16", "half") for v in values)
 
 
 def _could_convert(statement) -> bool:
