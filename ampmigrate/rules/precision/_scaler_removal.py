@@ -29,6 +29,7 @@ from ampmigrate.analysis.scalers import Scaler, ScalerUse, family, protocol_scal
 from ampmigrate.analysis.values import literal_value
 from ampmigrate.analysis.values import snippet
 from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args, without_items
+from ampmigrate.engine.cst_walk import walk
 
 _STATEMENT_ONLY = ("update", "unscale_", "load_state_dict")
 _ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
@@ -75,19 +76,9 @@ def scalers_that_stay(ctx: FileContext) -> StayingScalers:
     move, or neither). Where AMP402 cannot remove a scaler (it is passed to other functions,
     tested, stored), AMP401 disables it where it is made; where it is made elsewhere, AMP401
     withholds its fix."""
-    seen: Set[int] = set()
     reasons: List[str] = []
     disable: Optional[List[Tuple[cst.CSTNode, cst.CSTNode]]] = []
-    for scaler in protocol_scalers(ctx):  # a parameter used as a GradScaler counts (it stays)
-        members = family(scaler)
-        if id(members[0]) in seen:
-            continue
-        seen.update(id(m) for m in members)
-        if inert_under_bf16(scaler) or not any(m.calls("scale") for m in members):
-            continue
-        plan = plan_removal(ctx, scaler)
-        if plan.reason is None:
-            continue  # AMP402 removes it once autocast runs in bfloat16
+    for scaler, members, plan in _staying_plans(ctx):
         reasons.append(f"`{scaler.display}` would stay ({plan.reason})")
         creations = [call for m in members for call in m.creations]
         made_here = bool(creations) and not plan.guards  # disabling a guard applies NaN steps
@@ -102,6 +93,28 @@ def scalers_that_stay(ctx: FileContext) -> StayingScalers:
     if not reasons:
         return StayingScalers()
     return StayingScalers("; ".join(reasons), disable)
+
+
+def _staying_plans(ctx: FileContext) -> List[Tuple[Scaler, List[Scaler], "RemovalPlan"]]:
+    """(scaler, its family, its removal plan) for each family that scales a loss and that AMP402
+    cannot remove: planned once per file (AMP401 asks for every autocast it reports)."""
+
+    def plans() -> List[Tuple[Scaler, List[Scaler], RemovalPlan]]:
+        seen: Set[int] = set()
+        found: List[Tuple[Scaler, List[Scaler], RemovalPlan]] = []
+        for scaler in protocol_scalers(ctx):  # a parameter used as a GradScaler counts (it stays)
+            members = family(scaler)
+            if id(members[0]) in seen:
+                continue
+            seen.update(id(m) for m in members)
+            if inert_under_bf16(scaler) or not any(m.calls("scale") for m in members):
+                continue
+            plan = plan_removal(ctx, scaler)
+            if plan.reason is not None:  # else AMP402 removes it once autocast runs in bfloat16
+                found.append((scaler, members, plan))
+        return found
+
+    return ctx.shared("precision.staying_scalers", plans)
 
 
 def _disabled_call(call: cst.Call) -> Optional[cst.Call]:
@@ -267,7 +280,8 @@ class _Planner:
             return
         function = next((a for a in ancestors if isinstance(a, cst.FunctionDef)), None)
         owner = function if function is not None else self.ctx.module
-        for guard in _finiteness_ifs(owner):
+        guards = self.ctx.shared(("precision.finiteness_ifs", id(owner)), lambda: _finiteness_ifs(owner))
+        for guard in guards:
             other = _other_step(guard, call)
             if other is not None:
                 raise _GuardBlocked(
@@ -416,7 +430,7 @@ def _finiteness_ifs(owner: cst.CSTNode) -> List[cst.If]:
             if _tests_finiteness(node):
                 found.append(node)
 
-    owner.visit(_Finder())
+    walk(owner, _Finder())  # owner.visit(...), without rebuilding the tree
     return found
 
 
