@@ -174,3 +174,22 @@ def test_the_index_is_the_same_without_shortcuts(monkeypatch, tmp_path):
     assert {p: asdict(s) for p, s in fast.modules.items()} == {p: asdict(s) for p, s in full.modules.items()}
     assert [fast.dependency_key(p) for p in files] == [full.dependency_key(p) for p in files]
     assert (tmp_path / "fast.json").read_text() == (tmp_path / "full.json").read_text()
+
+
+def test_byte_tests_do_not_backtrack_on_comment_banners():
+    """A comment is one token of the gaps the byte tests allow between tokens: a banner of `#`
+    (or a comment full of spaces) after `utils` / `.scale` / an import must not make the regex
+    try every way of splitting it (exponential before)."""
+    import time
+
+    banner = b"#" * 60 + b" " * 60 + b"#" * 60
+    raw = (
+        b"import utils  " + banner + b"\n"
+        b"x = utils  " + banner + b"\n"
+        b"y.scale  " + banner + b"\n"
+        b"# clip_grad_norm GradScaler backward\n"
+    ).replace(b"GradScaler", b"Grad_Scaler")
+    start = time.process_time()
+    fast = summarize(raw, "pkg")
+    assert time.process_time() - start < 2.0
+    assert asdict(fast) == asdict(summarize(raw, "pkg", shortcuts=False))

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
+from ampmigrate.engine import collector
+from ampmigrate.engine.ast_nodes import nodes_of
 from ampmigrate.engine.project import module_names
 from ampmigrate.source import SourceError, read_regular_file
 
@@ -104,6 +106,7 @@ class ProjectIndex:
 
     # ------------------------------------------------------------------ building
     @classmethod
+    @collector.pausing  # every parsed tree is dropped before the next file (engine/collector.py)
     def build(cls, root: str, files: Iterable[str], cache_path: Optional[str] = None, max_size: int = 0) -> "ProjectIndex":
         index = cls(root)
         cached = _load(cache_path)
@@ -444,7 +447,8 @@ def _trained_results(tree: ast.Module, from_imports: List[Tuple[str, str]]) -> L
     then `model.train()` or an optimizer over `model.parameters()`."""
     imported = {name: module for module, name in from_imports if name}
     found: Set[str] = set()
-    bodies: List[ast.AST] = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
+    functions = (*nodes_of(tree, ast.FunctionDef), *nodes_of(tree, ast.AsyncFunctionDef))  # one walk, shared
+    bodies: List[ast.AST] = [tree, *functions]
     for body in bodies:
         built: Dict[str, Tuple[str, int]] = {}  # local name -> (builder, line it was built on)
         uses: List[Tuple[str, int]] = []  # (local name, line) of a training use
@@ -511,13 +515,25 @@ def _is_optimizer_class(name: str) -> bool:
 
 def _own_nodes(body: ast.AST):
     """The nodes of a function (or module) body, not those of the functions and classes inside it."""
-    stack = list(ast.iter_child_nodes(body))
+    stack = _child_nodes(body)
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             continue
         yield node
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(_child_nodes(node))
+
+
+def _child_nodes(node: ast.AST) -> List[ast.AST]:
+    """`list(ast.iter_child_nodes(node))`, without its generators."""
+    children: List[ast.AST] = []
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if isinstance(value, ast.AST):
+            children.append(value)
+        elif isinstance(value, list):
+            children.extend(item for item in value if isinstance(item, ast.AST))
+    return children
 
 
 def _fft_helpers(tree: Optional[ast.Module]) -> Dict[str, str]:
@@ -557,12 +573,16 @@ def _may_record_scaler_or_clip(raw: bytes) -> bool:
     return b"scale" in raw and b"backward" in raw and _SCALE_CALL.search(raw) is not None
 
 
-_GAP = rb"(?:[\s\\]|#[^\n]*)*"  # between two tokens of one expression
-_CLIP_ATTRIBUTE = re.compile(rb"(?:utils|clip_grad)(?:[\s\\)]|#[^\n]*)*\." + _GAP + rb"clip_grad_(?:norm|value)")
+# Between two tokens of one expression: whitespace, continuations, comments (inside brackets; a
+# comment runs to its line's end, so `#` inside one cannot start another: no backtracking), and
+# for `_GAP_CLOSE` closing parentheses (`(torch.nn.utils).clip_grad_norm_`).
+_COMMENT = rb"#[^\r\n]*(?:\r\n?|\n)"
+_GAP = rb"(?:[\s\\]|" + _COMMENT + rb")*"
+_GAP_CLOSE = rb"(?:[\s\\)]|" + _COMMENT + rb")*"
+_GAP_OPEN = rb"(?:[\s\\(]|" + _COMMENT + rb")*"
+_CLIP_ATTRIBUTE = re.compile(rb"(?:utils|clip_grad)" + _GAP_CLOSE + rb"\." + _GAP + rb"clip_grad_(?:norm|value)")
 _CLIP_IMPORT = re.compile(rb"from[\s\\.]+torch[\s\\]*\.[\s\\]*nn[\s\\]*\.[\s\\]*utils")
-_SCALE_CALL = re.compile(rb"\." + _GAP + rb"scale(?:[\s\\)]|#[^\n]*)*\(")
-
-
+_SCALE_CALL = re.compile(rb"\." + _GAP + rb"scale" + _GAP_CLOSE + rb"\(")
 def _may_define_backward_runner(raw: bytes) -> bool:
     """False when no `def __call__` of this (ASCII) file is followed by the word `backward`."""
     found = _DEF_CALL.search(raw)
