@@ -39,7 +39,7 @@ from ampmigrate.rules.apex._amp_common import (
     Unfixable,
 )
 from ampmigrate.rules.apex._amp_forward import ForwardRegions
-from ampmigrate.rules.apex._amp_options import bound_arguments, scaler_spec
+from ampmigrate.rules.apex._amp_options import INITIALIZE_PARAMS, bound_arguments, scaler_spec
 from ampmigrate.rules.apex._amp_refs import AmpRef, amp_usage
 from ampmigrate.rules.apex._amp_steps import StepRewrites
 from ampmigrate.rules.apex._flow import Branch, body_of, branches, expression_key, is_pure, walk
@@ -124,7 +124,7 @@ class _Planner(StepRewrites, ForwardRegions):
                 )
             return self._standalone_fix(plan)
         if len(inits) > 1:
-            raise Unfixable("`amp.initialize` is called more than once in this file")
+            inits = self._without_reinitializations(inits)
         init = inits[0]
         if init.call is None:
             raise Unfixable(f"`{self.ctx.code(init.node)}` is used without being called")
@@ -178,6 +178,37 @@ class _Planner(StepRewrites, ForwardRegions):
         self._check_nesting()
         kind = "fp32 (O0)" if fp32 else "torch.autocast fp16 and torch.amp.GradScaler"
         return self._finish(f"Migrate apex.amp to {kind}")
+
+    def _without_reinitializations(self, inits: List[AmpRef]) -> List[AmpRef]:
+        """`amp.initialize` again on the same model and optimizer with the same options (a resume
+        path that re-initializes before `amp.load_state_dict`, as apex's docs ask): with torch.amp
+        there is nothing to redo, so the repeats go and the first call is the one migrated."""
+        first = inits[0]
+        if first.call is None or any(r.api != "initialize" or r.call is None for r in inits):
+            raise Unfixable("`amp.initialize` is called more than once in this file")
+        keys = _initialize_keys(first.call, self._init_line(first).body[0])
+        repeats = inits[1:]
+        for ref in repeats:
+            if not keys or _initialize_key(ref.call) not in keys:
+                raise Unfixable(
+                    f"`amp.initialize` is called more than once in this file (line {self._line(ref.call)} with "
+                    "other models, optimizers or options): one GradScaler per call is not built yet"
+                )
+            line = self._init_line(ref)
+            small = line.body[0]
+            if isinstance(small, cst.Assign) and not _rebinds_its_arguments(small, ref.call):
+                raise Unfixable(
+                    f"`amp.initialize` at line {self._line(ref.call)} binds other names than the model and optimizer it is given"
+                )
+            self.removal.remove_statement(line)
+            self.handled.add(line)
+        self._note(
+            "`amp.initialize` of the same model and optimizer again at line "
+            + ", ".join(str(self._line(r.call)) for r in repeats)
+            + " goes (torch.amp has nothing to re-initialize)"
+        )
+        self.refs = [r for r in self.refs if r not in repeats]
+        return [first]
 
     def _finish(self, message: str) -> Fix:
         """The fix, its message carrying the notes, unsafe when something changes numerics."""
@@ -776,6 +807,44 @@ class _Planner(StepRewrites, ForwardRegions):
 
     def _line(self, node: cst.CSTNode) -> int:
         return self.ctx.position(node).start.line
+
+
+def _initialize_key(call: cst.Call):
+    """The arguments of an `amp.initialize` call, spelling-independent, when they bind cleanly."""
+    bound = bound_arguments(call, INITIALIZE_PARAMS)
+    if bound is None:
+        return None
+    return tuple(sorted((name, expression_key(arg.value)) for name, arg in bound.items()))
+
+
+def _initialize_keys(call: cst.Call, small: cst.BaseSmallStatement) -> list:
+    """The keys a repeat of this call may have: the same arguments, or the models and optimizers
+    it returned (`self.model, self.optimizer = amp.initialize(model, optimizer)`, then again with
+    `self.model, self.optimizer`)."""
+    key = _initialize_key(call)
+    if key is None:
+        return []
+    keys = [key]
+    target = small.targets[0].target if isinstance(small, cst.Assign) and len(small.targets) == 1 else None
+    targets = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
+    bound = bound_arguments(call, INITIALIZE_PARAMS) or {}
+    given = [n for n in ("models", "optimizers") if n in bound]
+    if target is not None and len(targets) == len(given):
+        returned = dict(key)
+        returned.update({n: expression_key(t) for n, t in zip(given, targets)})
+        keys.append(tuple(sorted(returned.items())))
+    return keys
+
+
+def _rebinds_its_arguments(assign: cst.Assign, call: cst.Call) -> bool:
+    """`self.model, self.optimizer = amp.initialize(self.model, self.optimizer, ...)`."""
+    bound = bound_arguments(call, INITIALIZE_PARAMS) or {}
+    values = [bound[n].value for n in ("models", "optimizers") if n in bound]
+    target = assign.targets[0].target if len(assign.targets) == 1 else None
+    targets = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
+    return len(targets) == len(values) and all(
+        t is not None and expression_key(t) == expression_key(v) for t, v in zip(targets, values)
+    )
 
 
 def _side_effect_free(node: cst.BaseExpression) -> bool:
