@@ -544,7 +544,8 @@ class _Planner(StepRewrites, ForwardRegions):
             elif ref.api == "disable_casts":
                 self._rewrite_disable_casts(ref)
             elif ref.api == "_amp_state":
-                self._rewrite_loss_scale_read(ref)
+                if not self._initial_loss_scale(ref):
+                    self._rewrite_loss_scale_read(ref)
 
     def _guarded_load(self, ref: AmpRef, scaler: str) -> None:
         """`amp.load_state_dict(state)` -> load it into the scaler only when it has GradScaler's
@@ -599,6 +600,52 @@ class _Planner(StepRewrites, ForwardRegions):
         cuda = self.ctx.string("cuda").value
         self.builder.replace(call, self.ctx.parse_expression(f"{torch}.autocast({cuda}, enabled=False)"))
         self.handled.add(call)
+
+    def _initial_loss_scale(self, ref: AmpRef) -> bool:
+        """`amp._amp_state.loss_scalers[0]._loss_scale = 2**16` right after `amp.initialize`, before
+        any training in that block: the scale apex starts from, GradScaler's `init_scale`. True
+        when `ref` is such a write (then handled)."""
+        chain, current = [], ref.node
+        for _ in range(3):
+            current = self.names.parent(current)
+            chain.append(current)
+        scalers, subscript, attribute = chain
+        assign = self.names.parent(self.names.parent(attribute))  # Assign <- AssignTarget <- the attribute
+        if not (
+            isinstance(scalers, cst.Attribute)
+            and scalers.attr.value == "loss_scalers"
+            and isinstance(subscript, cst.Subscript)
+            and isinstance(attribute, cst.Attribute)
+            and attribute.attr.value == "_loss_scale"
+            and isinstance(assign, cst.Assign)
+            and len(assign.targets) == 1
+            and assign.targets[0].target is attribute
+        ):
+            return False
+        index = subscript.slice[0].slice if len(subscript.slice) == 1 else None
+        if not (isinstance(index, cst.Index) and isinstance(index.value, cst.Integer) and index.value.value == "0"):
+            raise Unfixable(f"`amp._amp_state` at line {self._line(ref.node)} sets another loss scaler than the first")
+        line = self.names.parent(assign)
+        block = self.names.parent(line)
+        body = list(body_of(block) or ())
+        if block is not self.names.parent(self.init_line) or line not in body or len(line.body) != 1:
+            raise Unfixable(
+                f"`amp._amp_state` at line {self._line(ref.node)} sets the loss scale away from `amp.initialize`: "
+                "set `init_scale` of the GradScaler by hand"
+            )
+        between = body[body.index(self.init_line) + 1 : body.index(line)] if self.init_line in body else None
+        if between is None or body.index(line) < body.index(self.init_line):
+            raise Unfixable(f"`amp._amp_state` at line {self._line(ref.node)} sets the loss scale before `amp.initialize`")
+        trains = {r.node for r in self.refs if r.api in ("scale_loss", "handle.scale_loss")}
+        if any(node in trains for statement in between for node in walk(statement)):
+            raise Unfixable(f"`amp._amp_state` at line {self._line(ref.node)} sets the loss scale after training began")
+        if any(k == "init_scale" for k, _ in self.spec.keywords):
+            raise Unfixable(f"`amp._amp_state` at line {self._line(ref.node)} overrides `loss_scale=` of `amp.initialize`")
+        self.spec.keywords.append(("init_scale", self.ctx.code(assign.value).strip()))
+        self.removal.remove_statement(line)
+        self.handled.add(line)
+        self._note("apex's initial loss scale (set through `amp._amp_state`) becomes `init_scale`")
+        return True
 
     def _rewrite_loss_scale_read(self, ref: AmpRef) -> None:
         """`amp._amp_state.loss_scalers[0].loss_scale()` -> `scaler.get_scale()`."""
