@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ampmigrate.analysis.scalers import Scaler, ScalerUse, family, protocol_scalers
+from ampmigrate.analysis.scalers import Scaler, ScalerUse, escapes, family, protocol_scalers
 from ampmigrate.analysis.values import literal_value
 from ampmigrate.analysis.values import snippet
 from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args, without_items
@@ -55,8 +55,38 @@ class RemovalPlan:
 
 
 def inert_under_bf16(scaler: Scaler) -> bool:
-    """Created `enabled=False`, or enabled only for float16 runs: nothing to remove under bf16."""
-    return any(_disabled(call) or _enabled_only_for_float16(call) for call in scaler.creations)
+    """Created `enabled=False`, or enabled only for float16 runs (wherever the scaler, or one it
+    is passed on as, is made): nothing to remove under bf16."""
+    creations = [call for member in family(scaler) for call in member.creations]
+    return any(_disabled(call) or _enabled_only_for_float16(call) for call in creations)
+
+
+# What a disabled GradScaler does the same as removing it would: scale/unscale_/update are
+# identities, step calls `optimizer.step()`, the state round-trips (an empty dict when disabled).
+_IDENTITY_WHEN_DISABLED = frozenset({"scale", "unscale_", "step", "update", "state_dict", "load_state_dict"})
+
+
+def disabling_plan(ctx: FileContext, scaler: Scaler) -> Optional[List[Tuple[cst.CSTNode, cst.CSTNode]]]:
+    """`enabled=False` on each creation of a scaler made in this file that AMP402 cannot remove:
+    the same program as removing it (each call is then the identity). None when it is not made
+    here, guards a step against inf/NaN, or a creation cannot take the keyword."""
+    plan = plan_removal(ctx, scaler)
+    members = family(scaler)
+    creations = [call for m in members for call in m.creations]
+    if plan.guards or not creations:
+        return None
+    if any(u.method not in _IDENTITY_WHEN_DISABLED for m in members for u in m.uses):
+        return None  # `is_enabled()`, `get_scale()`: code that would see the difference
+    if any(escapes(ctx.names, m) for m in members):
+        return None  # handed to code this file cannot see, which may ask the same
+
+    changes = []
+    for call in creations:
+        disabled = _disabled_call(call)
+        if disabled is None:
+            return None
+        changes.append((call, disabled))
+    return changes
 
 
 @dataclass
@@ -73,8 +103,9 @@ def scalers_that_stay(ctx: FileContext) -> StayingScalers:
     """The switch of autocast to bfloat16 (AMP401) and the scaler's removal (AMP402) go together:
     a bfloat16 region beside a float16 loss scaler that stays is a half migration (issue 16: both
     move, or neither). Where AMP402 cannot remove a scaler (it is passed to other functions,
-    tested, stored), AMP401 disables it where it is made; where it is made elsewhere, AMP401
-    withholds its fix."""
+    tested, stored), it disables it where it is made, once every autocast of the file runs in
+    bfloat16 (`disable`); where the scaler is made elsewhere, or is a step's only inf/NaN guard,
+    AMP401 withholds its fix (`disable` is None)."""
     seen: Set[int] = set()
     reasons: List[str] = []
     disable: Optional[List[Tuple[cst.CSTNode, cst.CSTNode]]] = []
@@ -89,16 +120,8 @@ def scalers_that_stay(ctx: FileContext) -> StayingScalers:
         if plan.reason is None:
             continue  # AMP402 removes it once autocast runs in bfloat16
         reasons.append(f"`{scaler.display}` would stay ({plan.reason})")
-        creations = [call for m in members for call in m.creations]
-        made_here = bool(creations) and not plan.guards  # disabling a guard applies NaN steps
-        for call in creations if made_here and disable is not None else ():
-            disabled = _disabled_call(call)
-            if disabled is None:
-                disable = None
-                break
-            disable.append((call, disabled))
-        if not made_here:
-            disable = None
+        changes = disabling_plan(ctx, scaler)  # None: a guard, or made elsewhere
+        disable = None if changes is None or disable is None else [*disable, *changes]
     if not reasons:
         return StayingScalers()
     return StayingScalers("; ".join(reasons), disable)
