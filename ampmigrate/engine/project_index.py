@@ -31,7 +31,7 @@ from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 8
+_FORMAT = 9
 
 
 @dataclass
@@ -69,6 +69,11 @@ class ModuleSummary:
     # `.state_dict()` they save (`torch.save`, `save_on_master`, ...) while saving no scaler
     # state: a caller passing its optimizer there checkpoints without the GradScaler (AMP308).
     checkpoint_savers: Dict[str, Tuple[List[str], List[str]]] = field(default_factory=dict)
+    # Top-level functions with a parameter named like a scaler (`scaler`, `loss_scaler`): their
+    # positional parameters and, per such parameter, the methods called on it ("*" when it is
+    # used otherwise: passed on, stored, returned). Whether a disabled GradScaler handed there
+    # behaves as a removed one (AMP402).
+    scaler_param_uses: Dict[str, Tuple[List[str], Dict[str, List[str]]]] = field(default_factory=dict)
 
 
 class ProjectIndex:
@@ -132,6 +137,7 @@ class ProjectIndex:
         summary.scaler_passed_to = [tuple(item) for item in summary.scaler_passed_to]
         summary.apex_amp_passed_to = [tuple(item) for item in summary.apex_amp_passed_to]
         summary.checkpoint_savers = {k: (list(v[0]), list(v[1])) for k, v in summary.checkpoint_savers.items()}
+        summary.scaler_param_uses = {k: (list(v[0]), dict(v[1])) for k, v in summary.scaler_param_uses.items()}
         for module, name in summary.from_imports:
             self._exports.setdefault(module, set()).add(name)
         self.modules[path] = summary
@@ -196,6 +202,15 @@ class ProjectIndex:
         calls it and trains what it returns (an optimizer over its parameters, `.train()`)."""
         return self._trained_results.get(os.path.abspath(path), {}).get(function)
 
+    def scaler_parameter_uses(self, qname: str) -> Optional[Tuple[List[str], Dict[str, List[str]]]]:
+        """For `utils.load_checkpoint`: (positional parameters, {scaler-like parameter: methods
+        called on it, "*" for other uses}), if it has such a parameter."""
+        found = self.function(qname)
+        if found is None:
+            return None
+        path, name = found
+        return self.modules[path].scaler_param_uses.get(name)
+
     def fft_helper(self, qname: str) -> Optional[Tuple[str, str]]:
         """For `losses.mel_loss` (a qualified name): (its file, the FFT op it runs), if it is one."""
         found = self.function(qname)
@@ -253,6 +268,8 @@ class ProjectIndex:
                     parts.append(f"{spec}={sorted(self.modules[other].clip_helpers.items())}")
                 if other is not None and other != absolute and self.modules[other].checkpoint_savers:
                     parts.append(f"{spec}:savers={sorted(self.modules[other].checkpoint_savers.items())}")
+                if other is not None and other != absolute and self.modules[other].scaler_param_uses:
+                    parts.append(f"{spec}:scalers={sorted(self.modules[other].scaler_param_uses.items())}")
                 if other is not None and other != absolute and self.modules[other].fft_helpers:
                     parts.append(f"{spec}:fft={sorted(self.modules[other].fft_helpers.items())}")
         exported = self.imported_from(absolute)
@@ -347,12 +364,13 @@ def summarize(raw: bytes, package: str) -> ModuleSummary:
     if b"fft" in raw:
         summary.fft_helpers = _fft_helpers(raw)
     needs_savers = b"state_dict()" in raw and _SAVES.search(raw) is not None
-    if not (summary.trains or needs_ast or needs_apex or needs_savers):
+    needs_scaler_params = b"caler" in raw and _SCALER_PARAM.search(raw) is not None
+    if not (summary.trains or needs_ast or needs_apex or needs_savers or needs_scaler_params):
         return summary
     summary.imports = _imports(raw, from_imports)
     # A training file that builds something it imported and trains it (AMP409 across files).
     needs_results = summary.trains and bool(summary.from_imports) and _TRAINS_A_RESULT.search(raw) is not None
-    if not (needs_ast or needs_apex or needs_results or needs_savers):
+    if not (needs_ast or needs_apex or needs_results or needs_savers or needs_scaler_params):
         return summary
     try:
         tree = ast.parse(raw)
@@ -367,6 +385,8 @@ def summarize(raw: bytes, package: str) -> ModuleSummary:
             summary.trained_results = _trained_results(tree, summary.from_imports)
         if needs_savers:
             summary.checkpoint_savers = _checkpoint_savers(tree)
+        if needs_scaler_params:
+            summary.scaler_param_uses = _scaler_param_uses(tree)
     except RecursionError:
         return ModuleSummary(trains=summary.trains, imports=summary.imports)
     return summary
@@ -413,6 +433,43 @@ def _trained_results(tree: ast.Module, from_imports: List[Tuple[str, str]]) -> L
 
 
 _SAVES = re.compile(rb"\bsave\w*\(")
+# A `def` whose parameters may include a scaler-like name.
+_SCALER_PARAM = re.compile(rb"def[ \t]+\w+[ \t]*\([^)]*scaler", re.IGNORECASE)
+
+
+def _scaler_param_uses(tree: ast.Module) -> Dict[str, Tuple[List[str], Dict[str, List[str]]]]:
+    found: Dict[str, Tuple[List[str], Dict[str, List[str]]]] = {}
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        args = node.args
+        positional = [a.arg for a in [*args.posonlyargs, *args.args]]
+        wanted = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs] if "scaler" in a.arg.lower()}
+        if not wanted:
+            continue
+        uses: Dict[str, Set[str]] = {name: set() for name in wanted}
+        receivers: Set[int] = set()
+        tests: Set[int] = set()
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Attribute) and isinstance(inner.value, ast.Name) and inner.value.id in wanted:
+                receivers.add(id(inner.value))
+                uses[inner.value.id].add(inner.attr)
+            elif isinstance(inner, (ast.If, ast.IfExp, ast.While, ast.Assert)) and isinstance(inner.test, ast.Name):
+                tests.add(id(inner.test))
+            elif isinstance(inner, ast.Compare) and isinstance(inner.left, ast.Name) and all(
+                isinstance(c, ast.Constant) and c.value is None for c in inner.comparators
+            ):
+                tests.add(id(inner.left))  # `scaler is not None`
+            elif isinstance(inner, ast.BoolOp):
+                tests.update(id(v) for v in inner.values if isinstance(v, ast.Name))
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Name) and inner.id in wanted and isinstance(inner.ctx, ast.Load):
+                if id(inner) not in receivers and id(inner) not in tests:
+                    uses[inner.id].add("*")
+            elif isinstance(inner, ast.Name) and inner.id in wanted and isinstance(inner.ctx, ast.Store):
+                uses[inner.id].add("*")
+        found[node.name] = (positional, {name: sorted(methods) for name, methods in uses.items()})
+    return found
 
 
 def _checkpoint_savers(tree: ast.Module) -> Dict[str, Tuple[List[str], List[str]]]:

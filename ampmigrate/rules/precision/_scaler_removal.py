@@ -62,8 +62,9 @@ def inert_under_bf16(scaler: Scaler) -> bool:
 
 
 # What a disabled GradScaler does the same as removing it would: scale/unscale_/update are
-# identities, step calls `optimizer.step()`, the state round-trips (an empty dict when disabled).
-_IDENTITY_WHEN_DISABLED = frozenset({"scale", "unscale_", "step", "update", "state_dict", "load_state_dict"})
+# identities, step calls `optimizer.step()`, the state round-trips (an empty dict when disabled),
+# get_scale() is 1.0 (what the removal writes for it).
+_IDENTITY_WHEN_DISABLED = frozenset({"scale", "unscale_", "step", "update", "state_dict", "load_state_dict", "get_scale"})
 
 
 def disabling_plan(ctx: FileContext, scaler: Scaler) -> Optional[List[Tuple[cst.CSTNode, cst.CSTNode]]]:
@@ -77,7 +78,7 @@ def disabling_plan(ctx: FileContext, scaler: Scaler) -> Optional[List[Tuple[cst.
         return None
     if any(u.method not in _IDENTITY_WHEN_DISABLED for m in members for u in m.uses):
         return None  # `is_enabled()`, `get_scale()`: code that would see the difference
-    if any(escapes(ctx.names, m) for m in members):
+    if any(not _seen_elsewhere(ctx, ref) for m in members for ref in escapes(ctx.names, m)):
         return None  # handed to code this file cannot see, which may ask the same
 
     changes = []
@@ -87,6 +88,30 @@ def disabling_plan(ctx: FileContext, scaler: Scaler) -> Optional[List[Tuple[cst.
             return None
         changes.append((call, disabled))
     return changes
+
+
+def _seen_elsewhere(ctx: FileContext, ref: cst.BaseExpression) -> bool:
+    """`ref` is an argument of a call to a function of another file of the run (the project
+    index) that only calls methods a disabled GradScaler answers as a removed one would
+    (`load_checkpoint(..., loss_scaler)` calling `loss_scaler.load_state_dict(...)`)."""
+    index = ctx.project_index
+    arg = ctx.names.parent(ref)
+    call = ctx.names.parent(arg) if isinstance(arg, cst.Arg) else None
+    if index is None or not isinstance(call, cst.Call) or arg.star:
+        return False
+    for qname in sorted(ctx.names.qualified_names(call.func)):
+        record = index.scaler_parameter_uses(qname)
+        if record is None:
+            continue
+        positional, uses = record
+        if arg.keyword is not None:
+            param = arg.keyword.value
+        else:
+            position = [a for a in call.args if a.keyword is None].index(arg)
+            param = positional[position] if position < len(positional) else None
+        methods = uses.get(param) if param is not None else None
+        return methods is not None and set(methods) <= _IDENTITY_WHEN_DISABLED
+    return False
 
 
 @dataclass
