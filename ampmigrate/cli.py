@@ -25,7 +25,6 @@ from ampmigrate.engine.noqa_writer import add_noqa_comments
 from ampmigrate.output import FORMATS, Report, renderer
 from ampmigrate.output.diff import unified_diff
 from ampmigrate.output.statistics import show_fixes, statistics
-from ampmigrate.stdin import run_stdin, stdin_output
 from ampmigrate.watch import watch
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -256,6 +255,8 @@ def _collect(options: dict, settings: Settings, job: Job) -> RunResult:
     if _reads_stdin(options):
         if len(paths) > 1:
             _fail("`-` (standard input) cannot be combined with other paths")
+        from ampmigrate.stdin import run_stdin  # the engine, imported only when it runs
+
         return run_stdin(settings, job, options.get("stdin_filename"))
     cache = _cache(settings, options["no_cache"], options["cache_dir"])
     return _run(paths, settings, job, options["jobs"], cache, options["force_exclude"])
@@ -405,6 +406,8 @@ def _fix_stdin(result: RunResult, options: dict) -> int:
     (outcome,) = result.results or [None]
     errors = result.all_errors
     if outcome is not None:
+        from ampmigrate.stdin import stdin_output
+
         sys.stdout.buffer.write(stdin_output(outcome))
         sys.stdout.flush()
     remaining = result.findings

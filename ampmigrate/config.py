@@ -262,10 +262,10 @@ def resolve_settings(
     """Settings from the configuration (the nearest to `start`, default the working directory)
     and the command-line options (`--select` replaces the configured list; `--ignore` and
     `--extend-select` add to it). Shared by every command: check, fix, verify, server."""
-    from ampmigrate.rules import rule_classes
+    from ampmigrate.rules import rule_codes
 
     settings = load_settings(config_path, start=start)
-    known = [cls.code for cls in rule_classes()]
+    known = rule_codes()  # the codes of rule_classes(), without importing them
     origin = settings.config_path or "configuration"
     configured = settings.select + settings.extend_select + settings.ignore
     validate_codes(configured + tuple(c for _, codes in settings.per_file_ignores for c in codes), known, origin)

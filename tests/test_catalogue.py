@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ampmigrate.catalogue import FAMILIES, load_catalogue
+from ampmigrate.catalogue import FAMILIES, catalogue_dir, load_catalogue
 from ampmigrate.engine.pipeline import Engine
 from ampmigrate.rules import rule_classes
 
@@ -65,3 +65,12 @@ def test_fix_safety_matches_catalogue():
             assert DOCS[code].fix != "none"
             if DOCS[code].fix == "unsafe":
                 assert finding.fix.applicability == "unsafe"
+
+
+def test_rule_codes_are_the_classes_codes():
+    """Settings are validated against rule_codes(), read from the catalogue's file names without
+    importing the rules (nor LibCST)."""
+    from ampmigrate.rules import rule_codes
+
+    assert set(rule_codes()) == {cls.code for cls in rule_classes()}
+    assert all(path.stem == load_catalogue()[path.stem].code for path in catalogue_dir().glob("*.toml"))

@@ -103,3 +103,52 @@ def test_nodes_of_type_finds_what_a_visitor_finds(text):
     for kind in {type(node) for node in visitor.nodes}:
         expected = [id(node) for node in visitor.nodes if type(node) is kind]
         assert sorted(id(node) for node in nodes_of_type(module, kind)) == sorted(expected), kind.__name__
+
+
+# ---------------------------------------------------------------- visitors with typed hooks
+class TypedRecorder(cst.CSTVisitor):
+    """Typed hooks only (no on_visit/on_leave of its own): walk calls them through its
+    per-class table (cst_walk.hooks) instead of CSTVisitor's per-node name lookups."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events = []
+
+    def visit_Name(self, node):
+        self.events.append(("visit Name", id(node)))
+
+    def leave_Name(self, original_node):
+        self.events.append(("leave Name", id(original_node)))
+
+    def visit_Call(self, node):
+        self.events.append(("visit Call", id(node)))
+        return not (isinstance(node.func, cst.Name) and node.func.value == "skip")  # prune
+
+    def leave_Call(self, original_node):
+        self.events.append(("leave Call", id(original_node)))
+
+    def visit_Lambda(self, node):
+        self.events.append(("visit Lambda", id(node)))
+        return False
+
+    def visit_SimpleWhitespace(self, node):
+        self.events.append(("visit ws", id(node)))
+
+
+@pytest.mark.parametrize("text", [*SNIPPETS, "skip(a, f(b))\nf(skip(c))\n"])
+def test_typed_hooks_are_called_as_by_visit(text):
+    module = cst.parse_module(text)
+    expected, got = TypedRecorder(), TypedRecorder()
+    module.visit(expected)
+    walk(module, got)
+    assert got.events == expected.events
+    assert got.events
+
+
+def test_a_hook_set_on_the_instance_is_still_called():
+    module = cst.parse_module("a = b\n")
+    seen = []
+    visitor = cst.CSTVisitor()
+    visitor.visit_Name = lambda node: seen.append(node.value)
+    walk(module, visitor)
+    assert seen == ["a", "b"]

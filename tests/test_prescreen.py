@@ -318,3 +318,18 @@ def test_amp409_screen_drops_a_conversion_never_trained_in_its_scope():
     assert rule.screen(ast.parse(apart)) is False
     assert rule.screen(ast.parse(together)) is True
     assert Engine(make_settings({"select": ["AMP409"]})).rules_for(apart) == []
+
+
+def test_walk_order_is_ast_walk():
+    """engine/ast_nodes.walk_order: ast.walk's nodes in ast.walk's order (the screens see the
+    same lists), over every fixture."""
+    import ast as python_ast
+
+    from ampmigrate.engine.ast_nodes import walk_order
+
+    for path in sorted(FIXTURES.rglob("*.py")):
+        try:
+            tree = python_ast.parse(path.read_bytes())
+        except SyntaxError:
+            continue
+        assert [id(n) for n in walk_order(tree)] == [id(n) for n in python_ast.walk(tree)]

@@ -13,6 +13,7 @@ time; `family()` gives the linked group, and `escapes()` the references no rule 
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
@@ -156,20 +157,48 @@ def _find(names: NameIndex, seed: Optional[Dict[Binding, FrozenSet[str]]] = None
     return scalers
 
 
-def _classes(names: NameIndex, node: cst.BaseExpression, received: Dict[Binding, FrozenSet[str]], depth: int = 0) -> FrozenSet[str]:
-    classes = (names.instance_classes(node) & ANY_GRAD_SCALER) or _container_classes(names, node)
+def _classes(
+    names: NameIndex,
+    node: cst.BaseExpression,
+    received: Dict[Binding, FrozenSet[str]],
+    depth: int = 0,
+    followed: Optional[Dict[Tuple[int, int], FrozenSet[str]]] = None,
+) -> FrozenSet[str]:
+    """The GradScaler classes `node` can hold. `followed`: answers of one `received` (one
+    round of `_find`) by (id of a bindings list, depth): what the bindings lead to depends on
+    nothing else, and a name bound many times is asked about at each of its loads."""
+    known = _OWN_CLASSES.get(names)
+    if known is None:
+        known = _OWN_CLASSES[names] = {}
+    classes = known.get(id(node))
+    if classes is None:
+        # What the node itself shows, whatever the parameters received: every load of the file
+        # is asked in each round of `_find`, and `_find` runs twice (with and without protocol
+        # typing), so this is worked out once per node.
+        classes = known[id(node)] = (names.instance_classes(node) & ANY_GRAD_SCALER) or _container_classes(names, node)
     if classes or not received or depth > 3:
         return classes
     bindings = storage_bindings(names, node)
     if bindings is None:
         return EMPTY
+    key = (id(bindings), depth)  # a non-empty list is the scope's own (an empty one may be new)
+    if followed is not None and bindings:
+        known_answer = followed.get(key)
+        if known_answer is not None:
+            return known_answer
     result: Set[str] = set()
     for binding in bindings:
         if binding in received:
             result |= received[binding]
         elif binding.kind in ("assign", "walrus") and isinstance(binding.value, (cst.Name, cst.Attribute)):
-            result |= _classes(names, binding.value, received, depth + 1)
-    return frozenset(result)
+            result |= _classes(names, binding.value, received, depth + 1, followed)
+    answer = frozenset(result)
+    if followed is not None and bindings:
+        followed[key] = answer
+    return answer
+
+
+_OWN_CLASSES: "weakref.WeakKeyDictionary[NameIndex, Dict[int, FrozenSet[str]]]" = weakref.WeakKeyDictionary()
 
 
 def _discover(names: NameIndex, received: Dict[Binding, FrozenSet[str]]) -> List[Scaler]:
@@ -177,8 +206,9 @@ def _discover(names: NameIndex, received: Dict[Binding, FrozenSet[str]]) -> List
     candidates: List[cst.BaseExpression] = list(names.loads)
     candidates.extend(a for a in names.name_attributes if a not in names.store_attributes)
     candidates.extend(_container_candidates(names))
+    followed: Dict[Tuple[int, int], FrozenSet[str]] = {}
     for node in candidates:
-        classes = _classes(names, node, received)
+        classes = _classes(names, node, received, 0, followed)
         if not classes:
             continue
         key = _key(names, node)

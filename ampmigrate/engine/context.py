@@ -81,6 +81,17 @@ class FileContext:
         is_package = self.path.replace("\\", "/").rsplit("/", 1)[-1] == "__init__.py"
         return is_package and binding.kind in ("import", "from-import") and not self.names.references(binding)
 
+    def release(self) -> None:
+        """The file is done: drop what the rules built and let go of the tree. Shared analyses
+        and visitors defined inside functions point back at this context or its name index
+        (cycles), which would keep the whole tree alive until a collection walked it all; after
+        this it is freed as soon as the last reference to it goes."""
+        self._shared.clear()
+        self.reports = []
+        self._positions = None
+        self.names.release()
+        self.module = None  # type: ignore[assignment]
+
     # ------------------------------------------------------------------ shared analyses
     def shared(self, key: Any, factory: Callable[[], Any]) -> Any:
         """Compute an analysis once per file for all the rules that need it."""

@@ -19,7 +19,7 @@ others.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import libcst as cst
 
@@ -77,29 +77,78 @@ def _has_attribute_hooks(visitor: cst.CSTVisitor) -> bool:
     return False
 
 
+_Hook = Optional[Callable[..., object]]
+_HOOKS: Dict[Tuple[type, type], Tuple[_Hook, _Hook]] = {}
+
+
+def hooks(visitor_class: type, kind: type) -> Tuple[_Hook, _Hook]:
+    """The `visit_<Kind>` and `leave_<Kind>` functions of a visitor class, None for those that
+    are LibCST's no-op stubs: `CSTVisitor.on_visit` / `on_leave` find them by name for every
+    node (a string built and looked up, a no-op called); this is looked up once per class."""
+    found = _HOOKS.get((visitor_class, kind))
+    if found is None:
+        visit = getattr(visitor_class, f"visit_{kind.__name__}", None)
+        leave = getattr(visitor_class, f"leave_{kind.__name__}", None)
+        found = _HOOKS[(visitor_class, kind)] = (
+            None if getattr(visit, "_is_no_op", False) else visit,
+            None if getattr(leave, "_is_no_op", False) else leave,
+        )
+    return found
+
+
 def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     """`node.visit(visitor)` for a read-only visitor, without rebuilding the tree."""
     if _has_attribute_hooks(visitor):
         raise TypeError(f"{type(visitor).__name__} has per-attribute hooks; use node.visit()")
-    _walk(node, visitor)
+    cls = type(visitor)
+    own = getattr(visitor, "__dict__", {})  # hooks set on the instance are found by name only
+    typed = (
+        cls.on_visit is cst.CSTVisitor.on_visit
+        and cls.on_leave is cst.CSTVisitor.on_leave
+        and not any(name.startswith(("visit_", "leave_")) for name in own)
+    )
+    _walk(node, visitor, cls, typed)
 
 
-def _walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
-    if visitor.on_visit(node):
+def _walk(node: cst.CSTNode, visitor: cst.CSTVisitor, cls: type, typed: bool) -> None:
+    """`typed`: the visitor has only typed hooks, called from the per-class table (the same
+    calls as CSTVisitor.on_visit / on_leave make, without their per-node name lookups)."""
+    if typed:
+        visit, leave = hooks(cls, type(node))
+        descend = visit is None or visit(visitor, node) is not False
+    else:
+        descend = visitor.on_visit(node)
+    if descend:
         order = _ORDERS.get(type(node))
-        if order is None:
+        if order is None or (order[1] and any(getattr(node, name) is not None for name in order[1])):
             order = _learn(node)
-        if order[1] and any(getattr(node, name) is not None for name in order[1]):
-            order = _learn(node)
-        for name in order[0]:
+        for name in order[0]:  # _children(node), inline: this runs for every node of a file
             value = getattr(node, name)
             if isinstance(value, cst.CSTNode):
-                _walk(value, visitor)
+                _walk(value, visitor, cls, typed)
             elif isinstance(value, (list, tuple)):
                 for item in value:
                     if isinstance(item, cst.CSTNode):
-                        _walk(item, visitor)
-    visitor.on_leave(node)
+                        _walk(item, visitor, cls, typed)
+    if not typed:
+        visitor.on_leave(node)
+    elif leave is not None:
+        leave(visitor, node)
+
+
+def _children(node: cst.CSTNode) -> List[cst.CSTNode]:
+    """The child nodes LibCST's visit descends into, in its order."""
+    order = _ORDERS.get(type(node))
+    if order is None or (order[1] and any(getattr(node, name) is not None for name in order[1])):
+        order = _learn(node)
+    children: List[cst.CSTNode] = []
+    for name in order[0]:
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            children.append(value)
+        elif isinstance(value, (list, tuple)):
+            children.extend(item for item in value if isinstance(item, cst.CSTNode))
+    return children
 
 
 def nodes_of_type(node: cst.CSTNode, kind: type) -> List[cst.CSTNode]:
@@ -111,13 +160,5 @@ def nodes_of_type(node: cst.CSTNode, kind: type) -> List[cst.CSTNode]:
         current = stack.pop()
         if type(current) is kind:
             found.append(current)
-        order = _ORDERS.get(type(current))
-        if order is None or (order[1] and any(getattr(current, name) is not None for name in order[1])):
-            order = _learn(current)
-        for name in order[0]:
-            value = getattr(current, name)
-            if isinstance(value, cst.CSTNode):
-                stack.append(value)
-            elif isinstance(value, (list, tuple)):
-                stack.extend(item for item in value if isinstance(item, cst.CSTNode))
+        stack.extend(_children(current))
     return found

@@ -24,7 +24,7 @@ from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tup
 import libcst as cst
 
 from ampmigrate.api import STAR_EXPORTS
-from ampmigrate.engine.cst_walk import walk
+from ampmigrate.engine.cst_walk import hooks, walk
 
 EMPTY: FrozenSet[str] = frozenset()
 
@@ -100,10 +100,39 @@ class NameIndex:
         self._qname_memo: Dict[cst.CSTNode, FrozenSet[str]] = {}
         self._instance_memo: Dict[cst.CSTNode, FrozenSet[str]] = {}
         self._in_progress: Set[Tuple[int, int]] = set()
+        # id(a scope's list of bindings of one name) -> the qualified names of a load seeing it,
+        # for loads resolved outside any other resolution (see _compute_qualified_names).
+        self._bindings_qnames: Dict[int, FrozenSet[str]] = {}
         self._references: Optional[Dict[Binding, List[cst.Name]]] = None
         self._qualified: Optional[List[Tuple[cst.BaseExpression, FrozenSet[str]]]] = None
         self._by_type: Dict[object, List[cst.CSTNode]] = {}
+        self._exact_types: Optional[Dict[type, List[int]]] = None
+        self._in_order: List[cst.CSTNode] = []
         walk(module, _Indexer(self))  # module.visit(...), without rebuilding the tree
+
+    def release(self) -> None:
+        """Let go of the tree once the file is done. Scopes and bindings point at each other,
+        and visitors defined inside functions hold this index in cycles: what they keep alive
+        would otherwise be freed only by a collection walking the whole tree."""
+        for scope in self.scopes:
+            scope.bindings = {}
+            scope.self_attrs = {}
+            scope.node = None  # type: ignore[assignment]
+        self.scopes = []
+        self.parents = {}
+        self.loads = {}
+        self.scope_entries = {}
+        self.name_attributes = []
+        self.store_attributes = set()
+        self._qname_memo = {}
+        self._instance_memo = {}
+        self._bindings_qnames = {}
+        self._references = None
+        self._qualified = None
+        self._by_type = {}
+        self._exact_types = None
+        self._in_order = []
+        self.module = None  # type: ignore[assignment]
 
     # ----------------------------------------------------------------------------- structure
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
@@ -120,16 +149,25 @@ class NameIndex:
         second traversal of the tree)."""
         found = self._by_type.get(kinds)
         if found is None:
-            # One subclass test per node type, not an isinstance (an ABC check) per node.
-            matching: Dict[type, bool] = {}
-            found = []
-            for node in self.parents:
-                kind = type(node)
-                hit = matching.get(kind)
-                if hit is None:
-                    hit = matching[kind] = issubclass(kind, kinds)
-                if hit:
-                    found.append(node)
+            if self._exact_types is None:
+                # One pass over the map for all the queries of the file: node type -> the
+                # positions (in source order) of its nodes.
+                positions: Dict[type, List[int]] = {}
+                for position, node in enumerate(self.parents):
+                    kind = type(node)
+                    at = positions.get(kind)
+                    if at is None:
+                        positions[kind] = [position]
+                    else:
+                        at.append(position)
+                self._exact_types = positions
+                self._in_order = list(self.parents)
+            lists = [at for kind, at in self._exact_types.items() if issubclass(kind, kinds)]
+            order = self._in_order
+            if len(lists) == 1:
+                found = [order[i] for i in lists[0]]
+            else:
+                found = [order[i] for i in sorted(i for at in lists for i in at)]
             self._by_type[kinds] = found
         return found
 
@@ -198,10 +236,21 @@ class NameIndex:
     def references(self, binding: Binding) -> List[cst.Name]:
         """Every load that can see `binding`."""
         if self._references is None:
-            refs: Dict[Binding, List[cst.Name]] = {}
+            # A lookup answers with one scope's list of bindings of the name, and a binding is in
+            # one such list: the loads of each list, in order, are the references of each of its
+            # bindings (one pass over the loads, whatever the number of rebindings of a name).
+            lists: Dict[int, Tuple[List[Binding], List[cst.Name]]] = {}
             for name, scope in self.loads.items():
-                for found in self.lookup(name.value, scope):
-                    refs.setdefault(found, []).append(name)
+                found = self.lookup(name.value, scope)
+                if found:
+                    entry = lists.get(id(found))
+                    if entry is None:
+                        entry = lists[id(found)] = (found, [])
+                    entry[1].append(name)
+            refs: Dict[Binding, List[cst.Name]] = {}
+            for found, loads in lists.values():
+                for each in found:
+                    refs.setdefault(each, []).extend(loads)
             self._references = refs
         return self._references.get(binding, [])
 
@@ -228,13 +277,24 @@ class NameIndex:
 
     def _compute_qualified_names(self, node: cst.CSTNode) -> FrozenSet[str]:
         if isinstance(node, cst.Name):
-            result: Set[str] = set()
             bindings = self.bindings_of(node)
+            # A load resolved on its own (nothing else in progress: no cycle can cut its answer
+            # short) has the answer of every such load that sees the same bindings: a name bound
+            # hundreds of times is resolved once, not once per load.
+            alone = len(self._in_progress) == 1
+            if alone and bindings:
+                known = self._bindings_qnames.get(id(bindings))
+                if known is not None:
+                    return known
+            result: Set[str] = set()
             for binding in bindings:
                 result |= self.binding_qualified_names(binding)
             if not bindings and self.star_imports and node in self.loads:
                 result |= self._star_names(node)
-            return frozenset(result)
+            answer = frozenset(result)
+            if alone and bindings:
+                self._bindings_qnames[id(bindings)] = answer
+            return answer
         if isinstance(node, cst.Attribute):
             base = self.qualified_names(node.value)
             attr = node.attr.value
@@ -429,10 +489,13 @@ class _Indexer(cst.CSTVisitor):
         if scope is not None:
             self.scopes.append(scope)
             self.pushed[node] = scope
-        return super().on_visit(node)
+        visit = hooks(type(self), type(node))[0]  # CSTVisitor.on_visit, without its lookups
+        return visit is None or visit(self, node) is not False
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
-        super().on_leave(original_node)
+        leave = hooks(type(self), type(original_node))[1]
+        if leave is not None:
+            leave(self, original_node)
         if self.pushed.pop(original_node, None) is not None:
             self.scopes.pop()
         self.stack.pop()

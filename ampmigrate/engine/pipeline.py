@@ -16,35 +16,23 @@ import libcst as cst
 
 from ampmigrate.config import Settings
 from ampmigrate.diagnostics import UNSAFE, FileError, Finding, Fix, Location
-from ampmigrate.engine import fixer, prescreen
+from ampmigrate.engine import collector, fixer, prescreen
 from ampmigrate.engine.context import FileContext, RuleContext
 from ampmigrate.engine.noqa import file_suppressions, parse_suppressions
 from ampmigrate.engine.prefilter import Prefilter
 from ampmigrate.engine.project import ProjectImports
 from ampmigrate.engine.project_index import ProjectIndex
+from ampmigrate.engine.results import TOO_DEEP, FileResult  # noqa: F401 (FileResult: re-exported)
 from ampmigrate.rules import all_rules, rule_classes
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.meta.amp001_unused_noqa import UnusedNoqa
 from ampmigrate.source import split_lines
 
 MAX_ROUNDS = 25
-TOO_DEEP = "too deeply nested to analyse (e.g. a chain of hundreds of operators); skipped"
 UNSPLICEABLE = (
     "cannot fix: libcst does not reproduce this file byte for byte next to the code to change; "
     "file left unchanged"
 )
-
-
-@dataclass
-class FileResult:
-    path: str
-    findings: List[Finding] = field(default_factory=list)
-    errors: List[FileError] = field(default_factory=list)
-    parsed: bool = False  # False when the pre-filter ruled the file out
-    fixed: int = 0  # findings resolved by applied fixes
-    fixed_codes: Dict[str, int] = field(default_factory=dict)  # the same, per rule code (--show-fixes)
-    new_text: Optional[str] = None  # fix mode: the fixed text, when it differs
-    old_text: Optional[str] = None  # fix mode: the original text, when it changed
 
 
 @dataclass
@@ -90,6 +78,9 @@ class Engine:
         self.before_parse: Optional[Callable[[], None]] = None
 
     # ------------------------------------------------------------------ entry points
+    # Paused for the whole check (engine/collector.py), so that the tree is freed before the
+    # collector runs again rather than walked by the first collection after the analysis.
+    @collector.pausing
     def check_text(
         self, text: str, path: str, *, want_edits: bool = False, rules: Optional[Sequence[Rule]] = None
     ) -> FileResult:
@@ -107,6 +98,7 @@ class Engine:
                 fixed = analysis.apply([fix])
                 fix.edits = fixer.text_edits(text, fixed) if fixed is not None else ()
         result.findings = analysis.findings
+        analysis.context.release()
         return result
 
     def fix_text(
@@ -197,6 +189,7 @@ class Engine:
             )
         return [], current
 
+    @collector.pausing  # one round: parse, name pass, rules (engine/collector.py)
     def _analyze(
         self,
         text: str,

@@ -25,6 +25,7 @@ import ast
 import re
 from typing import AbstractSet, Dict, List, Optional, Sequence, Tuple
 
+from ampmigrate.engine import collector
 from ampmigrate.engine.fast_regex import compile_trigger
 from ampmigrate.engine.prescreen import QualifiedNameScreen, parse
 from ampmigrate.rules.base import Rule
@@ -83,11 +84,12 @@ class Prefilter:
         by_names = self._screen is not None and any(rule.qualified_prefixes is not None for rule in rules)
         if not by_names and not any(rule.has_screen() for rule in rules):
             return rules
-        tree = parse(text)
-        if tree is None:  # `ast` cannot parse it: let LibCST decide (and report)
-            return rules
-        reachable = self._screen.reachable_in(tree, text) if by_names and self._screen is not None else None
-        return [rule for rule in rules if self._may_report(rule, tree, reachable)]
+        with collector.paused():  # the tree and the screens' walks (engine/collector.py)
+            tree = parse(text)
+            if tree is None:  # `ast` cannot parse it: let LibCST decide (and report)
+                return rules
+            reachable = self._screen.reachable_in(tree, text) if by_names and self._screen is not None else None
+            return [rule for rule in rules if self._may_report(rule, tree, reachable)]
 
     @staticmethod
     def _may_report(rule: Rule, tree: ast.Module, reachable) -> bool:

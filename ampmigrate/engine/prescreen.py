@@ -44,8 +44,9 @@ _BLOCK_FIELDS = frozenset({"body", "orelse", "finalbody", "handlers", "cases"})
 _last_parsed: Optional[str] = None
 
 
-def parse(text: str) -> Optional[ast.Module]:
-    """`text` parsed with `ast`, or None where it cannot be (the pipeline reports it)."""
+def parse(text: str, *, remember: bool = True) -> Optional[ast.Module]:
+    """`text` parsed with `ast`, or None where it cannot be (the pipeline reports it).
+    `remember=False` for a fragment (a string annotation): `parsed_last` keeps the file."""
     global _last_parsed
     try:
         with warnings.catch_warnings():
@@ -53,7 +54,8 @@ def parse(text: str) -> Optional[ast.Module]:
             tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
         return None
-    _last_parsed = text
+    if remember:
+        _last_parsed = text
     return tree
 
 
@@ -152,7 +154,7 @@ class _Search:
                     )
         texts.extend(m.group(1) for m in _TYPE_COMMENT.finditer(self.text))
         for text in texts:
-            tree = parse(text.strip())
+            tree = parse(text.strip(), remember=False)
             if tree is not None and len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr):
                 yield from (n for n in ast.walk(tree.body[0]) if isinstance(n, ast.Attribute))
 

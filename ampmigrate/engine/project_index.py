@@ -22,7 +22,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
@@ -76,6 +76,29 @@ class ModuleSummary:
     scaler_param_uses: Dict[str, Tuple[List[str], Dict[str, List[str]]]] = field(default_factory=dict)
 
 
+def _as_data(summary: ModuleSummary) -> dict:
+    """`dataclasses.asdict(summary)` (what the cache stores), without its generic deep copy."""
+    return {
+        "trains": summary.trains,
+        "scales_loss": summary.scales_loss,
+        "fft_helpers": dict(summary.fft_helpers),
+        "imports": list(summary.imports),
+        "clip_helpers": dict(summary.clip_helpers),
+        "scaler_params": {name: list(params) for name, params in summary.scaler_params.items()},
+        "scaler_passed_to": [tuple(item) for item in summary.scaler_passed_to],
+        "from_imports": [tuple(item) for item in summary.from_imports],
+        "backward_runners": list(summary.backward_runners),
+        "apex_amp_params": {name: list(params) for name, params in summary.apex_amp_params.items()},
+        "apex_amp_passed_to": [tuple(item) for item in summary.apex_amp_passed_to],
+        "trained_results": list(summary.trained_results),
+        "checkpoint_savers": {name: (list(a), list(b)) for name, (a, b) in summary.checkpoint_savers.items()},
+        "scaler_param_uses": {
+            name: (list(positional), {param: list(methods) for param, methods in uses.items()})
+            for name, (positional, uses) in summary.scaler_param_uses.items()
+        },
+    }
+
+
 class ProjectIndex:
     def __init__(self, root: str) -> None:
         self.root = Path(os.path.abspath(root))
@@ -86,6 +109,7 @@ class ProjectIndex:
         self._trained_results: Dict[str, Dict[str, str]] = {}  # path -> builder -> a file training its result
         # `from X import a, b` of every file (a byte regex): module -> the names imported from it.
         self._exports: Dict[str, Set[str]] = {}
+        self._module_names: Dict[str, List[str]] = {}  # path -> module_names(path), computed once
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -103,7 +127,7 @@ class ProjectIndex:
             if entry is not None and entry[0] == digest:
                 data = entry[1]
             else:
-                data = asdict(summarize(raw, index.package_of(absolute)))
+                data = _as_data(summarize(raw, index.package_of(absolute)))
             fresh[absolute] = (digest, data)
             index._add(absolute, ModuleSummary(**data))
         if cache_path is not None and fresh != cached:
@@ -146,7 +170,10 @@ class ProjectIndex:
 
     def module_names(self, path: str) -> List[str]:
         """Dotted names a file can be imported under: a/b/c.py -> a.b.c, b.c, c."""
-        return module_names(self.root, path)
+        names = self._module_names.get(path)
+        if names is None:
+            names = self._module_names[path] = module_names(self.root, path)
+        return list(names)
 
     def package_of(self, path: str) -> str:
         """The package relative imports of the file at `path` start from."""
@@ -343,38 +370,77 @@ def _store(cache_path: str, modules: Dict[str, Tuple[str, dict]]) -> None:
 
 
 # ---------------------------------------------------------------------------------- one module
-# Byte regexes first: most files of a framework tree say none of these, and only the files that
-# may define a clip helper or pass a GradScaler are parsed (with `ast`, once).
+# Byte tests first: most files of a framework tree say none of these, and only the files that
+# may define a clip helper or pass a GradScaler are parsed (with `ast`, once). What a summary
+# holds is defined by these regexes; the substring tests and `_line_matches` below only find
+# the same answers faster (tests/test_project_index_shortcuts.py compares them over real trees).
 _TRAINS = re.compile(rb"\.backward\(|GradScaler\(|def[ \t]+training_step\b")
 _NEEDS_AST = re.compile(rb"clip_grad_(?:norm|value)|\.scale\(|GradScaler\(")
 _IMPORT = re.compile(rb"^[ \t]*import[ \t]+([\w.]+(?:[ \t]*,[ \t]*[\w.]+)*)", re.MULTILINE)
 _FROM = re.compile(rb"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)", re.MULTILINE)
+_TRAINING_STEP = re.compile(rb"def[ \t]+training_step\b")
+# Where a `def __call__` may be (any whitespace or line continuation between the two tokens).
+_DEF_CALL = re.compile(rb"def[\s\\]+__call__")
+# `from apex import amp` (`from .apex`, continuations) or `import apex.amp as x`: an over-approximation.
+_APEX_AMP_IMPORT = re.compile(rb"from[\s\\.]+apex[\s\\]+import|apex[\s\\]*\.[\s\\]*amp")
 
 
-def summarize(raw: bytes, package: str) -> ModuleSummary:
+def summarize(raw: bytes, package: str, shortcuts: bool = True) -> ModuleSummary:
+    """What the file with bytes `raw` does for training. `shortcuts=False` takes the long way
+    (every regex run over the whole file, every parse made): the answer is the same."""
     summary = ModuleSummary()
-    from_imports = _from_imports(raw, package) if b"import" in raw else []
+    from_imports = _from_imports(raw, package, shortcuts) if b"import" in raw else []
     summary.from_imports = [(module, name) for module, name in from_imports if name]
-    needs_ast = _NEEDS_AST.search(raw) is not None
+    if shortcuts:
+        needs_ast = (
+            b"clip_grad_norm" in raw or b"clip_grad_value" in raw or b".scale(" in raw or b"GradScaler(" in raw
+        )
+        summary.trains = (
+            b".backward(" in raw
+            or b"GradScaler(" in raw
+            or (b"training_step" in raw and _TRAINING_STEP.search(raw) is not None)
+        )
+    else:
+        needs_ast = _NEEDS_AST.search(raw) is not None
+        summary.trains = _TRAINS.search(raw) is not None
     # A substring test first: the regex alone (no literal prefix) doubles the index's time.
     needs_apex = (b"apex" in raw or b".scale_loss(" in raw) and _APEX_AMP.search(raw) is not None
-    summary.trains = _TRAINS.search(raw) is not None
+    tree: Optional[ast.Module] = None
+    parsed = False
+
+    def parse() -> Optional[ast.Module]:  # one parse for every use below
+        nonlocal tree, parsed
+        if not parsed:
+            parsed = True
+            try:
+                tree = ast.parse(raw)
+            except (SyntaxError, ValueError, MemoryError, RecursionError):
+                tree = None
+        return tree
+
     if summary.trains and b"__call__" in raw and b".backward(" in raw:
-        summary.backward_runners = _backward_runners(raw)
+        if not shortcuts or not raw.isascii() or _may_define_backward_runner(raw):
+            summary.backward_runners = _backward_runners(parse())
     if b"fft" in raw:
-        summary.fft_helpers = _fft_helpers(raw)
+        summary.fft_helpers = _fft_helpers(parse())
     needs_savers = b"state_dict()" in raw and _SAVES.search(raw) is not None
     needs_scaler_params = b"caler" in raw and _SCALER_PARAM.search(raw) is not None
     if not (summary.trains or needs_ast or needs_apex or needs_savers or needs_scaler_params):
         return summary
-    summary.imports = _imports(raw, from_imports)
+    summary.imports = _imports(raw, from_imports, shortcuts)
     # A training file that builds something it imported and trains it (AMP409 across files).
     needs_results = summary.trains and bool(summary.from_imports) and _TRAINS_A_RESULT.search(raw) is not None
-    if not (needs_ast or needs_apex or needs_results or needs_savers or needs_scaler_params):
+    others = needs_results or needs_savers or needs_scaler_params  # records the shortcuts below do not cover
+    if not (needs_ast or needs_apex or others):
         return summary
-    try:
-        tree = ast.parse(raw)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
+    if shortcuts and raw.isascii():
+        # Only a file that spells what a record needs can have one: in an ASCII file every
+        # identifier `ast` reports is spelled as is (elsewhere NFKC may join other spellings).
+        needs_ast = needs_ast and _may_record_scaler_or_clip(raw)
+        needs_apex = needs_apex and (b"scale_loss" in raw or _APEX_AMP_IMPORT.search(raw) is not None)
+        if not (needs_ast or needs_apex or others):
+            return summary
+    if parse() is None:
         return summary
     try:
         if needs_ast:
@@ -516,11 +582,9 @@ def _own_nodes(body: ast.AST):
         stack.extend(ast.iter_child_nodes(node))
 
 
-def _fft_helpers(raw: bytes) -> Dict[str, str]:
+def _fft_helpers(tree: Optional[ast.Module]) -> Dict[str, str]:
     """Top-level functions calling `*.stft`/`*.istft`/`*fft.*` on an input that is not `.float()`."""
-    try:
-        tree = ast.parse(raw)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
+    if tree is None:  # not Python
         return {}
     found: Dict[str, str] = {}
     for node in tree.body:
@@ -540,10 +604,58 @@ def _fft_helpers(raw: bytes) -> Dict[str, str]:
     return found
 
 
-def _imports(raw: bytes, from_imports: List[Tuple[str, str]]) -> List[str]:
+def _may_record_scaler_or_clip(raw: bytes) -> bool:
+    """False when `_Summarizer` cannot record anything in this (ASCII) file. A clip helper needs
+    a clip function called as an attribute of `...utils` or `...clip_grad`
+    (`torch.nn.utils.clip_grad_norm_(...)`) or imported from `torch.nn.utils`; a GradScaler
+    parameter needs `p.scale(x).backward()` and `p.step`/`p.unscale_`/`p.update`; a GradScaler
+    passed on needs a `GradScaler(...)` call. Between tokens: any whitespace, continuation,
+    comment (inside brackets) or closing parenthesis (`(torch.nn.utils).clip_grad_norm_`)."""
+    if b"GradScaler" in raw:
+        return True
+    if (b"clip_grad_norm" in raw or b"clip_grad_value" in raw) and b"utils" in raw:
+        if _CLIP_ATTRIBUTE.search(raw) is not None or _CLIP_IMPORT.search(raw) is not None:
+            return True
+    return (
+        b"scale" in raw
+        and b"backward" in raw
+        and (b"step" in raw or b"unscale_" in raw or b"update" in raw)
+        and _SCALE_CALL.search(raw) is not None
+    )
+
+
+_GAP = rb"(?:[\s\\]|#[^\n]*)*"  # between two tokens of one expression
+_CLIP_ATTRIBUTE = re.compile(rb"(?:utils|clip_grad)(?:[\s\\)]|#[^\n]*)*\." + _GAP + rb"clip_grad_(?:norm|value)")
+_CLIP_IMPORT = re.compile(rb"from[\s\\.]+torch[\s\\]*\.[\s\\]*nn[\s\\]*\.[\s\\]*utils")
+_SCALE_CALL = re.compile(rb"\." + _GAP + rb"scale(?:[\s\\)]|#[^\n]*)*\(")
+
+
+def _may_define_backward_runner(raw: bytes) -> bool:
+    """False when no `def __call__` of this (ASCII) file is followed by the word `backward`."""
+    found = _DEF_CALL.search(raw)
+    return found is not None and raw.find(b"backward", found.end()) != -1
+
+
+def _line_matches(pattern: "re.Pattern[bytes]", keyword: bytes, raw: bytes):
+    """`pattern.finditer(raw)` for a MULTILINE pattern that starts `^[ \t]*<keyword>`, found by
+    a substring search for `keyword` (the regex alone has no literal to skip ahead with): a match
+    starts at the start of a line whose first word is `keyword`, and after the previous match."""
+    end = 0
+    at = raw.find(keyword)
+    while at != -1:
+        start = raw.rfind(b"\n", 0, at) + 1
+        if start >= end and not raw[start:at].strip(b" \t"):
+            match = pattern.match(raw, start)
+            if match is not None:
+                yield match
+                end = match.end()
+        at = raw.find(keyword, at + 1)
+
+
+def _imports(raw: bytes, from_imports: List[Tuple[str, str]], shortcuts: bool = True) -> List[str]:
     """Modules a file imports (and `module.name` for each name imported from one), by regex."""
     found: Set[str] = set()
-    for match in _IMPORT.finditer(raw):
+    for match in _line_matches(_IMPORT, b"import", raw) if shortcuts else _IMPORT.finditer(raw):
         for part in match.group(1).decode("utf-8", "replace").split(","):
             found.add(part.strip())
     for module, name in from_imports:
@@ -553,11 +665,11 @@ def _imports(raw: bytes, from_imports: List[Tuple[str, str]]) -> List[str]:
     return sorted(found)
 
 
-def _from_imports(raw: bytes, package: str) -> List[Tuple[str, str]]:
+def _from_imports(raw: bytes, package: str, shortcuts: bool = True) -> List[Tuple[str, str]]:
     """(absolute module, name) of each `from module import name` (relative ones resolved against
     `package`); ("module", "") for a star import or a line the regex cannot split."""
     found: List[Tuple[str, str]] = []
-    for match in _FROM.finditer(raw):
+    for match in _line_matches(_FROM, b"from", raw) if shortcuts else _FROM.finditer(raw):
         spec = match.group(1).decode("utf-8", "replace")
         level = len(spec) - len(spec.lstrip("."))
         module = spec[level:]
@@ -682,12 +794,10 @@ def _dotted(node: ast.AST) -> str:
 
 
 # ------------------------------------------------------------- issue 11: backward-running callables
-def _backward_runners(raw: bytes) -> List[str]:
+def _backward_runners(tree: Optional[ast.Module]) -> List[str]:
     """Top-level classes whose `__call__` calls `.backward(...)` on anything (`loss.backward()`,
     `self._scaler.scale(loss).backward()`): calling an instance runs the backward pass."""
-    try:
-        tree = ast.parse(raw)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
+    if tree is None:  # not Python
         return []
     found: List[str] = []
     for node in tree.body:

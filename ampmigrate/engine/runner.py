@@ -18,18 +18,20 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple, Union
 
 from ampmigrate.config import Settings
 from ampmigrate.diagnostics import FileError, Finding
 from ampmigrate.engine import workers
 from ampmigrate.engine.cache import Cache, content_hash, has_fix_to_apply
-from ampmigrate.engine.notebooks import process_notebook
-from ampmigrate.engine.pipeline import TOO_DEEP, Engine, FileResult, python_rejects
+from ampmigrate.engine.results import TOO_DEEP, FileResult
 from ampmigrate.engine.project import ProjectImports
 from ampmigrate.engine.project_index import ProjectIndex
 from ampmigrate.notebook import is_notebook
 from ampmigrate.source import FileTooLarge, SourceError, SourceFile, read_regular_file, write_atomic
+
+if TYPE_CHECKING:  # the engine imports LibCST: a run whose files are all cached never needs it
+    from ampmigrate.engine.pipeline import Engine
 
 # Below this many files, worker start-up costs more than it saves.
 PARALLEL_THRESHOLD = 8
@@ -145,6 +147,8 @@ def _process_unguarded(
     except SourceError as exc:
         return FileResult(path, errors=[FileError(path, str(exc))])
     if is_notebook(path):
+        from ampmigrate.engine.notebooks import process_notebook
+
         result = process_notebook(engine, text, path, job.mode, unsafe=job.unsafe, want_edits=job.want_edits)
         if cache is not None and _cacheable(result, job):
             cache.store(path, job.cache_kind, digest, result.findings, result.errors, result.parsed)
@@ -152,6 +156,8 @@ def _process_unguarded(
     if _CONTROL_CHARACTER.search(source.raw) is not None:
         # Binary data that happens to decode: Python accepts these bytes only inside strings
         # and comments, so a file with one is reported unless Python's parser accepts it.
+        from ampmigrate.engine.pipeline import python_rejects
+
         rejected = python_rejects(text)
         if rejected is not None:
             return FileResult(path, errors=[FileError(path, f"not Python source: {rejected}")])
@@ -264,6 +270,8 @@ def _init_worker(
     settings: Settings, cache: Optional[Cache], project: Optional[ProjectImports], index: Optional[ProjectIndex], job: Job
 ) -> None:
     global _WORKER
+    from ampmigrate.engine.pipeline import Engine  # imported before the fork (_run_in_workers)
+
     engine = Engine(settings, project=project, index=index)
     engine.before_parse = workers.new_parse  # each LibCST parse gets the whole budget
     _WORKER = (engine, cache, job)
@@ -331,6 +339,13 @@ def _run_in_workers(
     done: Callable[[int, Union[FileResult, workers.Failure]], None],
 ) -> None:
     """The files at the indices `todo`, in a pool of watched workers (two rounds, see above)."""
+    # The engine (LibCST, the rules) is imported here, once, before the workers are forked:
+    # only a run with files to analyse pays for it.
+    import ampmigrate.engine.pipeline  # noqa: F401
+    from ampmigrate.rules import rule_classes
+
+    rule_classes()
+
     size = 1 if len(todo) < PARALLEL_THRESHOLD else min(jobs, len(todo))
     # With one worker nothing waits on a large file: no second round.
     defer = size > 1

@@ -93,5 +93,18 @@ def rule_classes() -> List[type]:
     ]
 
 
+def rule_codes() -> List[str]:
+    """The codes of `rule_classes()` (as a set), without importing a rule module (nor LibCST):
+    every rule has a catalogue entry `rules/<CODE>.toml` and every entry a rule
+    (tests/test_catalogue.py), so the entries' file names are the codes. Settings are validated
+    against these, so that a run whose files are all cached imports no rule at all."""
+    from ampmigrate.catalogue import CatalogueError, catalogue_dir
+
+    try:
+        return sorted(path.stem for path in catalogue_dir().glob("*.toml"))
+    except CatalogueError:  # no catalogue: the engine reports it on the first file it checks
+        return [cls.code for cls in rule_classes()]
+
+
 def all_rules() -> List[Rule]:
     return [cls() for cls in rule_classes()]

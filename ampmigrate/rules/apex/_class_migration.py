@@ -25,7 +25,7 @@ from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args
 from ampmigrate.engine.names import Binding
 from ampmigrate.rules.apex._amp_options import bound_arguments, literal_value
-from ampmigrate.rules.apex._import_lines import fix_for, inside
+from ampmigrate.rules.apex._import_lines import covering, fix_for
 from ampmigrate.rules.apex._removal import Removal, unused_after
 
 _NO_SPACE = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
@@ -409,7 +409,7 @@ def report_class_sites(
                 ctx.report(site.node, message(site), fix=group.fix, no_fix_reason=None if group.fix else group.reason)
     if import_message is None:
         return
-    reported = [site.node for group in groups for site in group.sites]
+    reported = covering(ctx, (site.node for group in groups for site in group.sites))
     done: Set[cst.CSTNode] = set()
     for scope in ctx.names.scopes:
         for bindings in scope.bindings.values():
@@ -419,7 +419,7 @@ def report_class_sites(
                 if mapping is None or mapping.code != ctx.rule_code or statement in done:
                     continue
                 done.add(statement)
-                if any(inside(ctx, node, statement) for node in reported):
+                if id(statement) in reported:
                     continue  # an unused name of it is a site already
                 fix = fix_for(ctx, (g.fix for g in groups), statement)
                 related = [g for g in groups if any(_bound_by(ctx, site.node, statement) for site in g.sites)]

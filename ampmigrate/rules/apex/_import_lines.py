@@ -7,7 +7,7 @@ says why the line is left alone.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Set
 
 import libcst as cst
 
@@ -16,6 +16,21 @@ from ampmigrate.diagnostics import Fix
 
 def inside(ctx, node: cst.CSTNode, statement: cst.CSTNode) -> bool:
     return node is statement or any(a is statement for a in ctx.names.ancestors(node))
+
+
+def covering(ctx, nodes: Iterable[cst.CSTNode]) -> Set[int]:
+    """The ids of `nodes` and of all their ancestors: `inside(ctx, node, s)` holds for some node of
+    `nodes` exactly when `id(s)` is in it (one pass, not one walk up per node and statement)."""
+    found: Set[int] = set()
+    for node in nodes:
+        if id(node) in found:
+            continue  # its ancestors are in already
+        found.add(id(node))
+        for ancestor in ctx.names.ancestors(node):
+            if id(ancestor) in found:
+                break  # and the rest of the way up
+            found.add(id(ancestor))
+    return found
 
 
 def touches(ctx, fix: Fix, statement: cst.CSTNode) -> bool:

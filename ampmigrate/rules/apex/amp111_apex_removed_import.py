@@ -22,7 +22,7 @@ from ampmigrate.diagnostics import Fix
 from ampmigrate.engine.names import dotted
 from ampmigrate.rules.apex._amp_migration import amp_plan
 from ampmigrate.rules.apex._class_migration import class_groups
-from ampmigrate.rules.apex._import_lines import fix_for, inside
+from ampmigrate.rules.apex._import_lines import covering, fix_for
 from ampmigrate.rules.base import Rule
 
 CODE = "AMP111"
@@ -47,9 +47,9 @@ class ApexRemovedImport(Rule):
         if not statements:
             return
         groups = _use_groups(ctx)
-        reported = {site for sites, _, _ in groups for site in sites}
+        reported = covering(ctx, (site for sites, _, _ in groups for site in sites))
         for statement, modules in statements:
-            if any(inside(ctx, site, statement) for site in reported):
+            if id(statement) in reported:
                 continue  # already a finding of the rule of what it imports (an unused import)
             fix = fix_for(ctx, (fix for _, fix, _ in groups), statement)
             reason = None if fix is not None else _reason(ctx, statement, groups)

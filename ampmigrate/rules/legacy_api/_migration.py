@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -96,10 +96,14 @@ def legacy_groups(ctx: FileContext) -> List[Group]:
     return ctx.shared("legacy_api.groups", lambda: _Planner(ctx).plan())
 
 
+_MISSING = object()
+
+
 class _Planner:
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.names = ctx.names
+        self._gates: Dict[int, Optional[cst.CSTNode]] = {}  # id(node) -> its compatibility gate
 
     # ------------------------------------------------------------------ grouping
     def plan(self) -> List[Group]:
@@ -793,7 +797,14 @@ class _Planner:
     def _compat_gate(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         """The version check or try-import that chooses between `node`'s legacy spelling and the
         modern API. One that chooses between mixed precision and none is not a gate: under a
-        min-torch that makes its legacy branch always taken, that branch is fixed as any other."""
+        min-torch that makes its legacy branch always taken, that branch is fixed as any other.
+        Once per node (an import statement is asked about for every use of its names)."""
+        known = self._gates.get(id(node), _MISSING)
+        if known is _MISSING:
+            known = self._gates[id(node)] = self._find_compat_gate(node)
+        return known
+
+    def _find_compat_gate(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         start = node
         for _ in range(8):  # nested checks; a bound against pathological nesting
             gate = version_gate(self.names, start)
