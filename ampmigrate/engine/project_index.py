@@ -127,7 +127,11 @@ class ProjectIndex:
             if entry is not None and entry[0] == digest:
                 data = entry[1]
             else:
-                data = _as_data(summarize(raw, index.package_of(absolute)))
+                package = index.package_of(absolute)
+                if is_test_file(absolute):
+                    data = _as_data(summarize(raw, package, test_file=True))
+                else:
+                    data = _as_data(summarize(raw, package))
             fresh[absolute] = (digest, data)
             index._add(absolute, ModuleSummary(**data))
         if cache_path is not None and fresh != cached:
@@ -336,6 +340,12 @@ class ProjectIndex:
 
 
 # ---------------------------------------------------------------------------------- reading
+def is_test_file(path: str) -> bool:
+    """`test_*.py`, `*_test.py`, `conftest.py`: code that exercises float16 on purpose."""
+    name = os.path.basename(path)
+    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+
+
 def _read(path: str, max_size: int) -> Optional[bytes]:
     """The one place the index reads a file: unreadable or oversized files are left out (the
     per-file pass reports them)."""
@@ -385,9 +395,11 @@ _DEF_CALL = re.compile(rb"def[\s\\]+__call__")
 _APEX_AMP_IMPORT = re.compile(rb"from[\s\\.]+apex[\s\\]+import|apex[\s\\]*\.[\s\\]*amp")
 
 
-def summarize(raw: bytes, package: str, shortcuts: bool = True) -> ModuleSummary:
+def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bool = False) -> ModuleSummary:
     """What the file with bytes `raw` does for training. `shortcuts=False` takes the long way
-    (every regex run over the whole file, every parse made): the answer is the same."""
+    (every regex run over the whole file, every parse made): the answer is the same. A test file
+    (`test_file`) gets no records for the precision rules, which never report on test code:
+    builders it trains, checkpoint helpers, scaler parameters, FFT helpers."""
     summary = ModuleSummary()
     from_imports = _from_imports(raw, package, shortcuts) if b"import" in raw else []
     summary.from_imports = [(module, name) for module, name in from_imports if name]
@@ -421,15 +433,19 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True) -> ModuleSummary
     if summary.trains and b"__call__" in raw and b".backward(" in raw:
         if not shortcuts or not raw.isascii() or _may_define_backward_runner(raw):
             summary.backward_runners = _backward_runners(parse())
-    if b"fft" in raw:
+    if b"fft" in raw and not test_file:
         summary.fft_helpers = _fft_helpers(parse())
-    needs_savers = b"state_dict()" in raw and _SAVES.search(raw) is not None
-    needs_scaler_params = b"caler" in raw and _SCALER_PARAM.search(raw) is not None
+    needs_savers = not test_file and b"state_dict()" in raw and _SAVES.search(raw) is not None
+    needs_scaler_params = not test_file and b"caler" in raw and _SCALER_PARAM.search(raw) is not None
     if not (summary.trains or needs_ast or needs_apex or needs_savers or needs_scaler_params):
         return summary
     summary.imports = _imports(raw, from_imports, shortcuts)
     # A training file that builds something it imported and trains it (AMP409 across files).
-    needs_results = summary.trains and bool(summary.from_imports) and _TRAINS_A_RESULT.search(raw) is not None
+    needs_results = (
+        not test_file and summary.trains and bool(summary.from_imports) and _TRAINS_A_RESULT.search(raw) is not None
+    )
+    if needs_results and shortcuts and raw.isascii():
+        needs_results = _may_train_a_result(raw, summary.from_imports)
     others = needs_results or needs_savers or needs_scaler_params  # records the shortcuts below do not cover
     if not (needs_ast or needs_apex or others):
         return summary
@@ -448,9 +464,9 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True) -> ModuleSummary
         if needs_apex:
             _summarize_apex_amp(tree, summary)
         if needs_results:
-            summary.trained_results = _trained_results(tree, summary.from_imports)
+            summary.trained_results = _trained_results(tree, summary.from_imports, raw)
         if needs_savers:
-            summary.checkpoint_savers = _checkpoint_savers(tree)
+            summary.checkpoint_savers = _checkpoint_savers(tree, raw)
         if needs_scaler_params:
             summary.scaler_param_uses = _scaler_param_uses(tree)
     except RecursionError:
@@ -463,39 +479,106 @@ _TRAINS_A_RESULT = re.compile(rb"\.(?:named_)?parameters\(|\.train\(")
 _OPTIMIZER_NAME = re.compile(r"(?:Adam|SGD|RMSprop|Adagrad|Adadelta|Adamax|Lamb|LAMB|Lion|Adafactor|LARS|NovoGrad|Lars)")
 
 
-def _trained_results(tree: ast.Module, from_imports: List[Tuple[str, str]]) -> List[str]:
+_BUILT = re.compile(rb"(?:^|;)[ \t]*(\w+)[ \t]*=(?:[ \t]|\\\n)*(\w+)[ \t]*\(", re.MULTILINE)
+_TRAINED = re.compile(rb"(\w+)(?:\s|\\)*\.(?:\s|\\)*(?:named_parameters|parameters|train)(?:\s|\\)*\(")
+
+
+def _may_train_a_result(raw: bytes, from_imports: List[Tuple[str, str]]) -> bool:
+    """False when no name is both assigned the call of a name imported by name (`model =
+    build_model(...)`) and given to training (`model.parameters(`, `model.train(`): then
+    `_trained_results` records nothing (an ASCII file: every identifier is spelled as is)."""
+    imported = {name.encode() for _, name in from_imports}
+    built = {m.group(1) for m in _BUILT.finditer(raw) if m.group(2) in imported}
+    return bool(built) and any(m.group(1) in built for m in _TRAINED.finditer(raw))
+
+
+def _trained_results(tree: ast.Module, from_imports: List[Tuple[str, str]], raw: bytes) -> List[str]:
     """"module.name" for each builder imported by name (`from models import build_model`) whose
     result is trained later in the same function (or the module body): `model = build_model(...)`,
-    then `model.train()` or an optimizer over `model.parameters()`."""
+    then `model.train()` or an optimizer over `model.parameters()`. Only the statements on lines
+    where the byte regexes see such an assignment or use are looked into."""
     imported = {name: module for module, name in from_imports if name}
+    assigned = {m.group(1) for m in _BUILT.finditer(raw) if m.group(2).decode("utf-8", "replace") in imported}
+    lines = _line_numbers(raw)
+    use_lines = {lines(m.start(1)) for m in _TRAINED.finditer(raw) if m.group(1) in assigned}
+    built: Dict[int, Dict[str, Tuple[str, int]]] = {}  # body -> local name -> (builder, line)
+    uses: Dict[int, List[Tuple[str, int]]] = {}  # body -> (local name, line) of a training use
+
+    def visit(statements: List[ast.stmt], owner: Optional[int]) -> None:
+        for statement in statements:
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(statement.body, id(statement))
+                continue
+            if isinstance(statement, ast.ClassDef):
+                visit(statement.body, None)  # class bodies belong to no function
+                continue
+            if owner is not None:
+                if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
+                    value = statement.value
+                    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in imported:
+                        built.setdefault(owner, {})[statement.targets[0].id] = (
+                            f"{imported[value.func.id]}.{value.func.id}",
+                            statement.lineno,
+                        )
+                end = getattr(statement, "end_lineno", statement.lineno) or statement.lineno
+                if any(statement.lineno <= line <= end for line in use_lines):
+                    for node in _header_nodes(statement):
+                        _note_training_use(node, owner, uses)
+            for field_name, value in ast.iter_fields(statement):
+                if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                    visit(value, owner)
+                elif isinstance(value, list) and value and isinstance(value[0], (ast.ExceptHandler, ast.match_case)):
+                    for part in value:
+                        visit(part.body, owner)
+
+    visit(tree.body, 0)
     found: Set[str] = set()
-    bodies: List[ast.AST] = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
-    for body in bodies:
-        built: Dict[str, Tuple[str, int]] = {}  # local name -> (builder, line it was built on)
-        uses: List[Tuple[str, int]] = []  # (local name, line) of a training use
-        for node in _own_nodes(body):
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                value = node.value
-                if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in imported:
-                    built[node.targets[0].id] = (f"{imported[value.func.id]}.{value.func.id}", node.lineno)
-            elif isinstance(node, ast.Call):
-                func = node.func
-                if isinstance(func, ast.Attribute) and func.attr == "train" and isinstance(func.value, ast.Name):
-                    if all(isinstance(a, ast.Constant) and a.value is True for a in node.args):
-                        uses.append((func.value.id, node.lineno))
-                elif node.args and _is_optimizer_class(_dotted(func).rpartition(".")[2]):
-                    first = node.args[0]
-                    if (
-                        isinstance(first, ast.Call)
-                        and isinstance(first.func, ast.Attribute)
-                        and first.func.attr in ("parameters", "named_parameters")
-                        and isinstance(first.func.value, ast.Name)
-                    ):
-                        uses.append((first.func.value.id, node.lineno))
-        for name, line in uses:
-            if name in built and built[name][1] < line:
-                found.add(built[name][0])
+    for owner, trained in uses.items():
+        local = built.get(owner, {})
+        for name, line in trained:
+            if name in local and local[name][1] < line:
+                found.add(local[name][0])
     return sorted(found)
+
+
+def _header_nodes(statement: ast.stmt):
+    """The expression nodes of a statement, not those of the statements inside it (nor lambdas)."""
+    stack: List[ast.AST] = []
+    for value in (v for _, v in ast.iter_fields(statement)):
+        items = value if isinstance(value, list) else [value]
+        stack.extend(i for i in items if isinstance(i, ast.AST) and not isinstance(i, (ast.stmt, ast.ExceptHandler, ast.match_case)))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Lambda):
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _note_training_use(node: ast.AST, owner: int, uses: Dict[int, List[Tuple[str, int]]]) -> None:
+    if not isinstance(node, ast.Call):
+        return
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr == "train" and isinstance(func.value, ast.Name):
+        if all(isinstance(a, ast.Constant) and a.value is True for a in node.args):
+            uses.setdefault(owner, []).append((func.value.id, node.lineno))
+    elif node.args and _is_optimizer_class(_dotted(func).rpartition(".")[2]):
+        first = node.args[0]
+        if (
+            isinstance(first, ast.Call)
+            and isinstance(first.func, ast.Attribute)
+            and first.func.attr in ("parameters", "named_parameters")
+            and isinstance(first.func.value, ast.Name)
+        ):
+            uses.setdefault(owner, []).append((first.func.value.id, node.lineno))
+
+
+def _line_numbers(raw: bytes):
+    """offset -> 1-based line number of `raw`."""
+    import bisect
+
+    starts = [0] + [m.end() for m in re.finditer(rb"\n", raw)]
+    return lambda offset: bisect.bisect_right(starts, offset)
 
 
 _SAVES = re.compile(rb"\bsave\w*\(")
@@ -538,14 +621,19 @@ def _scaler_param_uses(tree: ast.Module) -> Dict[str, Tuple[List[str], Dict[str,
     return found
 
 
-def _checkpoint_savers(tree: ast.Module) -> Dict[str, Tuple[List[str], List[str]]]:
+def _checkpoint_savers(tree: ast.Module, raw: bytes) -> Dict[str, Tuple[List[str], List[str]]]:
     """Top-level functions that call a `*save*` function and `.state_dict()` on some of their
     parameters, and on nothing that looks like a scaler (a name or attribute containing
     "scaler"): {name: (positional parameters, the parameters whose state they save)}."""
     found: Dict[str, Tuple[List[str], List[str]]] = {}
+    lines = _line_numbers(raw)
+    state_lines = [lines(m.start()) for m in re.finditer(rb"state_dict", raw)]
     for node in tree.body:
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
+        end = getattr(node, "end_lineno", None) or node.lineno
+        if not any(node.lineno <= line <= end for line in state_lines):
+            continue  # no `state_dict` in its text: nothing it could save
         positional = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
         saved: Set[str] = set()
         saves = scaler = False
@@ -569,17 +657,6 @@ def _checkpoint_savers(tree: ast.Module) -> Dict[str, Tuple[List[str], List[str]
 
 def _is_optimizer_class(name: str) -> bool:
     return name[:1].isupper() and _OPTIMIZER_NAME.search(name) is not None
-
-
-def _own_nodes(body: ast.AST):
-    """The nodes of a function (or module) body, not those of the functions and classes inside it."""
-    stack = list(ast.iter_child_nodes(body))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            continue
-        yield node
-        stack.extend(ast.iter_child_nodes(node))
 
 
 def _fft_helpers(tree: Optional[ast.Module]) -> Dict[str, str]:

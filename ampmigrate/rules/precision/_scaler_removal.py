@@ -125,6 +125,10 @@ class StayingScalers:
 
 
 def scalers_that_stay(ctx: FileContext) -> StayingScalers:
+    return ctx.shared("scaler_removal.staying", lambda: _scalers_that_stay(ctx))
+
+
+def _scalers_that_stay(ctx: FileContext) -> StayingScalers:
     """The switch of autocast to bfloat16 (AMP401) and the scaler's removal (AMP402) go together:
     a bfloat16 region beside a float16 loss scaler that stays is a half migration (issue 16: both
     move, or neither). Where AMP402 cannot remove a scaler (it is passed to other functions,
@@ -168,11 +172,17 @@ def _disabled_call(call: cst.Call) -> Optional[cst.Call]:
 
 
 def plan_removal(ctx: FileContext, scaler: Scaler) -> RemovalPlan:
-    planner = _Planner(ctx, scaler)
-    try:
-        return RemovalPlan(planner.plan())
-    except _Blocked as exc:
-        return RemovalPlan(reason=str(exc), guards=isinstance(exc, _GuardBlocked) or planner.only_guard())
+    """Planned once per scaler and file (AMP401 asks for every autocast, AMP402 for every scaler)."""
+    plans: Dict[int, RemovalPlan] = ctx.shared("scaler_removal.plans", dict)
+    plan = plans.get(id(scaler))
+    if plan is None:
+        planner = _Planner(ctx, scaler)
+        try:
+            plan = RemovalPlan(planner.plan())
+        except _Blocked as exc:
+            plan = RemovalPlan(reason=str(exc), guards=isinstance(exc, _GuardBlocked) or planner.only_guard())
+        plans[id(scaler)] = plan
+    return plan
 
 
 class _Planner:
@@ -314,8 +324,7 @@ class _Planner:
         if any(_tests_finiteness(node) for node in ancestors):
             return
         function = next((a for a in ancestors if isinstance(a, cst.FunctionDef)), None)
-        owner = function if function is not None else self.ctx.module
-        for guard in _finiteness_ifs(owner):
+        for guard in _finiteness_ifs(self.ctx).get(function, ()):
             other = _other_step(guard, call)
             if other is not None:
                 raise _GuardBlocked(
@@ -456,16 +465,18 @@ def _tests_finiteness(node: cst.CSTNode) -> bool:
     return found
 
 
-def _finiteness_ifs(owner: cst.CSTNode) -> List[cst.If]:
-    found: List[cst.If] = []
+def _finiteness_ifs(ctx: FileContext) -> Dict[Optional[cst.FunctionDef], List[cst.If]]:
+    """The `if`s testing finiteness, by the function they are in (None: the module), found once
+    per file."""
 
-    class _Finder(cst.CSTVisitor):
-        def visit_If(self, node: cst.If) -> None:
+    def build() -> Dict[Optional[cst.FunctionDef], List[cst.If]]:
+        found: Dict[Optional[cst.FunctionDef], List[cst.If]] = {}
+        for node in ctx.names.nodes_of_type(cst.If):
             if _tests_finiteness(node):
-                found.append(node)
+                found.setdefault(ctx.names.enclosing(node, cst.FunctionDef), []).append(node)
+        return found
 
-    owner.visit(_Finder())
-    return found
+    return ctx.shared("scaler_removal.finiteness_ifs", build)
 
 
 def _other_step(guard: cst.If, scaler_step: cst.Call) -> Optional[cst.Call]:
