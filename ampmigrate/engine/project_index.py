@@ -372,8 +372,10 @@ def _store(cache_path: str, modules: Dict[str, Tuple[str, dict]]) -> None:
     try:
         os.makedirs(os.path.dirname(cache_path), exist_ok=True)
         temporary = f"{cache_path}.{os.getpid()}.tmp"
+        # `dumps` runs the C encoder in one go; `dump` streams through the Python one (5x slower).
+        text = json.dumps({"format": _FORMAT, "modules": {p: list(e) for p, e in modules.items()}})
         with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump({"format": _FORMAT, "modules": {p: list(e) for p, e in modules.items()}}, handle)
+            handle.write(text)
         os.replace(temporary, cache_path)
     except OSError:
         pass  # a read-only cache directory: go without
@@ -480,7 +482,19 @@ _OPTIMIZER_NAME = re.compile(r"(?:Adam|SGD|RMSprop|Adagrad|Adadelta|Adamax|Lamb|
 
 
 _BUILT = re.compile(rb"(?:^|;)[ \t]*(\w+)[ \t]*=(?:[ \t]|\\\n)*(\w+)[ \t]*\(", re.MULTILINE)
-_TRAINED = re.compile(rb"(\w+)(?:\s|\\)*\.(?:\s|\\)*(?:named_parameters|parameters|train)(?:\s|\\)*\(")
+# `.parameters(` / `.train(`: the literal dot first (a leading `(\w+)` would be tried at every
+# position); the receiver's name is read backwards from it (`_receiver`).
+_TRAINED = re.compile(rb"\.(?:\s|\\)*(?:named_parameters|parameters|train)(?:\s|\\)*\(")
+_NAME_END = re.compile(rb"\w+$")
+
+
+def _receiver(raw: bytes, dot: int) -> bytes:
+    """The identifier before the `.` at `dot` (skipping whitespace and continuations)."""
+    end = dot
+    while end > 0 and raw[end - 1 : end] in (b" ", b"\t", b"\n", b"\r", b"\\", b"\x0c"):
+        end -= 1
+    match = _NAME_END.search(raw, max(0, end - 256), end)
+    return match.group(0) if match is not None else b""
 
 
 def _may_train_a_result(raw: bytes, from_imports: List[Tuple[str, str]]) -> bool:
@@ -489,7 +503,7 @@ def _may_train_a_result(raw: bytes, from_imports: List[Tuple[str, str]]) -> bool
     `_trained_results` records nothing (an ASCII file: every identifier is spelled as is)."""
     imported = {name.encode() for _, name in from_imports}
     built = {m.group(1) for m in _BUILT.finditer(raw) if m.group(2) in imported}
-    return bool(built) and any(m.group(1) in built for m in _TRAINED.finditer(raw))
+    return bool(built) and any(_receiver(raw, m.start()) in built for m in _TRAINED.finditer(raw))
 
 
 def _trained_results(tree: ast.Module, from_imports: List[Tuple[str, str]], raw: bytes) -> List[str]:
@@ -500,7 +514,7 @@ def _trained_results(tree: ast.Module, from_imports: List[Tuple[str, str]], raw:
     imported = {name: module for module, name in from_imports if name}
     assigned = {m.group(1) for m in _BUILT.finditer(raw) if m.group(2).decode("utf-8", "replace") in imported}
     lines = _line_numbers(raw)
-    use_lines = {lines(m.start(1)) for m in _TRAINED.finditer(raw) if m.group(1) in assigned}
+    use_lines = {lines(m.start()) for m in _TRAINED.finditer(raw) if _receiver(raw, m.start()) in assigned}
     built: Dict[int, Dict[str, Tuple[str, int]]] = {}  # body -> local name -> (builder, line)
     uses: Dict[int, List[Tuple[str, int]]] = {}  # body -> (local name, line) of a training use
 
