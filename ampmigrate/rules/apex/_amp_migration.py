@@ -108,6 +108,7 @@ class _Planner(StepRewrites, ForwardRegions):
     # ------------------------------------------------------------------ the fix
     def _build(self, plan: AmpPlan) -> Fix:
         self._check_star_refs()
+        self._check_unreached_uses()
         for binding in self.usage.import_bindings:
             if self.ctx.reexported(binding):
                 raise Unfixable(
@@ -827,6 +828,20 @@ class _Planner(StepRewrites, ForwardRegions):
                         f"two parts of the migration overlap at line {self._line(target)} (the fix would have to "
                         "change a statement it also moves)"
                     )
+
+    def _check_unreached_uses(self) -> None:
+        """`from apex import amp` inside one method, `amp.scale_loss(...)` in another: there `amp`
+        is bound nowhere (a NameError unless something outside the file sets a global). Removing
+        the import as unused would erase the only sign of apex, so the fix stops and says where."""
+        imported = {b.name for b in self.usage.import_bindings if b.scope is not self.names.module_scope}
+        for name, scope in self.names.loads.items():
+            if name.value in imported and not self.names.lookup(name.value, scope):
+                parent = self.names.parent(name)
+                what = f"`{name.value}.{parent.attr.value}`" if isinstance(parent, cst.Attribute) and parent.value is name else f"`{name.value}`"
+                raise Unfixable(
+                    f"{what} at line {self._line(name)} uses a name the apex import (in another function) does not "
+                    "bind there: migrate that use by hand, with the GradScaler passed or stored where both can reach it"
+                )
 
     def _check_star_refs(self) -> None:
         """A name reached through `from apex.amp import *` has no import the fix could remove."""
