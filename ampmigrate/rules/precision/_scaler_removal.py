@@ -16,6 +16,11 @@ That holds only when the file shows every use: a scaler passed to a function, re
 stored elsewhere or tested (`if scaler is not None`), a parameter, or a method outside the list
 keeps the scaler, and the reason says where. An `if`/`for` left with nothing in its body is
 removed with it when its header has no side effects (`if "scaler" in ckpt:`).
+
+Where it cannot be removed, the same program is had by disabling it where it is made
+(`disabling_plan`), when nothing asks it what a disabled scaler answers differently. Whether the
+switch to bfloat16 may happen at all (`scalers_that_stay`) is AMP401's question: a scaler that
+can be neither removed nor disabled keeps the float16 code with it (issue 16).
 """
 
 from __future__ import annotations
