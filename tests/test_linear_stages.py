@@ -163,3 +163,29 @@ def test_collector_paused_restores_its_state():
         with collector.paused():
             raise ValueError
     assert gc.isenabled()
+
+
+def test_staying_scalers_are_planned_once_per_file(monkeypatch):
+    """AMP401 asks which GradScalers stay for every float16 autocast it reports; the removal of
+    each scaler is planned once per file, not once per autocast (quadratic on large files)."""
+    from ampmigrate.rules.precision import _scaler_removal
+
+    calls = []
+    original = _scaler_removal.plan_removal
+    monkeypatch.setattr(_scaler_removal, "plan_removal", lambda ctx, scaler: calls.append(scaler) or original(ctx, scaler))
+    steps = "".join(
+        f"def step_{i}(model, x, opt):\n"
+        f"    with torch.autocast('cuda', dtype=torch.float16):\n"
+        f"        loss = model(x)\n"
+        f"    scaler.scale(loss).backward()\n"
+        f"    scaler.step(opt)\n"
+        f"    scaler.update()\n"
+        f"    keep(scaler)\n\n"
+        for i in range(12)
+    )
+    text = "import torch\nscaler = torch.amp.GradScaler('cuda')\n\n" + steps
+    from conftest import check
+
+    findings = check(text, select=["AMP401"])
+    assert len([f for f in findings if f.code == "AMP401"]) == 12
+    assert len(calls) <= 2  # one family (a second _find with protocol typing may add none)

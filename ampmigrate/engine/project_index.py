@@ -699,20 +699,15 @@ def _may_record_scaler_or_clip(raw: bytes) -> bool:
     """False when `_Summarizer` cannot record anything in this (ASCII) file. A clip helper needs
     a clip function called as an attribute of `...utils` or `...clip_grad`
     (`torch.nn.utils.clip_grad_norm_(...)`) or imported from `torch.nn.utils`; a GradScaler
-    parameter needs `p.scale(x).backward()` and `p.step`/`p.unscale_`/`p.update`; a GradScaler
-    passed on needs a `GradScaler(...)` call. Between tokens: any whitespace, continuation,
+    parameter and `scales_loss` need `<x>.scale(loss).backward()`, or a `GradScaler(...)` call
+    (which a GradScaler passed on needs too). Between tokens: any whitespace, continuation,
     comment (inside brackets) or closing parenthesis (`(torch.nn.utils).clip_grad_norm_`)."""
     if b"GradScaler" in raw:
         return True
     if (b"clip_grad_norm" in raw or b"clip_grad_value" in raw) and b"utils" in raw:
         if _CLIP_ATTRIBUTE.search(raw) is not None or _CLIP_IMPORT.search(raw) is not None:
             return True
-    return (
-        b"scale" in raw
-        and b"backward" in raw
-        and (b"step" in raw or b"unscale_" in raw or b"update" in raw)
-        and _SCALE_CALL.search(raw) is not None
-    )
+    return b"scale" in raw and b"backward" in raw and _SCALE_CALL.search(raw) is not None
 
 
 _GAP = rb"(?:[\s\\]|#[^\n]*)*"  # between two tokens of one expression

@@ -140,25 +140,37 @@ def _scalers_that_stay(ctx: FileContext) -> StayingScalers:
     tested, stored), it disables it where it is made, once every autocast of the file runs in
     bfloat16 (`disable`); where the scaler is made elsewhere, or is a step's only inf/NaN guard,
     AMP401 withholds its fix (`disable` is None)."""
-    seen: Set[int] = set()
     reasons: List[str] = []
     disable: Optional[List[Tuple[cst.CSTNode, cst.CSTNode]]] = []
-    for scaler in protocol_scalers(ctx):  # a parameter used as a GradScaler counts (it stays)
-        members = family(scaler)
-        if id(members[0]) in seen:
-            continue
-        seen.update(id(m) for m in members)
-        if inert_under_bf16(scaler) or not any(m.calls("scale") for m in members):
-            continue
-        plan = plan_removal(ctx, scaler)
-        if plan.reason is None:
-            continue  # AMP402 removes it once autocast runs in bfloat16
+    for scaler, _members, plan in _staying_plans(ctx):
         reasons.append(f"`{scaler.display}` would stay ({plan.reason})")
         changes = disabling_plan(ctx, scaler)  # None: a guard, or made elsewhere
         disable = None if changes is None or disable is None else [*disable, *changes]
     if not reasons:
         return StayingScalers()
     return StayingScalers("; ".join(reasons), disable)
+
+
+def _staying_plans(ctx: FileContext) -> List[Tuple[Scaler, List[Scaler], "RemovalPlan"]]:
+    """(scaler, its family, its removal plan) for each family that scales a loss and that AMP402
+    cannot remove: planned once per file (AMP401 asks for every autocast it reports)."""
+
+    def plans() -> List[Tuple[Scaler, List[Scaler], RemovalPlan]]:
+        seen: Set[int] = set()
+        found: List[Tuple[Scaler, List[Scaler], RemovalPlan]] = []
+        for scaler in protocol_scalers(ctx):  # a parameter used as a GradScaler counts (it stays)
+            members = family(scaler)
+            if id(members[0]) in seen:
+                continue
+            seen.update(id(m) for m in members)
+            if inert_under_bf16(scaler) or not any(m.calls("scale") for m in members):
+                continue
+            plan = plan_removal(ctx, scaler)
+            if plan.reason is not None:  # else AMP402 removes it once autocast runs in bfloat16
+                found.append((scaler, members, plan))
+        return found
+
+    return ctx.shared("precision.staying_scalers", plans)
 
 
 def _disabled_call(call: cst.Call) -> Optional[cst.Call]:
