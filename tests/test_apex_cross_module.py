@@ -109,3 +109,24 @@ def test_the_trainer_result_follows_the_caller_through_the_cache(tmp_path):
     main = project / "main.py"
     main.write_text(main.read_text().replace("train(model, opt, amp)", "train(model, opt, None)"))
     assert crossed() == []
+
+
+def test_a_function_other_files_import_is_not_followed(tmp_path):
+    """`train` is imported by another file of the run, whose calls may pass anything (or `amp=`
+    by name): the module is not followed into it, and its `amp.scale_loss` keeps no fix."""
+    (tmp_path / "train.py").write_text(
+        "def train(model, opt, amp):\n"
+        "    loss = model(1)\n"
+        "    with amp.scale_loss(loss, opt) as scaled:\n"
+        "        scaled.backward()\n"
+        "    opt.step()\n"
+        "\n"
+        "\n"
+        "def main(model, opt):\n"
+        "    from apex import amp\n"
+        "    model, opt = amp.initialize(model, opt)\n"
+        "    train(model, opt, amp)\n"
+    )
+    (tmp_path / "finetune.py").write_text("from train import train\n\n\ndef run(model, opt, amp):\n    train(model, opt, amp=amp)\n")
+    findings = [f for f in _check(tmp_path).findings if f.path.endswith("train.py") and f.location.row == 3]
+    assert findings and all(f.fix is None for f in findings)

@@ -235,3 +235,29 @@ def test_checkpoint_saver_result_follows_the_helper_file(tmp_path):
     helper = project / "checkpoint.py"
     helper.write_text(helper.read_text().replace('"epoch": epoch}', '"epoch": epoch, "scaler": model.scaler.state_dict()}', 1))
     assert "train.py:16" not in _text(project, _check(project, cache=cache, select=["AMP308"]))
+
+
+# ------------------------------------------------------------------ AMP402 across files
+def test_scaler_param_uses_record_the_methods_a_helper_calls():
+    summary = summarize(
+        b"""
+def load_checkpoint(path, model, optimizer, loss_scaler):
+    if loss_scaler is not None and "scaler" in ckpt:
+        loss_scaler.load_state_dict(ckpt["scaler"])
+
+
+def keep(loss_scaler):
+    registry.append(loss_scaler)
+""",
+        "",
+    )
+    assert summary.scaler_param_uses == {
+        "load_checkpoint": (["path", "model", "optimizer", "loss_scaler"], {"loss_scaler": ["load_state_dict"]}),
+        "keep": (["loss_scaler"], {"loss_scaler": ["*"]}),
+    }
+
+
+def test_a_scaler_handed_to_a_helper_elsewhere_is_disabled_only_where_that_helper_cannot_tell():
+    found = _check(FIXTURES / "AMP402" / "disabled_across_files.project", select=["AMP402"]).findings
+    fixed = {Path(f.path).name: f.fix is not None for f in found}
+    assert fixed == {"train.py": True, "train_reported.py": False}

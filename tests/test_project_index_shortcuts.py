@@ -169,7 +169,9 @@ def test_the_index_is_the_same_without_shortcuts(monkeypatch, tmp_path):
     root = FIXTURES
     files = sorted(str(p) for p in root.rglob("*.py"))
     fast = ProjectIndex.build(str(root), files, cache_path=str(tmp_path / "fast.json"))
-    monkeypatch.setattr(project_index_module, "summarize", lambda raw, package: summarize(raw, package, shortcuts=False))
+    monkeypatch.setattr(
+        project_index_module, "summarize", lambda raw, package, **kw: summarize(raw, package, shortcuts=False, **kw)
+    )
     full = ProjectIndex.build(str(root), files, cache_path=str(tmp_path / "full.json"))
     assert {p: asdict(s) for p, s in fast.modules.items()} == {p: asdict(s) for p, s in full.modules.items()}
     assert [fast.dependency_key(p) for p in files] == [full.dependency_key(p) for p in files]

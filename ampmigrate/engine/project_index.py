@@ -27,13 +27,12 @@ from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from ampmigrate.engine import collector
-from ampmigrate.engine.ast_nodes import nodes_of
 from ampmigrate.engine.project import module_names
 from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 8
+_FORMAT = 9
 
 
 @dataclass
@@ -71,6 +70,11 @@ class ModuleSummary:
     # `.state_dict()` they save (`torch.save`, `save_on_master`, ...) while saving no scaler
     # state: a caller passing its optimizer there checkpoints without the GradScaler (AMP308).
     checkpoint_savers: Dict[str, Tuple[List[str], List[str]]] = field(default_factory=dict)
+    # Top-level functions with a parameter named like a scaler (`scaler`, `loss_scaler`): their
+    # positional parameters and, per such parameter, the methods called on it ("*" when it is
+    # used otherwise: passed on, stored, returned). Whether a disabled GradScaler handed there
+    # behaves as a removed one (AMP402).
+    scaler_param_uses: Dict[str, Tuple[List[str], Dict[str, List[str]]]] = field(default_factory=dict)
 
 
 def _as_data(summary: ModuleSummary) -> dict:
@@ -88,7 +92,11 @@ def _as_data(summary: ModuleSummary) -> dict:
         "apex_amp_params": {name: list(params) for name, params in summary.apex_amp_params.items()},
         "apex_amp_passed_to": [tuple(item) for item in summary.apex_amp_passed_to],
         "trained_results": list(summary.trained_results),
-        "checkpoint_savers": {name: (list(v[0]), list(v[1])) for name, v in summary.checkpoint_savers.items()},
+        "checkpoint_savers": {name: (list(a), list(b)) for name, (a, b) in summary.checkpoint_savers.items()},
+        "scaler_param_uses": {
+            name: (list(positional), {param: list(methods) for param, methods in uses.items()})
+            for name, (positional, uses) in summary.scaler_param_uses.items()
+        },
     }
 
 
@@ -121,7 +129,11 @@ class ProjectIndex:
             if entry is not None and entry[0] == digest:
                 data = entry[1]
             else:
-                data = _as_data(summarize(raw, index.package_of(absolute)))
+                package = index.package_of(absolute)
+                if is_test_file(absolute):
+                    data = _as_data(summarize(raw, package, test_file=True))
+                else:
+                    data = _as_data(summarize(raw, package))
             fresh[absolute] = (digest, data)
             index._add(absolute, ModuleSummary(**data))
         if cache_path is not None and fresh != cached:
@@ -155,6 +167,7 @@ class ProjectIndex:
         summary.scaler_passed_to = [tuple(item) for item in summary.scaler_passed_to]
         summary.apex_amp_passed_to = [tuple(item) for item in summary.apex_amp_passed_to]
         summary.checkpoint_savers = {k: (list(v[0]), list(v[1])) for k, v in summary.checkpoint_savers.items()}
+        summary.scaler_param_uses = {k: (list(v[0]), dict(v[1])) for k, v in summary.scaler_param_uses.items()}
         for module, name in summary.from_imports:
             self._exports.setdefault(module, set()).add(name)
         self.modules[path] = summary
@@ -222,6 +235,15 @@ class ProjectIndex:
         calls it and trains what it returns (an optimizer over its parameters, `.train()`)."""
         return self._trained_results.get(os.path.abspath(path), {}).get(function)
 
+    def scaler_parameter_uses(self, qname: str) -> Optional[Tuple[List[str], Dict[str, List[str]]]]:
+        """For `utils.load_checkpoint`: (positional parameters, {scaler-like parameter: methods
+        called on it, "*" for other uses}), if it has such a parameter."""
+        found = self.function(qname)
+        if found is None:
+            return None
+        path, name = found
+        return self.modules[path].scaler_param_uses.get(name)
+
     def fft_helper(self, qname: str) -> Optional[Tuple[str, str]]:
         """For `losses.mel_loss` (a qualified name): (its file, the FFT op it runs), if it is one."""
         found = self.function(qname)
@@ -279,6 +301,8 @@ class ProjectIndex:
                     parts.append(f"{spec}={sorted(self.modules[other].clip_helpers.items())}")
                 if other is not None and other != absolute and self.modules[other].checkpoint_savers:
                     parts.append(f"{spec}:savers={sorted(self.modules[other].checkpoint_savers.items())}")
+                if other is not None and other != absolute and self.modules[other].scaler_param_uses:
+                    parts.append(f"{spec}:scalers={sorted(self.modules[other].scaler_param_uses.items())}")
                 if other is not None and other != absolute and self.modules[other].fft_helpers:
                     parts.append(f"{spec}:fft={sorted(self.modules[other].fft_helpers.items())}")
         exported = self.imported_from(absolute)
@@ -318,6 +342,12 @@ class ProjectIndex:
 
 
 # ---------------------------------------------------------------------------------- reading
+def is_test_file(path: str) -> bool:
+    """`test_*.py`, `*_test.py`, `conftest.py`: code that exercises float16 on purpose."""
+    name = os.path.basename(path)
+    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+
+
 def _read(path: str, max_size: int) -> Optional[bytes]:
     """The one place the index reads a file: unreadable or oversized files are left out (the
     per-file pass reports them)."""
@@ -344,8 +374,10 @@ def _store(cache_path: str, modules: Dict[str, Tuple[str, dict]]) -> None:
     try:
         os.makedirs(os.path.dirname(cache_path), exist_ok=True)
         temporary = f"{cache_path}.{os.getpid()}.tmp"
+        # `dumps` runs the C encoder in one go; `dump` streams through the Python one (5x slower).
+        text = json.dumps({"format": _FORMAT, "modules": {p: list(e) for p, e in modules.items()}})
         with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump({"format": _FORMAT, "modules": {p: list(e) for p, e in modules.items()}}, handle)
+            handle.write(text)
         os.replace(temporary, cache_path)
     except OSError:
         pass  # a read-only cache directory: go without
@@ -367,9 +399,11 @@ _DEF_CALL = re.compile(rb"def[\s\\]+__call__")
 _APEX_AMP_IMPORT = re.compile(rb"from[\s\\.]+apex[\s\\]+import|apex[\s\\]*\.[\s\\]*amp")
 
 
-def summarize(raw: bytes, package: str, shortcuts: bool = True) -> ModuleSummary:
+def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bool = False) -> ModuleSummary:
     """What the file with bytes `raw` does for training. `shortcuts=False` takes the long way
-    (every regex run over the whole file, every parse made): the answer is the same."""
+    (every regex run over the whole file, every parse made): the answer is the same. A test file
+    (`test_file`) gets no records for the precision rules, which never report on test code:
+    builders it trains, checkpoint helpers, scaler parameters, FFT helpers."""
     summary = ModuleSummary()
     from_imports = _from_imports(raw, package, shortcuts) if b"import" in raw else []
     summary.from_imports = [(module, name) for module, name in from_imports if name]
@@ -403,22 +437,28 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True) -> ModuleSummary
     if summary.trains and b"__call__" in raw and b".backward(" in raw:
         if not shortcuts or not raw.isascii() or _may_define_backward_runner(raw):
             summary.backward_runners = _backward_runners(parse())
-    if b"fft" in raw:
+    if b"fft" in raw and not test_file:
         summary.fft_helpers = _fft_helpers(parse())
-    needs_savers = b"state_dict()" in raw and _SAVES.search(raw) is not None
-    if not (summary.trains or needs_ast or needs_apex or needs_savers):
+    needs_savers = not test_file and b"state_dict()" in raw and _SAVES.search(raw) is not None
+    needs_scaler_params = not test_file and b"caler" in raw and _SCALER_PARAM.search(raw) is not None
+    if not (summary.trains or needs_ast or needs_apex or needs_savers or needs_scaler_params):
         return summary
     summary.imports = _imports(raw, from_imports, shortcuts)
     # A training file that builds something it imported and trains it (AMP409 across files).
-    needs_results = summary.trains and bool(summary.from_imports) and _TRAINS_A_RESULT.search(raw) is not None
-    if not (needs_ast or needs_apex or needs_results or needs_savers):
+    needs_results = (
+        not test_file and summary.trains and bool(summary.from_imports) and _TRAINS_A_RESULT.search(raw) is not None
+    )
+    if needs_results and shortcuts and raw.isascii():
+        needs_results = _may_train_a_result(raw, summary.from_imports)
+    others = needs_results or needs_savers or needs_scaler_params  # records the shortcuts below do not cover
+    if not (needs_ast or needs_apex or others):
         return summary
     if shortcuts and raw.isascii():
         # Only a file that spells what a record needs can have one: in an ASCII file every
         # identifier `ast` reports is spelled as is (elsewhere NFKC may join other spellings).
         needs_ast = needs_ast and _may_record_scaler_or_clip(raw)
         needs_apex = needs_apex and (b"scale_loss" in raw or _APEX_AMP_IMPORT.search(raw) is not None)
-        if not (needs_ast or needs_apex or needs_results or needs_savers):
+        if not (needs_ast or needs_apex or others):
             return summary
     if parse() is None:
         return summary
@@ -428,9 +468,11 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True) -> ModuleSummary
         if needs_apex:
             _summarize_apex_amp(tree, summary)
         if needs_results:
-            summary.trained_results = _trained_results(tree, summary.from_imports)
+            summary.trained_results = _trained_results(tree, summary.from_imports, raw)
         if needs_savers:
-            summary.checkpoint_savers = _checkpoint_savers(tree)
+            summary.checkpoint_savers = _checkpoint_savers(tree, raw)
+        if needs_scaler_params:
+            summary.scaler_param_uses = _scaler_param_uses(tree)
     except RecursionError:
         return ModuleSummary(trains=summary.trains, imports=summary.imports)
     return summary
@@ -441,53 +483,173 @@ _TRAINS_A_RESULT = re.compile(rb"\.(?:named_)?parameters\(|\.train\(")
 _OPTIMIZER_NAME = re.compile(r"(?:Adam|SGD|RMSprop|Adagrad|Adadelta|Adamax|Lamb|LAMB|Lion|Adafactor|LARS|NovoGrad|Lars)")
 
 
-def _trained_results(tree: ast.Module, from_imports: List[Tuple[str, str]]) -> List[str]:
+_BUILT = re.compile(rb"(?:^|;)[ \t]*(\w+)[ \t]*=(?:[ \t]|\\\n)*(\w+)[ \t]*\(", re.MULTILINE)
+# `.parameters(` / `.train(`: the literal dot first (a leading `(\w+)` would be tried at every
+# position); the receiver's name is read backwards from it (`_receiver`).
+_TRAINED = re.compile(rb"\.(?:\s|\\)*(?:named_parameters|parameters|train)(?:\s|\\)*\(")
+_NAME_END = re.compile(rb"\w+$")
+
+
+def _receiver(raw: bytes, dot: int) -> bytes:
+    """The identifier before the `.` at `dot` (skipping whitespace and continuations)."""
+    end = dot
+    while end > 0 and raw[end - 1 : end] in (b" ", b"\t", b"\n", b"\r", b"\\", b"\x0c"):
+        end -= 1
+    match = _NAME_END.search(raw, max(0, end - 256), end)
+    return match.group(0) if match is not None else b""
+
+
+def _may_train_a_result(raw: bytes, from_imports: List[Tuple[str, str]]) -> bool:
+    """False when no name is both assigned the call of a name imported by name (`model =
+    build_model(...)`) and given to training (`model.parameters(`, `model.train(`): then
+    `_trained_results` records nothing (an ASCII file: every identifier is spelled as is)."""
+    imported = {name.encode() for _, name in from_imports}
+    built = {m.group(1) for m in _BUILT.finditer(raw) if m.group(2) in imported}
+    return bool(built) and any(_receiver(raw, m.start()) in built for m in _TRAINED.finditer(raw))
+
+
+def _trained_results(tree: ast.Module, from_imports: List[Tuple[str, str]], raw: bytes) -> List[str]:
     """"module.name" for each builder imported by name (`from models import build_model`) whose
     result is trained later in the same function (or the module body): `model = build_model(...)`,
-    then `model.train()` or an optimizer over `model.parameters()`."""
+    then `model.train()` or an optimizer over `model.parameters()`. Only the statements on lines
+    where the byte regexes see such an assignment or use are looked into."""
     imported = {name: module for module, name in from_imports if name}
+    assigned = {m.group(1) for m in _BUILT.finditer(raw) if m.group(2).decode("utf-8", "replace") in imported}
+    lines = _line_numbers(raw)
+    use_lines = {lines(m.start()) for m in _TRAINED.finditer(raw) if _receiver(raw, m.start()) in assigned}
+    built: Dict[int, Dict[str, Tuple[str, int]]] = {}  # body -> local name -> (builder, line)
+    uses: Dict[int, List[Tuple[str, int]]] = {}  # body -> (local name, line) of a training use
+
+    def visit(statements: List[ast.stmt], owner: Optional[int]) -> None:
+        for statement in statements:
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(statement.body, id(statement))
+                continue
+            if isinstance(statement, ast.ClassDef):
+                visit(statement.body, None)  # class bodies belong to no function
+                continue
+            if owner is not None:
+                if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
+                    value = statement.value
+                    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in imported:
+                        built.setdefault(owner, {})[statement.targets[0].id] = (
+                            f"{imported[value.func.id]}.{value.func.id}",
+                            statement.lineno,
+                        )
+                end = getattr(statement, "end_lineno", statement.lineno) or statement.lineno
+                if any(statement.lineno <= line <= end for line in use_lines):
+                    for node in _header_nodes(statement):
+                        _note_training_use(node, owner, uses)
+            for field_name, value in ast.iter_fields(statement):
+                if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                    visit(value, owner)
+                elif isinstance(value, list) and value and isinstance(value[0], (ast.ExceptHandler, ast.match_case)):
+                    for part in value:
+                        visit(part.body, owner)
+
+    visit(tree.body, 0)
     found: Set[str] = set()
-    functions = (*nodes_of(tree, ast.FunctionDef), *nodes_of(tree, ast.AsyncFunctionDef))  # one walk, shared
-    bodies: List[ast.AST] = [tree, *functions]
-    for body in bodies:
-        built: Dict[str, Tuple[str, int]] = {}  # local name -> (builder, line it was built on)
-        uses: List[Tuple[str, int]] = []  # (local name, line) of a training use
-        for node in _own_nodes(body):
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                value = node.value
-                if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in imported:
-                    built[node.targets[0].id] = (f"{imported[value.func.id]}.{value.func.id}", node.lineno)
-            elif isinstance(node, ast.Call):
-                func = node.func
-                if isinstance(func, ast.Attribute) and func.attr == "train" and isinstance(func.value, ast.Name):
-                    if all(isinstance(a, ast.Constant) and a.value is True for a in node.args):
-                        uses.append((func.value.id, node.lineno))
-                elif node.args and _is_optimizer_class(_dotted(func).rpartition(".")[2]):
-                    first = node.args[0]
-                    if (
-                        isinstance(first, ast.Call)
-                        and isinstance(first.func, ast.Attribute)
-                        and first.func.attr in ("parameters", "named_parameters")
-                        and isinstance(first.func.value, ast.Name)
-                    ):
-                        uses.append((first.func.value.id, node.lineno))
-        for name, line in uses:
-            if name in built and built[name][1] < line:
-                found.add(built[name][0])
+    for owner, trained in uses.items():
+        local = built.get(owner, {})
+        for name, line in trained:
+            if name in local and local[name][1] < line:
+                found.add(local[name][0])
     return sorted(found)
 
 
+def _header_nodes(statement: ast.stmt):
+    """The expression nodes of a statement, not those of the statements inside it (nor lambdas)."""
+    stack: List[ast.AST] = []
+    for value in (v for _, v in ast.iter_fields(statement)):
+        items = value if isinstance(value, list) else [value]
+        stack.extend(i for i in items if isinstance(i, ast.AST) and not isinstance(i, (ast.stmt, ast.ExceptHandler, ast.match_case)))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Lambda):
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _note_training_use(node: ast.AST, owner: int, uses: Dict[int, List[Tuple[str, int]]]) -> None:
+    if not isinstance(node, ast.Call):
+        return
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr == "train" and isinstance(func.value, ast.Name):
+        if all(isinstance(a, ast.Constant) and a.value is True for a in node.args):
+            uses.setdefault(owner, []).append((func.value.id, node.lineno))
+    elif node.args and _is_optimizer_class(_dotted(func).rpartition(".")[2]):
+        first = node.args[0]
+        if (
+            isinstance(first, ast.Call)
+            and isinstance(first.func, ast.Attribute)
+            and first.func.attr in ("parameters", "named_parameters")
+            and isinstance(first.func.value, ast.Name)
+        ):
+            uses.setdefault(owner, []).append((first.func.value.id, node.lineno))
+
+
+def _line_numbers(raw: bytes):
+    """offset -> 1-based line number of `raw`."""
+    import bisect
+
+    starts = [0] + [m.end() for m in re.finditer(rb"\n", raw)]
+    return lambda offset: bisect.bisect_right(starts, offset)
+
+
 _SAVES = re.compile(rb"\bsave\w*\(")
+# A `def` whose parameters may include a scaler-like name.
+_SCALER_PARAM = re.compile(rb"def[ \t]+\w+[ \t]*\([^)]*scaler", re.IGNORECASE)
 
 
-def _checkpoint_savers(tree: ast.Module) -> Dict[str, Tuple[List[str], List[str]]]:
+def _scaler_param_uses(tree: ast.Module) -> Dict[str, Tuple[List[str], Dict[str, List[str]]]]:
+    found: Dict[str, Tuple[List[str], Dict[str, List[str]]]] = {}
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        args = node.args
+        positional = [a.arg for a in [*args.posonlyargs, *args.args]]
+        wanted = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs] if "scaler" in a.arg.lower()}
+        if not wanted:
+            continue
+        uses: Dict[str, Set[str]] = {name: set() for name in wanted}
+        receivers: Set[int] = set()
+        tests: Set[int] = set()
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Attribute) and isinstance(inner.value, ast.Name) and inner.value.id in wanted:
+                receivers.add(id(inner.value))
+                uses[inner.value.id].add(inner.attr)
+            elif isinstance(inner, (ast.If, ast.IfExp, ast.While, ast.Assert)) and isinstance(inner.test, ast.Name):
+                tests.add(id(inner.test))
+            elif isinstance(inner, ast.Compare) and isinstance(inner.left, ast.Name) and all(
+                isinstance(c, ast.Constant) and c.value is None for c in inner.comparators
+            ):
+                tests.add(id(inner.left))  # `scaler is not None`
+            elif isinstance(inner, ast.BoolOp):
+                tests.update(id(v) for v in inner.values if isinstance(v, ast.Name))
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Name) and inner.id in wanted and isinstance(inner.ctx, ast.Load):
+                if id(inner) not in receivers and id(inner) not in tests:
+                    uses[inner.id].add("*")
+            elif isinstance(inner, ast.Name) and inner.id in wanted and isinstance(inner.ctx, ast.Store):
+                uses[inner.id].add("*")
+        found[node.name] = (positional, {name: sorted(methods) for name, methods in uses.items()})
+    return found
+
+
+def _checkpoint_savers(tree: ast.Module, raw: bytes) -> Dict[str, Tuple[List[str], List[str]]]:
     """Top-level functions that call a `*save*` function and `.state_dict()` on some of their
     parameters, and on nothing that looks like a scaler (a name or attribute containing
     "scaler"): {name: (positional parameters, the parameters whose state they save)}."""
     found: Dict[str, Tuple[List[str], List[str]]] = {}
+    lines = _line_numbers(raw)
+    state_lines = [lines(m.start()) for m in re.finditer(rb"state_dict", raw)]
     for node in tree.body:
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
+        end = getattr(node, "end_lineno", None) or node.lineno
+        if not any(node.lineno <= line <= end for line in state_lines):
+            continue  # no `state_dict` in its text: nothing it could save
         positional = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
         saved: Set[str] = set()
         saves = scaler = False
@@ -511,29 +673,6 @@ def _checkpoint_savers(tree: ast.Module) -> Dict[str, Tuple[List[str], List[str]
 
 def _is_optimizer_class(name: str) -> bool:
     return name[:1].isupper() and _OPTIMIZER_NAME.search(name) is not None
-
-
-def _own_nodes(body: ast.AST):
-    """The nodes of a function (or module) body, not those of the functions and classes inside it."""
-    stack = _child_nodes(body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            continue
-        yield node
-        stack.extend(_child_nodes(node))
-
-
-def _child_nodes(node: ast.AST) -> List[ast.AST]:
-    """`list(ast.iter_child_nodes(node))`, without its generators."""
-    children: List[ast.AST] = []
-    for name in node._fields:
-        value = getattr(node, name, None)
-        if isinstance(value, ast.AST):
-            children.append(value)
-        elif isinstance(value, list):
-            children.extend(item for item in value if isinstance(item, ast.AST))
-    return children
 
 
 def _fft_helpers(tree: Optional[ast.Module]) -> Dict[str, str]:
@@ -579,10 +718,11 @@ def _may_record_scaler_or_clip(raw: bytes) -> bool:
 _COMMENT = rb"#[^\r\n]*(?:\r\n?|\n)"
 _GAP = rb"(?:[\s\\]|" + _COMMENT + rb")*"
 _GAP_CLOSE = rb"(?:[\s\\)]|" + _COMMENT + rb")*"
-_GAP_OPEN = rb"(?:[\s\\(]|" + _COMMENT + rb")*"
 _CLIP_ATTRIBUTE = re.compile(rb"(?:utils|clip_grad)" + _GAP_CLOSE + rb"\." + _GAP + rb"clip_grad_(?:norm|value)")
 _CLIP_IMPORT = re.compile(rb"from[\s\\.]+torch[\s\\]*\.[\s\\]*nn[\s\\]*\.[\s\\]*utils")
 _SCALE_CALL = re.compile(rb"\." + _GAP + rb"scale" + _GAP_CLOSE + rb"\(")
+
+
 def _may_define_backward_runner(raw: bytes) -> bool:
     """False when no `def __call__` of this (ASCII) file is followed by the word `backward`."""
     found = _DEF_CALL.search(raw)

@@ -39,7 +39,7 @@ from ampmigrate.rules.apex._amp_common import (
     Unfixable,
 )
 from ampmigrate.rules.apex._amp_forward import ForwardRegions
-from ampmigrate.rules.apex._amp_options import bound_arguments, scaler_spec
+from ampmigrate.rules.apex._amp_options import INITIALIZE_PARAMS, bound_arguments, scaler_spec
 from ampmigrate.rules.apex._amp_refs import AmpRef, amp_usage
 from ampmigrate.rules.apex._amp_steps import StepRewrites
 from ampmigrate.rules.apex._flow import Branch, body_of, branches, expression_key, is_pure, walk
@@ -108,6 +108,7 @@ class _Planner(StepRewrites, ForwardRegions):
     # ------------------------------------------------------------------ the fix
     def _build(self, plan: AmpPlan) -> Fix:
         self._check_star_refs()
+        self._check_unreached_uses()
         for binding in self.usage.import_bindings:
             if self.ctx.reexported(binding):
                 raise Unfixable(
@@ -124,7 +125,7 @@ class _Planner(StepRewrites, ForwardRegions):
                 )
             return self._standalone_fix(plan)
         if len(inits) > 1:
-            raise Unfixable("`amp.initialize` is called more than once in this file")
+            inits = self._without_reinitializations(inits)
         init = inits[0]
         if init.call is None:
             raise Unfixable(f"`{self.ctx.code(init.node)}` is used without being called")
@@ -178,6 +179,37 @@ class _Planner(StepRewrites, ForwardRegions):
         self._check_nesting()
         kind = "fp32 (O0)" if fp32 else "torch.autocast fp16 and torch.amp.GradScaler"
         return self._finish(f"Migrate apex.amp to {kind}")
+
+    def _without_reinitializations(self, inits: List[AmpRef]) -> List[AmpRef]:
+        """`amp.initialize` again on the same model and optimizer with the same options (a resume
+        path that re-initializes before `amp.load_state_dict`, as apex's docs ask): with torch.amp
+        there is nothing to redo, so the repeats go and the first call is the one migrated."""
+        first = inits[0]
+        if first.call is None or any(r.api != "initialize" or r.call is None for r in inits):
+            raise Unfixable("`amp.initialize` is called more than once in this file")
+        keys = _initialize_keys(first.call, self._init_line(first).body[0])
+        repeats = inits[1:]
+        for ref in repeats:
+            if not keys or _initialize_key(ref.call) not in keys:
+                raise Unfixable(
+                    f"`amp.initialize` is called more than once in this file (line {self._line(ref.call)} with "
+                    "other models, optimizers or options): one GradScaler per call is not built yet"
+                )
+            line = self._init_line(ref)
+            small = line.body[0]
+            if isinstance(small, cst.Assign) and not _rebinds_its_arguments(small, ref.call):
+                raise Unfixable(
+                    f"`amp.initialize` at line {self._line(ref.call)} binds other names than the model and optimizer it is given"
+                )
+            self.removal.remove_statement(line)
+            self.handled.add(line)
+        self._note(
+            "`amp.initialize` of the same model and optimizer again at line "
+            + ", ".join(str(self._line(r.call)) for r in repeats)
+            + " goes (torch.amp has nothing to re-initialize)"
+        )
+        self.refs = [r for r in self.refs if r not in repeats]
+        return [first]
 
     def _finish(self, message: str) -> Fix:
         """The fix, its message carrying the notes, unsafe when something changes numerics."""
@@ -513,7 +545,8 @@ class _Planner(StepRewrites, ForwardRegions):
             elif ref.api == "disable_casts":
                 self._rewrite_disable_casts(ref)
             elif ref.api == "_amp_state":
-                self._rewrite_loss_scale_read(ref)
+                if not self._initial_loss_scale(ref):
+                    self._rewrite_loss_scale_read(ref)
 
     def _guarded_load(self, ref: AmpRef, scaler: str) -> None:
         """`amp.load_state_dict(state)` -> load it into the scaler only when it has GradScaler's
@@ -568,6 +601,52 @@ class _Planner(StepRewrites, ForwardRegions):
         cuda = self.ctx.string("cuda").value
         self.builder.replace(call, self.ctx.parse_expression(f"{torch}.autocast({cuda}, enabled=False)"))
         self.handled.add(call)
+
+    def _initial_loss_scale(self, ref: AmpRef) -> bool:
+        """`amp._amp_state.loss_scalers[0]._loss_scale = 2**16` right after `amp.initialize`, before
+        any training in that block: the scale apex starts from, GradScaler's `init_scale`. True
+        when `ref` is such a write (then handled)."""
+        chain, current = [], ref.node
+        for _ in range(3):
+            current = self.names.parent(current)
+            chain.append(current)
+        scalers, subscript, attribute = chain
+        assign = self.names.parent(self.names.parent(attribute))  # Assign <- AssignTarget <- the attribute
+        if not (
+            isinstance(scalers, cst.Attribute)
+            and scalers.attr.value == "loss_scalers"
+            and isinstance(subscript, cst.Subscript)
+            and isinstance(attribute, cst.Attribute)
+            and attribute.attr.value == "_loss_scale"
+            and isinstance(assign, cst.Assign)
+            and len(assign.targets) == 1
+            and assign.targets[0].target is attribute
+        ):
+            return False
+        index = subscript.slice[0].slice if len(subscript.slice) == 1 else None
+        if not (isinstance(index, cst.Index) and isinstance(index.value, cst.Integer) and index.value.value == "0"):
+            raise Unfixable(f"`amp._amp_state` at line {self._line(ref.node)} sets another loss scaler than the first")
+        line = self.names.parent(assign)
+        block = self.names.parent(line)
+        body = list(body_of(block) or ())
+        if block is not self.names.parent(self.init_line) or line not in body or len(line.body) != 1:
+            raise Unfixable(
+                f"`amp._amp_state` at line {self._line(ref.node)} sets the loss scale away from `amp.initialize`: "
+                "set `init_scale` of the GradScaler by hand"
+            )
+        between = body[body.index(self.init_line) + 1 : body.index(line)] if self.init_line in body else None
+        if between is None or body.index(line) < body.index(self.init_line):
+            raise Unfixable(f"`amp._amp_state` at line {self._line(ref.node)} sets the loss scale before `amp.initialize`")
+        trains = {r.node for r in self.refs if r.api in ("scale_loss", "handle.scale_loss")}
+        if any(node in trains for statement in between for node in walk(statement)):
+            raise Unfixable(f"`amp._amp_state` at line {self._line(ref.node)} sets the loss scale after training began")
+        if any(k == "init_scale" for k, _ in self.spec.keywords):
+            raise Unfixable(f"`amp._amp_state` at line {self._line(ref.node)} overrides `loss_scale=` of `amp.initialize`")
+        self.spec.keywords.append(("init_scale", self.ctx.code(assign.value).strip()))
+        self.removal.remove_statement(line)
+        self.handled.add(line)
+        self._note("apex's initial loss scale (set through `amp._amp_state`) becomes `init_scale`")
+        return True
 
     def _rewrite_loss_scale_read(self, ref: AmpRef) -> None:
         """`amp._amp_state.loss_scalers[0].loss_scale()` -> `scaler.get_scale()`."""
@@ -750,6 +829,20 @@ class _Planner(StepRewrites, ForwardRegions):
                         "change a statement it also moves)"
                     )
 
+    def _check_unreached_uses(self) -> None:
+        """`from apex import amp` inside one method, `amp.scale_loss(...)` in another: there `amp`
+        is bound nowhere (a NameError unless something outside the file sets a global). Removing
+        the import as unused would erase the only sign of apex, so the fix stops and says where."""
+        imported = {b.name for b in self.usage.import_bindings if b.scope is not self.names.module_scope}
+        for name, scope in self.names.loads.items():
+            if name.value in imported and not self.names.lookup(name.value, scope):
+                parent = self.names.parent(name)
+                what = f"`{name.value}.{parent.attr.value}`" if isinstance(parent, cst.Attribute) and parent.value is name else f"`{name.value}`"
+                raise Unfixable(
+                    f"{what} at line {self._line(name)} uses a name the apex import (in another function) does not "
+                    "bind there: migrate that use by hand, with the GradScaler passed or stored where both can reach it"
+                )
+
     def _check_star_refs(self) -> None:
         """A name reached through `from apex.amp import *` has no import the fix could remove."""
         for ref in self.refs:
@@ -776,6 +869,44 @@ class _Planner(StepRewrites, ForwardRegions):
 
     def _line(self, node: cst.CSTNode) -> int:
         return self.ctx.position(node).start.line
+
+
+def _initialize_key(call: cst.Call):
+    """The arguments of an `amp.initialize` call, spelling-independent, when they bind cleanly."""
+    bound = bound_arguments(call, INITIALIZE_PARAMS)
+    if bound is None:
+        return None
+    return tuple(sorted((name, expression_key(arg.value)) for name, arg in bound.items()))
+
+
+def _initialize_keys(call: cst.Call, small: cst.BaseSmallStatement) -> list:
+    """The keys a repeat of this call may have: the same arguments, or the models and optimizers
+    it returned (`self.model, self.optimizer = amp.initialize(model, optimizer)`, then again with
+    `self.model, self.optimizer`)."""
+    key = _initialize_key(call)
+    if key is None:
+        return []
+    keys = [key]
+    target = small.targets[0].target if isinstance(small, cst.Assign) and len(small.targets) == 1 else None
+    targets = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
+    bound = bound_arguments(call, INITIALIZE_PARAMS) or {}
+    given = [n for n in ("models", "optimizers") if n in bound]
+    if target is not None and len(targets) == len(given):
+        returned = dict(key)
+        returned.update({n: expression_key(t) for n, t in zip(given, targets)})
+        keys.append(tuple(sorted(returned.items())))
+    return keys
+
+
+def _rebinds_its_arguments(assign: cst.Assign, call: cst.Call) -> bool:
+    """`self.model, self.optimizer = amp.initialize(self.model, self.optimizer, ...)`."""
+    bound = bound_arguments(call, INITIALIZE_PARAMS) or {}
+    values = [bound[n].value for n in ("models", "optimizers") if n in bound]
+    target = assign.targets[0].target if len(assign.targets) == 1 else None
+    targets = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
+    return len(targets) == len(values) and all(
+        t is not None and expression_key(t) == expression_key(v) for t, v in zip(targets, values)
+    )
 
 
 def _side_effect_free(node: cst.BaseExpression) -> bool:

@@ -76,7 +76,7 @@ def _collect(ctx: FileContext) -> AmpUsage:
         if isinstance(parent, cst.Attribute) and parent.value is node and parent not in seen:
             if f"{APEX_AMP_MODULE}.{parent.attr.value}" not in APEX_AMP_API:
                 refs.append(AmpRef(parent, "unknown", _called(names, parent)))
-    slots = _follow_into_functions(names, refs)
+    slots = _follow_into_functions(ctx, refs)
     handle_bindings: List[Binding] = []
     for ref in list(refs):
         if ref.api != "init" or ref.call is None:
@@ -106,11 +106,12 @@ def _collect(ctx: FileContext) -> AmpUsage:
     return AmpUsage(refs, imports, handle_bindings, slots)
 
 
-def _follow_into_functions(names: NameIndex, refs: List[AmpRef]) -> Dict[cst.FunctionDef, cst.Param]:
+def _follow_into_functions(ctx: FileContext, refs: List[AmpRef]) -> Dict[cst.FunctionDef, cst.Param]:
     """Turn the arguments that pass the module to a module-level function of this file into
     "pass" references, and add that function's uses of its parameter (see the module docstring).
     Only when every reference to the function is a call passing the module in that parameter,
-    and nothing rebinds the parameter."""
+    nothing rebinds the parameter, and no other file of the run imports the function."""
+    names = ctx.names
     passed: Dict[cst.FunctionDef, List[Tuple[AmpRef, cst.Param]]] = {}
     for ref in refs:
         if ref.api is not None:
@@ -130,6 +131,8 @@ def _follow_into_functions(names: NameIndex, refs: List[AmpRef]) -> Dict[cst.Fun
     for function, pairs in passed.items():
         params = {id(p) for _, p in pairs}
         binding = next(b for b in names.module_scope.bindings[function.name.value] if b.node is function)
+        if ctx.imported_by_others(binding):
+            continue  # callers elsewhere pass what they pass, positionally or by name
         calls = names.references(binding)
         if len(params) != 1 or len(pairs) != len(calls):
             continue  # another parameter, or a call (or use) that does not pass the module

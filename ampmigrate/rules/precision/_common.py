@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-from pathlib import PurePath
 from typing import Optional
 
 import libcst as cst
 
 from ampmigrate.analysis.scalers import find_scalers
+from ampmigrate.engine.project_index import is_test_file  # noqa: F401  (one definition, shared)
 from ampmigrate.engine.context import FileContext
 
 BF16_TARGET = "bfloat16"
@@ -30,9 +30,6 @@ def recommends_bf16_at(path: str, settings) -> bool:
     return settings.target_dtype == BF16_TARGET and not is_test_file(path)
 
 
-def is_test_file(path: str) -> bool:
-    name = PurePath(path).name
-    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
 
 
 def is_training_file(ctx: FileContext) -> bool:

@@ -16,6 +16,11 @@ That holds only when the file shows every use: a scaler passed to a function, re
 stored elsewhere or tested (`if scaler is not None`), a parameter, or a method outside the list
 keeps the scaler, and the reason says where. An `if`/`for` left with nothing in its body is
 removed with it when its header has no side effects (`if "scaler" in ckpt:`).
+
+Where it cannot be removed, the same program is had by disabling it where it is made
+(`disabling_plan`), when nothing asks it what a disabled scaler answers differently. Whether the
+switch to bfloat16 may happen at all (`scalers_that_stay`) is AMP401's question: a scaler that
+can be neither removed nor disabled keeps the float16 code with it (issue 16).
 """
 
 from __future__ import annotations
@@ -25,11 +30,10 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ampmigrate.analysis.scalers import Scaler, ScalerUse, family, protocol_scalers
+from ampmigrate.analysis.scalers import Scaler, ScalerUse, escapes, family, protocol_scalers
 from ampmigrate.analysis.values import literal_value
 from ampmigrate.analysis.values import snippet
 from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args, without_items
-from ampmigrate.engine.cst_walk import walk
 
 _STATEMENT_ONLY = ("update", "unscale_", "load_state_dict")
 _ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
@@ -56,8 +60,63 @@ class RemovalPlan:
 
 
 def inert_under_bf16(scaler: Scaler) -> bool:
-    """Created `enabled=False`, or enabled only for float16 runs: nothing to remove under bf16."""
-    return any(_disabled(call) or _enabled_only_for_float16(call) for call in scaler.creations)
+    """Created `enabled=False`, or enabled only for float16 runs (wherever the scaler, or one it
+    is passed on as, is made): nothing to remove under bf16."""
+    creations = [call for member in family(scaler) for call in member.creations]
+    return any(_disabled(call) or _enabled_only_for_float16(call) for call in creations)
+
+
+# What a disabled GradScaler does the same as removing it would: scale/unscale_/update are
+# identities, step calls `optimizer.step()`, the state round-trips (an empty dict when disabled),
+# get_scale() is 1.0 (what the removal writes for it).
+_IDENTITY_WHEN_DISABLED = frozenset({"scale", "unscale_", "step", "update", "state_dict", "load_state_dict", "get_scale"})
+
+
+def disabling_plan(ctx: FileContext, scaler: Scaler) -> Optional[List[Tuple[cst.CSTNode, cst.CSTNode]]]:
+    """`enabled=False` on each creation of a scaler made in this file that AMP402 cannot remove:
+    the same program as removing it (each call is then the identity). None when it is not made
+    here, guards a step against inf/NaN, or a creation cannot take the keyword."""
+    plan = plan_removal(ctx, scaler)
+    members = family(scaler)
+    creations = [call for m in members for call in m.creations]
+    if plan.guards or not creations:
+        return None
+    if any(u.method not in _IDENTITY_WHEN_DISABLED for m in members for u in m.uses):
+        return None  # `is_enabled()`, `get_scale()`: code that would see the difference
+    if any(not _seen_elsewhere(ctx, ref) for m in members for ref in escapes(ctx.names, m)):
+        return None  # handed to code this file cannot see, which may ask the same
+
+    changes = []
+    for call in creations:
+        disabled = _disabled_call(call)
+        if disabled is None:
+            return None
+        changes.append((call, disabled))
+    return changes
+
+
+def _seen_elsewhere(ctx: FileContext, ref: cst.BaseExpression) -> bool:
+    """`ref` is an argument of a call to a function of another file of the run (the project
+    index) that only calls methods a disabled GradScaler answers as a removed one would
+    (`load_checkpoint(..., loss_scaler)` calling `loss_scaler.load_state_dict(...)`)."""
+    index = ctx.project_index
+    arg = ctx.names.parent(ref)
+    call = ctx.names.parent(arg) if isinstance(arg, cst.Arg) else None
+    if index is None or not isinstance(call, cst.Call) or arg.star:
+        return False
+    for qname in sorted(ctx.names.qualified_names(call.func)):
+        record = index.scaler_parameter_uses(qname)
+        if record is None:
+            continue
+        positional, uses = record
+        if arg.keyword is not None:
+            param = arg.keyword.value
+        else:
+            position = [a for a in call.args if a.keyword is None].index(arg)
+            param = positional[position] if position < len(positional) else None
+        methods = uses.get(param) if param is not None else None
+        return methods is not None and set(methods) <= _IDENTITY_WHEN_DISABLED
+    return False
 
 
 @dataclass
@@ -71,25 +130,22 @@ class StayingScalers:
 
 
 def scalers_that_stay(ctx: FileContext) -> StayingScalers:
+    return ctx.shared("scaler_removal.staying", lambda: _scalers_that_stay(ctx))
+
+
+def _scalers_that_stay(ctx: FileContext) -> StayingScalers:
     """The switch of autocast to bfloat16 (AMP401) and the scaler's removal (AMP402) go together:
     a bfloat16 region beside a float16 loss scaler that stays is a half migration (issue 16: both
     move, or neither). Where AMP402 cannot remove a scaler (it is passed to other functions,
-    tested, stored), AMP401 disables it where it is made; where it is made elsewhere, AMP401
-    withholds its fix."""
+    tested, stored), it disables it where it is made, once every autocast of the file runs in
+    bfloat16 (`disable`); where the scaler is made elsewhere, or is a step's only inf/NaN guard,
+    AMP401 withholds its fix (`disable` is None)."""
     reasons: List[str] = []
     disable: Optional[List[Tuple[cst.CSTNode, cst.CSTNode]]] = []
-    for scaler, members, plan in _staying_plans(ctx):
+    for scaler, _members, plan in _staying_plans(ctx):
         reasons.append(f"`{scaler.display}` would stay ({plan.reason})")
-        creations = [call for m in members for call in m.creations]
-        made_here = bool(creations) and not plan.guards  # disabling a guard applies NaN steps
-        for call in creations if made_here and disable is not None else ():
-            disabled = _disabled_call(call)
-            if disabled is None:
-                disable = None
-                break
-            disable.append((call, disabled))
-        if not made_here:
-            disable = None
+        changes = disabling_plan(ctx, scaler)  # None: a guard, or made elsewhere
+        disable = None if changes is None or disable is None else [*disable, *changes]
     if not reasons:
         return StayingScalers()
     return StayingScalers("; ".join(reasons), disable)
@@ -133,11 +189,17 @@ def _disabled_call(call: cst.Call) -> Optional[cst.Call]:
 
 
 def plan_removal(ctx: FileContext, scaler: Scaler) -> RemovalPlan:
-    planner = _Planner(ctx, scaler)
-    try:
-        return RemovalPlan(planner.plan())
-    except _Blocked as exc:
-        return RemovalPlan(reason=str(exc), guards=isinstance(exc, _GuardBlocked) or planner.only_guard())
+    """Planned once per scaler and file (AMP401 asks for every autocast, AMP402 for every scaler)."""
+    plans: Dict[int, RemovalPlan] = ctx.shared("scaler_removal.plans", dict)
+    plan = plans.get(id(scaler))
+    if plan is None:
+        planner = _Planner(ctx, scaler)
+        try:
+            plan = RemovalPlan(planner.plan())
+        except _Blocked as exc:
+            plan = RemovalPlan(reason=str(exc), guards=isinstance(exc, _GuardBlocked) or planner.only_guard())
+        plans[id(scaler)] = plan
+    return plan
 
 
 class _Planner:
@@ -279,9 +341,7 @@ class _Planner:
         if any(_tests_finiteness(node) for node in ancestors):
             return
         function = next((a for a in ancestors if isinstance(a, cst.FunctionDef)), None)
-        owner = function if function is not None else self.ctx.module
-        guards = self.ctx.shared(("precision.finiteness_ifs", id(owner)), lambda: _finiteness_ifs(owner))
-        for guard in guards:
+        for guard in _finiteness_ifs(self.ctx).get(function, ()):
             other = _other_step(guard, call)
             if other is not None:
                 raise _GuardBlocked(
@@ -422,16 +482,18 @@ def _tests_finiteness(node: cst.CSTNode) -> bool:
     return found
 
 
-def _finiteness_ifs(owner: cst.CSTNode) -> List[cst.If]:
-    found: List[cst.If] = []
+def _finiteness_ifs(ctx: FileContext) -> Dict[Optional[cst.FunctionDef], List[cst.If]]:
+    """The `if`s testing finiteness, by the function they are in (None: the module), found once
+    per file."""
 
-    class _Finder(cst.CSTVisitor):
-        def visit_If(self, node: cst.If) -> None:
+    def build() -> Dict[Optional[cst.FunctionDef], List[cst.If]]:
+        found: Dict[Optional[cst.FunctionDef], List[cst.If]] = {}
+        for node in ctx.names.nodes_of_type(cst.If):
             if _tests_finiteness(node):
-                found.append(node)
+                found.setdefault(ctx.names.enclosing(node, cst.FunctionDef), []).append(node)
+        return found
 
-    walk(owner, _Finder())  # owner.visit(...), without rebuilding the tree
-    return found
+    return ctx.shared("scaler_removal.finiteness_ifs", build)
 
 
 def _other_step(guard: cst.If, scaler_step: cst.Call) -> Optional[cst.Call]:

@@ -106,7 +106,6 @@ class Float16Autocast(Rule):
             fix.require_import("torch")
         fix.replace(call, rebuild_args(call, args))
         _casting(hazards, fix)
-        _disabling(ctx, fix)
         ctx.report(autocast.ref, message, fix=fix.build())
 
     # ------------------------------------------------------------------ an explicit dtype
@@ -153,15 +152,14 @@ class Float16Autocast(Rule):
             if imports:
                 builder.require_import("torch")
             _casting(hazards, builder)
-            _disabling(ctx, builder)
             fix = shared_fixes[key] = builder.build()
         ctx.report(autocast.dtype_arg.value, message, fix=fix)
 
 
 def _scaler_stays_here(ctx) -> str:
     """Issue 16: bfloat16 autocast and the scaler's removal go together, or neither happens. A
-    scaler made here that cannot be removed is disabled by the same fix (see `_disabling`); one
-    that comes from elsewhere blocks the fix."""
+    scaler made here that AMP402 cannot remove is disabled by AMP402 once every autocast of the
+    file runs in bfloat16; one that comes from elsewhere, or guards a step, blocks the fix."""
     staying = scalers_that_stay(ctx.file)
     if staying.reason is None or staying.disable is not None:
         return None
@@ -195,19 +193,6 @@ def _casting(hazards, builder) -> None:
         builder.replace(node, new)
     if hazards.casts:
         builder.message += hazards.note()
-
-
-def _disabling(ctx, builder) -> None:
-    """Add `enabled=False` to the scalers made here that AMP402 cannot remove, and say so."""
-    staying = scalers_that_stay(ctx.file)
-    if staying.reason is None or not staying.disable:
-        return
-    for call, disabled in staying.disable:
-        builder.replace(call, disabled)
-    builder.message += (
-        f"; the GradScaler is disabled (`enabled=False`) rather than removed: {staying.reason}, so its calls "
-        "stay (each is then the identity) until removed by hand"
-    )
 
 
 def _scaler_stays_there(trainer: str) -> str:

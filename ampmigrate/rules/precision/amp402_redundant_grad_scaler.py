@@ -11,7 +11,7 @@ from ampmigrate.analysis.autocasts import autocasts
 from ampmigrate.analysis.scalers import find_scalers
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.precision._common import in_inference_code, recommends_bf16_at
-from ampmigrate.rules.precision._scaler_removal import inert_under_bf16, plan_removal
+from ampmigrate.rules.precision._scaler_removal import disabling_plan, inert_under_bf16, plan_removal
 from ampmigrate.api import ANY_GRAD_SCALER
 
 
@@ -42,7 +42,17 @@ class RedundantGradScaler(Rule):
             )
             plan = plan_removal(ctx.file, scaler)
             if plan.reason is not None:
-                ctx.report(node, message, no_fix_reason=plan.reason)
+                disable = disabling_plan(ctx.file, scaler)
+                if disable is None:
+                    ctx.report(node, message, no_fix_reason=plan.reason)
+                    continue
+                fix = ctx.fix(
+                    f"Disable `{scaler.display}` (`enabled=False`: each of its calls is then the identity); it is "
+                    f"not removed: {plan.reason}"
+                )
+                for call, disabled in disable:
+                    fix.replace(call, disabled)
+                ctx.report(node, message, fix=fix.build())
                 continue
             fix = plan.apply_to(ctx.fix(f"Remove `{scaler.display}` and its calls (backward and step directly)"))
             ctx.report(node, message, fix=fix.build())
