@@ -665,3 +665,26 @@ def test_dropping_the_scaler_that_guarded_a_step_is_not_equivalent(cli, monkeypa
     assert result.exit_code == 1, result.output
     assert any("not finite" in reason for reason in data["reasons"]), data["reasons"]
 
+
+
+def test_the_migrated_vocoder_trains_where_a_dtype_swap_breaks_the_fft(cli, monkeypatch, tmp_path):
+    """The fp16 vocoder's own before cannot run on the CPU (MKL has no half FFT either: the hazard
+    itself), so `verify` compares the migrated program (bf16, FFT inputs cast to float32) with the
+    dtype swapped alone: the migration trains, the swap raises in the FFT."""
+    from ampmigrate.engine.pipeline import Engine
+
+    from conftest import make_settings
+
+    project = copy_of(PROJECTS / "vocoder_fft", tmp_path / "vocoder_fft")
+    text = (project / "train.py").read_text(encoding="utf-8")
+    migrated = Engine(make_settings({"unsafe-fixes": True})).fix_text(text, str(project / "train.py")).new_text
+    assert migrated is not None and ".float())" in migrated and "torch.bfloat16" in migrated
+    (project / "migrated.py").write_text(migrated, encoding="utf-8")
+    (project / "swapped.py").write_text(text.replace("torch.float16", "torch.bfloat16"), encoding="utf-8")
+
+    result, data = run_verify(cli, monkeypatch, project, "migrated.py", "--after", "swapped.py", "--steps", "30", "--runs", "2")
+
+    assert result.exit_code == 2, result.output
+    assert all(run["status"] == "completed" for run in data["runs"]["before"]), data["runs"]["before"]
+    assert data["verdict"] == "could not run"
+    assert "BFloat16" in result.output
