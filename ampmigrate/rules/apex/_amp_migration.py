@@ -46,6 +46,7 @@ from ampmigrate.rules.apex._flow import Branch, body_of, branches, expression_ke
 from ampmigrate.rules.apex._presence import Action, Unsupported, choose, presence_action, simplify, unwrap
 from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions
 from ampmigrate.rules.apex._removal import Removal, unused_after
+from ampmigrate.rules.apex._method_windows import MethodWindows
 from ampmigrate.rules.apex._scaler_access import ScalerAccess
 
 __all__ = ["AmpPlan", "Site", "amp_plan"]
@@ -57,7 +58,7 @@ def amp_plan(ctx: FileContext) -> AmpPlan:
     return ctx.shared("apex.amp_plan", lambda: _Planner(ctx).plan())
 
 
-class _Planner(StepRewrites, ForwardRegions):
+class _Planner(StepRewrites, MethodWindows, ForwardRegions):
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.names = ctx.names
@@ -67,6 +68,7 @@ class _Planner(StepRewrites, ForwardRegions):
         self.removal = Removal(self.names)
         self.notes: List[str] = []
         self.unsafe: List[str] = []
+        self._init_windows()
 
     # ------------------------------------------------------------------ entry
     def plan(self) -> AmpPlan:
@@ -508,7 +510,9 @@ class _Planner(StepRewrites, ForwardRegions):
                     self._is_barrier,
                 )
             except NoRegion as exc:
-                raise Unfixable(f"no autocast region for `amp.scale_loss` at line {self._line(step.call)}: {exc}")
+                if not self._loss_from_wrapper_caller(step):
+                    raise Unfixable(f"no autocast region for `amp.scale_loss` at line {self._line(step.call)}: {exc}")
+                found = []
             regions.extend((r, step) for r in found)
             self.builder.replace(step.with_node, self._scaled_backward(step))
             self.handled.add(step.with_node)

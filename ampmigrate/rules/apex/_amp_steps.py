@@ -44,6 +44,8 @@ class StepRewrites:
                 if calls:
                     break
             if not calls:
+                calls = self._sibling_steps(step, optimizer)
+            if not calls:
                 raise Unfixable(
                     f"no `{self.ctx.code(optimizer).strip()}.step()` follows `amp.scale_loss` at line "
                     f"{self._line(step.call)} in the same function; it must become `scaler.step(...)` + "
@@ -120,7 +122,7 @@ class StepRewrites:
         `loss.backward()` count (an `if` that skips the backward, say on a NaN loss, does not:
         `scaler.step` handles that), and not even those when they are all part of the scaler's
         `enabled` (a disabled scaler passes `step` through to the optimizer)."""
-        here = {b.key for b in self._branches(node, step.function.node)}
+        here = {b.key for b in self._branches(node, self._stop_node(step, node))}
         missing = [b for b in step.branches if b.key not in here and self._chooses_backward(b)]
         if not missing or {b.key for b in missing} <= self.access.enabled_keys:
             return None
@@ -146,7 +148,7 @@ class StepRewrites:
     def _inactive(self, step: Step, node: cst.CSTNode) -> bool:
         """True when `node` is in the other branch of an `if` (same test) that `amp.scale_loss` is in:
         the fp32 path of `if fp16: <scaled backward> else: loss.backward()`."""
-        here = {b.key for b in self._branches(node, step.function.node)}
+        here = {b.key for b in self._branches(node, self._stop_node(step, node))}
         return any((b.key[0], not b.taken) in here for b in step.branches if self._chooses_backward(b))
 
     # ---- unscale_ before gradient reads
@@ -155,18 +157,22 @@ class StepRewrites:
         order: List[cst.CSTNode] = []
         master_refs = {r.call: r for r in self.refs if r.api == "master_params" and r.call is not None}
         covered_master: Set[cst.Call] = set()
+        readers: Dict[cst.CSTNode, List[cst.CSTNode]] = {}
         for step in steps:
             step_lines = {self._step_line(c) for c in step.steps}
-            for statement in following(self.names, step.with_node, out_of_loops=True):
+            for statement in self._window_statements(step):
                 stop = any(any(n is line for n in walk(statement)) for line in step_lines)
                 for reader, optimizers in self._gradient_reads(statement, step, master_refs):
                     if stop and not self._before_any(reader, step_lines):
                         continue
                     if reader in master_refs:
                         covered_master.add(reader)
+                    elif reader in self._helper_masters:
+                        covered_master.update(self._helper_masters[reader])
                     elif self._inactive(step, reader):
                         continue
                     point = self._insertion_point(reader, statement)
+                    readers.setdefault(point, []).append(reader)
                     if point not in inserts:
                         inserts[point] = []
                         order.append(point)
@@ -175,6 +181,7 @@ class StepRewrites:
                             inserts[point].append((optimizer, step))
                 if stop:
                     break
+        self._check_helpers_covered(covered_master)
         for call, ref in master_refs.items():
             if call in covered_master:
                 continue
@@ -185,6 +192,7 @@ class StepRewrites:
                     "window the fix can follow, where `scaler.unscale_` would have to run first"
                 )
         order = self._hoist_exclusive(order, inserts)
+        self._drop_double_unscale(order, inserts, readers, master_refs)
         done: List[Tuple[cst.CSTNode, str]] = []
         for point in order:
             for optimizer, step in inserts[point]:
@@ -238,7 +246,7 @@ class StepRewrites:
 
     def _check_once_per_step(self, point: cst.CSTNode, step: Step) -> None:
         """`unscale_` may run once per optimizer step: not inside a loop the step is outside of."""
-        function = step.function.node
+        function = self._stop_node(step, point)
         step_lines = [self._step_line(c) for c in step.steps]
         here = {b.key for b in self._branches(point, function)}
         for line in step_lines:
@@ -273,6 +281,10 @@ class StepRewrites:
                 if any(n in master_refs for n in walk(node)):
                     continue  # its master_params argument is the read
                 found.append((node, [self.ctx.code(o).strip() for o in step.optimizers]))
+            else:
+                optimizers = self._helper_reads(node, step, master_refs)
+                if optimizers:
+                    found.append((node, optimizers))
         return found
 
     def _reads_gradients(self, node: cst.CSTNode) -> bool:

@@ -43,6 +43,11 @@ class ScalerAccess:
             for scope in others:
                 if scope.kind != "function" or scope.parent is not home_class:
                     raise Unfixable("the scaler would be needed outside the class whose method calls `amp.initialize`")
+            if isinstance(self.home.node, cst.FunctionDef) and self.home.node.decorators:
+                raise Unfixable(
+                    f"`amp.initialize` runs in `{self.home.node.name.value}()`, a decorated method (a classmethod "
+                    "or staticmethod builds no `self`): the scaler has no instance to live on"
+                )
             self.mode = "attribute"
             self.cls = home_class
         else:

@@ -1,0 +1,275 @@
+"""Training steps that span the methods of one class (issue 12: setups inside a class).
+
+Two shapes of class-based apex code put the backward/step window across methods:
+
+- **A helper that reads the gradients**, called between the backward and the step
+  (`batch_grad_norm = self.rescale_gradients()`, where `rescale_gradients` clips
+  `amp.master_params(self.optimizer)`): the helper call is a gradient read like a clip, so
+  `scaler.unscale_(optimizer)` goes before the statement that calls it. Only methods of the same
+  class, called on `self`, count; when a helper that reads `amp.master_params` is also called
+  outside every window, the migration is refused (there the gradients would still be scaled).
+- **An optimizer wrapper** (`backward(loss)` with `amp.scale_loss(loss, self._optimizer)` and a
+  separate `step()` that calls `self._optimizer.step()`): when no step follows the scaled backward
+  in its own method, the step is looked for in the other methods of the class. It must be the
+  only method of the class that steps that optimizer, nothing may read the gradients after the
+  backward in its own method (the wrapper's caller may run it several times per step), and the
+  step method's gradient reads before the step get `scaler.unscale_` as usual. A condition the
+  backward ran under that chooses apex (`if self._fp16 == "amp":`) is tested again at the step
+  only when it reads nothing but `self` and module-level names.
+
+A mixin of the planner (`_amp_migration._Planner`), beside `_amp_steps.StepRewrites`.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterator, List, Optional, Set
+
+import libcst as cst
+
+from ampmigrate.api import CLIP_GRAD
+from ampmigrate.engine.names import Scope
+from ampmigrate.rules.apex._amp_common import Step, Unfixable
+from ampmigrate.rules.apex._flow import body_of, expression_key, following, walk
+
+
+def _first_param(scope: Scope) -> Optional[str]:
+    func = scope.node
+    if not isinstance(func, cst.FunctionDef) or not func.params.params:
+        return None
+    return func.params.params[0].name.value
+
+
+def _plain_method(scope: Scope) -> bool:
+    """A method called on the instance: a def in a class body without decorators."""
+    func = scope.node
+    return (
+        isinstance(func, cst.FunctionDef)
+        and scope.parent is not None
+        and scope.parent.kind == "class"
+        and not func.decorators
+        and _first_param(scope) is not None
+    )
+
+
+class MethodWindows:
+    def _init_windows(self) -> None:
+        self._helper_masters: Dict[cst.CSTNode, List[cst.Call]] = {}  # helper call -> its master_params
+        self._helpers_read: Dict[Scope, Set[cst.CSTNode]] = {}  # helper method -> its calls in windows
+        self._step_methods: Dict[Step, Scope] = {}  # a scaled backward -> the method that steps
+
+    # ---- the class's methods
+    def _class_methods(self, cls: Scope) -> Dict[str, Scope]:
+        methods: Dict[str, Scope] = {}
+        for scope in self.names.scopes:
+            if scope.parent is cls and scope.kind == "function" and isinstance(scope.node, cst.FunctionDef):
+                name = scope.node.name.value
+                methods[name] = None if name in methods else scope  # a name defined twice: neither
+        return {name: scope for name, scope in methods.items() if scope is not None}
+
+    def _self_method_call(self, node: cst.CSTNode, function: Scope) -> Optional[Scope]:
+        """The method of `function`'s class that `node` calls as `self.m(...)`, if any."""
+        if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
+            return None
+        receiver = node.func.value
+        self_name = _first_param(function) if _plain_method(function) else None
+        if self_name is None or not (isinstance(receiver, cst.Name) and receiver.value == self_name):
+            return None
+        method = self._class_methods(function.parent).get(node.func.attr.value)
+        if method is None or method is function or not _plain_method(method):
+            return None
+        if _first_param(method) != self_name:
+            return None
+        return method
+
+    # ---- helpers read between the backward and the step
+    def _helper_reads(self, node: cst.CSTNode, step: Step, master_refs) -> Optional[List[str]]:
+        """The optimizers whose gradients `self.helper(...)` reads (a clip or `amp.master_params`
+        in the helper's own body), or None when `node` is no such call."""
+        method = self._self_method_call(node, self._function_scope(node))
+        if method is None:
+            return None
+        masters = [n for n in walk(method.node) if n in master_refs]
+        clips = [
+            n for n in walk(method.node)
+            if isinstance(n, cst.Call) and self.names.qualified_names(n.func) & CLIP_GRAD
+        ]
+        if not masters and not clips:
+            return None
+        optimizers: List[str] = []
+        for call in masters:
+            args = call.args
+            if len(args) != 1 or args[0].keyword is not None:
+                raise Unfixable(f"`amp.master_params` at line {self._line(call)} is not called with one optimizer")
+            optimizers.append(self.ctx.code(args[0].value).strip())
+        if clips and not masters:
+            optimizers = [self.ctx.code(o).strip() for o in step.optimizers]
+        self._helper_masters.setdefault(node, []).extend(masters)
+        self._helpers_read.setdefault(method, set()).add(node)
+        return list(dict.fromkeys(optimizers))
+
+    def _check_helpers_covered(self, covered: Set[cst.Call]) -> None:
+        """A helper that reads `amp.master_params` must be called only inside windows."""
+        for method, calls in self._helpers_read.items():
+            name = method.node.name.value
+            inner = [n for n in walk(method.node) if n in covered]
+            if not inner:
+                continue
+            for ref in self._attribute_refs(name):
+                call = self.names.parent(ref)
+                if not (isinstance(call, cst.Call) and call.func is ref) or call not in calls:
+                    raise Unfixable(
+                        f"`{name}()` reads `amp.master_params` and is also used at line {self._line(ref)}, outside "
+                        "the backward/step window where the fix puts `scaler.unscale_`"
+                    )
+
+    def _attribute_refs(self, name: str) -> List[cst.Attribute]:
+        return [
+            n for n in walk(self.module, into_scopes=True)
+            if isinstance(n, cst.Attribute) and n.attr.value == name
+        ]
+
+    # ---- one unscale_ per optimizer and step
+    def _drop_double_unscale(self, order, inserts, readers, master_refs) -> None:
+        """Two `unscale_` of one optimizer that can both run in one step (the first in an `if` arm
+        that does not exclude the second: `if fp16: params = amp.master_params(opt)` then
+        `clip_grad_norm_(params, ...)`) would raise at the second (GradScaler unscales once per
+        step). When the first only collects `amp.master_params` into a name (no gradient is read
+        yet), it goes and the later one stays; otherwise the migration is refused."""
+        for index, first in enumerate(order):
+            for later in order[index + 1:]:
+                shared = [o for o, _ in inserts[first] if o in [p for p, _ in inserts[later]]]
+                if not shared or self._dominates(first, later) or self._exclusive(first, later):
+                    continue
+                if all(self._collects_master(r, master_refs) for r in readers.get(first, [])):
+                    inserts[first] = [(o, s) for o, s in inserts[first] if o not in shared]
+                    continue
+                raise Unfixable(
+                    f"the gradients of `{shared[0]}` are read at lines {self._line(first)} and {self._line(later)}, "
+                    "both of which can run in one step; GradScaler unscales once per step, so `scaler.unscale_` "
+                    "cannot go before each"
+                )
+
+    def _collects_master(self, reader: cst.CSTNode, master_refs) -> bool:
+        if reader not in master_refs:
+            return False
+        small = self.names.parent(reader)
+        return isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is reader
+
+    def _exclusive(self, first: cst.CSTNode, later: cst.CSTNode) -> bool:
+        """`first` and `later` lie in different arms of one `if`."""
+
+        def arms(node: cst.CSTNode) -> Dict[int, str]:
+            found: Dict[int, str] = {}
+            child = node
+            parent = self.names.parents.get(child)
+            while parent is not None:
+                if isinstance(parent, cst.If) and child is not parent.test:
+                    found[id(parent)] = "body" if child is parent.body else "orelse"
+                child, parent = parent, self.names.parents.get(parent)
+            return found
+
+        mine, theirs = arms(first), arms(later)
+        return any(theirs.get(key, arm) != arm for key, arm in mine.items())
+
+    # ---- the step in another method of the class
+    def _sibling_steps(self, step: Step, optimizer: cst.BaseExpression) -> List[cst.Call]:
+        """`self._optimizer.step()` in the one other method of the class that steps it."""
+        function = step.function
+        if not _plain_method(function) or not isinstance(optimizer, cst.Attribute):
+            return []
+        if self.access.mode != "attribute":
+            return []
+        self_name = _first_param(function)
+        root = optimizer
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        if not (isinstance(root, cst.Name) and root.value == self_name):
+            return []
+        wanted = expression_key(optimizer)
+        found: Dict[Scope, List[cst.Call]] = {}
+        for method in self._class_methods(function.parent).values():
+            if method is function:
+                continue
+            calls = [c for c in self._step_calls(method.node) if expression_key(c.func.value) == wanted]
+            if calls:
+                found[method] = calls
+        if not found:
+            return []
+        if len(found) > 1:
+            raise Unfixable(
+                f"`{self.ctx.code(optimizer).strip()}.step()` is called in several methods ("
+                + ", ".join(f"`{m.node.name.value}()`" for m in found)
+                + "); the fix cannot tell which one ends the training step"
+            )
+        (method, calls), = found.items()
+        if not _plain_method(method) or _first_param(method) != self_name:
+            raise Unfixable(f"`{method.node.name.value}()` steps the optimizer but is not a plain method on `{self_name}`")
+        self._check_nothing_read_after(step, method)
+        self._check_guard_portable(step)
+        self._step_methods[step] = method
+        self._note(
+            f"`amp.scale_loss` is in `{function.node.name.value}()` and the optimizer steps in "
+            f"`{method.node.name.value}()`: the scaler is an attribute of the instance, used by both"
+        )
+        return calls
+
+    def _check_nothing_read_after(self, step: Step, method: Scope) -> None:
+        master_calls = {r.call for r in self.refs if r.api == "master_params" and r.call is not None}
+        for statement in following(self.names, step.with_node, out_of_loops=True):
+            for node in walk(statement):
+                if node in master_calls or self._reads_gradients(node) or self._self_method_call(node, step.function):
+                    raise Unfixable(
+                        f"line {self._line(node)} follows the backward in `{step.function.node.name.value}()`, "
+                        f"but the optimizer steps in `{method.node.name.value}()`; the fix cannot tell how often "
+                        "it runs per step"
+                    )
+
+    def _check_guard_portable(self, step: Step) -> None:
+        """The `if`s around `amp.scale_loss` may be tested again in the step's method: they must
+        read only `self` and module-level names."""
+        self_name = _first_param(step.function)
+        local = set(step.function.bindings) - {self_name}
+        for branch in step.branches:
+            for node in walk(branch.test):
+                if isinstance(node, cst.Name) and node.value in local:
+                    raise Unfixable(
+                        f"`amp.scale_loss` runs under `if {self.ctx.code(branch.test).strip()}`, which reads "
+                        f"`{node.value}`, a local of `{step.function.node.name.value}()`, and the optimizer "
+                        "steps in another method"
+                    )
+
+    def _loss_from_wrapper_caller(self, step: Step) -> bool:
+        """An optimizer wrapper's `backward(loss)`: the forward pass runs in its callers, which this
+        file may not hold. The scaler part is migrated as an unsafe fix that says where autocast
+        goes (without it the forward runs in float32 where apex ran float16)."""
+        if step not in self._step_methods or not isinstance(step.loss, cst.Name):
+            return False
+        params = step.function.node.params
+        if step.loss.value not in {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}:
+            return False
+        if any(isinstance(n, (cst.Assign, cst.AugAssign)) and step.loss.value in {
+            t.target.value for t in getattr(n, "targets", ()) if isinstance(t.target, cst.Name)
+        } for n in walk(step.function.node)):
+            return False
+        name = step.function.node.name.value
+        self.unsafe.append(
+            f"the forward pass runs in the callers of `{name}()`, not here: without "
+            f"`torch.autocast(\"cuda\", dtype=torch.float16)` around it there, it runs in float32 where apex ran float16"
+        )
+        return True
+
+    def _window_statements(self, step: Step) -> Iterator[cst.BaseStatement]:
+        """The statements after the scaled backward up to (and including) the step's: in the
+        backward's own method, then, when the step is in another method, that method's body."""
+        yield from following(self.names, step.with_node, out_of_loops=True)
+        method = self._step_methods.get(step)
+        if method is not None:
+            yield from body_of(method.node.body)
+
+    def _stop_node(self, step: Step, node: cst.CSTNode) -> cst.CSTNode:
+        """The function to stop at when collecting the `if`s around `node` (in the step's method
+        or the backward's)."""
+        method = self._step_methods.get(step)
+        if method is not None and any(a is method.node for a in self.names.ancestors(node)):
+            return method.node
+        return step.function.node
