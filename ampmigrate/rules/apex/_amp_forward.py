@@ -83,6 +83,8 @@ class ForwardRegions:
                 if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
                     if self.names.self_attribute_bindings(func):
                         return True
+                    if self._self_method_call(node, function) is not None:
+                        return True  # `outputs = self.batch_outputs(batch)`: a method of the class
             return False
 
         return looks_like_forward

@@ -249,10 +249,13 @@ class StepRewrites:
         function = self._stop_node(step, point)
         step_lines = [self._step_line(c) for c in step.steps]
         here = {b.key for b in self._branches(point, function)}
+        # `if log: ...; opt.step() else: opt.step()`: a test whose both arms step is no condition.
+        stepped = {b.key for line in step_lines for b in self._branches(line, function)}
         for line in step_lines:
             extra = [
                 b for b in self._branches(line, function)
                 if b.key not in here and b.key not in self.access.enabled_keys
+                and (b.key[0], not b.key[1]) not in stepped
             ]
             if extra:
                 raise Unfixable(
