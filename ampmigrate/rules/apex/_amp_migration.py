@@ -513,6 +513,12 @@ class _Planner(StepRewrites, MethodWindows, ForwardRegions):
                 if not self._loss_from_wrapper_caller(step):
                     raise Unfixable(f"no autocast region for `amp.scale_loss` at line {self._line(step.call)}: {exc}")
                 found = []
+            if found and self.access.detached_init is not None:
+                raise Unfixable(
+                    f"the scaler lives on `{self.access.cls.node.name.value}`, apart from `amp.initialize`; the "
+                    "autocast region here would need apex's condition"
+                )
+            self._check_detached(step)
             regions.extend((r, step) for r in found)
             self.builder.replace(step.with_node, self._scaled_backward(step))
             self.handled.add(step.with_node)
@@ -694,7 +700,9 @@ class _Planner(StepRewrites, MethodWindows, ForwardRegions):
         statements: List[str] = []
         if rebinding:
             statements.append(rebinding)
-        if creation and hoist is None:
+        if creation and self.access.detached_init is not None:
+            self._place_detached(creation)
+        elif creation and hoist is None:
             statements.append(creation)
         if statements:
             new = [self.ctx.parse_statement(s + "\n") for s in statements]

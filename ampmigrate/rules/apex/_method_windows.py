@@ -29,6 +29,7 @@ import libcst as cst
 from ampmigrate.api import CLIP_GRAD
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._amp_common import Step, Unfixable
+from ampmigrate.rules.apex._amp_options import literal_value
 from ampmigrate.rules.apex._flow import body_of, expression_key, following, walk
 
 
@@ -56,6 +57,7 @@ class MethodWindows:
         self._helper_masters: Dict[cst.CSTNode, List[cst.Call]] = {}  # helper call -> its master_params
         self._helpers_read: Dict[Scope, Set[cst.CSTNode]] = {}  # helper method -> its calls in windows
         self._step_methods: Dict[Step, Scope] = {}  # a scaled backward -> the method that steps
+        self._detached_checked = False
 
     # ---- the class's methods
     def _class_methods(self, cls: Scope) -> Dict[str, Scope]:
@@ -127,6 +129,67 @@ class MethodWindows:
             n for n in walk(self.module, into_scopes=True)
             if isinstance(n, cst.Attribute) and n.attr.value == name
         ]
+
+    # ---- the scaler on a wrapper class, apart from `amp.initialize`
+    def _detached_class(self, scopes: List[Scope]):
+        """(class, its `__init__`) when every scope is a plain method of one class, in this file,
+        that `amp.initialize`'s function is not part of, and that class has a plain `__init__`
+        without `return` (every instance gets the scaler there)."""
+        classes = {id(s.parent): s.parent for s in scopes if _plain_method(s)}
+        if len(classes) != 1 or not all(_plain_method(s) for s in scopes):
+            return None
+        (cls,) = classes.values()
+        if any(a is cls.node for a in self.names.ancestors(self.init_line)):
+            return None
+        init = self._class_methods(cls).get("__init__")
+        if init is None or not _plain_method(init) or any(isinstance(n, cst.Return) for n in walk(init.node)):
+            return None
+        if not isinstance(init.node.body, cst.IndentedBlock):
+            return None
+        return cls, init
+
+    def _check_detached(self, step: Step) -> None:
+        """With the scaler always enabled on the wrapper, the scaled backward must run under a
+        test of `self` that chooses between it and a plain backward (the test every new call then
+        repeats), and the scaler's arguments must mean the same in `__init__`."""
+        if self.access.detached_init is None:
+            return
+        if not any(self._chooses_backward(b) for b in step.branches):
+            raise Unfixable(
+                f"`amp.initialize` is in `{self.home.node.name.value}()`, `amp.scale_loss` in "
+                f"`{step.function.node.name.value}()` of `{self.access.cls.node.name.value}`, with no test there of "
+                "whether apex is on: the scaler cannot be enabled exactly when apex was"
+            )
+        self._check_guard_portable(step)
+        if self._detached_checked:
+            return
+        self._detached_checked = True
+        # The spec's note that O0 disables the scaler does not hold for an always-enabled one.
+        self.unsafe[:] = [u.replace("under O0 the scaler and autocast are disabled; ", "") for u in self.unsafe]
+        for conjunct in self.spec.enabled:
+            if conjunct.code == "False":
+                raise Unfixable("`amp.initialize(..., enabled=False)`: apex was off")
+            self.unsafe.append(
+                f"the scaler on `{self.access.cls.node.name.value}` is always enabled where apex ran, "
+                f"though apex's `{conjunct.code}` (tested in `{self.home.node.name.value}()`) could turn loss scaling off"
+            )
+        for keyword, value in self.spec.keywords:
+            try:
+                literal_value(cst.parse_expression(value))
+            except ValueError:
+                raise Unfixable(
+                    f"the scaler's `{keyword}={value}` is computed in `{self.home.node.name.value}()`, but the scaler "
+                    f"is created in `{self.access.cls.node.name.value}.__init__`"
+                )
+
+    def _place_detached(self, creation: str) -> None:
+        init = self.access.detached_init.node
+        body = list(init.body.body)
+        self.builder.insert_after(body[-1], self.ctx.parse_statement(creation + "\n"))
+        self._note(
+            f"the scaler is created in `{self.access.cls.node.name.value}.__init__` (apex's `amp.initialize` ran in "
+            f"`{self.home.node.name.value}()`), always enabled: its uses test again what chose apex"
+        )
 
     # ---- one unscale_ per optimizer and step
     def _drop_double_unscale(self, order, inserts, readers, master_refs) -> None:

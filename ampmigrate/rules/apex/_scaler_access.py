@@ -37,6 +37,7 @@ class ScalerAccess:
         self.mode = "local"
         self.threaded: List[Scope] = []
         self.hoist_before: Optional[cst.CSTNode] = None
+        self.detached_init: Optional[Scope] = None  # the class's `__init__` when the scaler lives apart
         others = [s for s in dict.fromkeys(use_scopes) if s is not self.home]
         home_class = self.home.parent if self.home.kind == "function" and self.home.parent is not None and self.home.parent.kind == "class" else None
         if others and home_class is not None:
@@ -50,6 +51,11 @@ class ScalerAccess:
                 )
             self.mode = "attribute"
             self.cls = home_class
+        elif others and self.home.kind == "function" and planner._detached_class(others) is not None:
+            # `amp.initialize` in a builder function, the scaled backward in an optimizer wrapper's
+            # methods: the scaler is the wrapper's attribute, created in its `__init__`.
+            self.mode = "attribute"
+            self.cls, self.detached_init = planner._detached_class(others)
         else:
             for scope in others:
                 if self._nested_in(scope, self.home) or self.home.kind == "module":
@@ -148,6 +154,8 @@ class ScalerAccess:
         return self.name
 
     def home_expression(self) -> str:
+        if self.detached_init is not None:
+            return f"{self.detached_init.node.params.params[0].name.value}.{self.name}"
         return self.expression(self.p.init_line)
 
     # ---- enabled
@@ -156,6 +164,10 @@ class ScalerAccess:
         spec = self.p.spec
         init_line = self.p.init_line
         stop = self.home.node
+        if self.detached_init is not None:
+            # Always enabled: every use in the wrapper runs under the test that chose apex, tested again.
+            self.conditions, self.enabled_keys = [], frozenset()
+            return
         for ancestor in self.names.ancestors(init_line):
             if ancestor is stop:
                 break
@@ -238,6 +250,8 @@ class ScalerAccess:
     def _models(self) -> List[str]:
         spec = self.p.spec
         found: List[str] = []
+        if self.detached_init is not None:
+            return found  # the builder's locals mean nothing in the wrapper
 
         def add(node: Optional[cst.CSTNode]) -> None:
             if node is None:
