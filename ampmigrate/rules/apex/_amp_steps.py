@@ -169,6 +169,7 @@ class StepRewrites:
                         covered_master.add(reader)
                     elif reader in self._helper_masters:
                         covered_master.update(self._helper_masters[reader])
+                        self._helper_calls_covered.add(reader)
                     elif self._inactive(step, reader):
                         continue
                     point = self._insertion_point(reader, statement)

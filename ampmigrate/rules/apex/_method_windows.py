@@ -55,7 +55,8 @@ def _plain_method(scope: Scope) -> bool:
 class MethodWindows:
     def _init_windows(self) -> None:
         self._helper_masters: Dict[cst.CSTNode, List[cst.Call]] = {}  # helper call -> its master_params
-        self._helpers_read: Dict[Scope, Set[cst.CSTNode]] = {}  # helper method -> its calls in windows
+        self._helpers_read: Dict[Scope, Set[cst.CSTNode]] = {}  # helper method -> its calls seen in windows
+        self._helper_calls_covered: Set[cst.CSTNode] = set()  # those with `unscale_` before them
         self._step_methods: Dict[Step, Scope] = {}  # a scaled backward -> the method that steps
         self._detached_checked = False
 
@@ -111,14 +112,14 @@ class MethodWindows:
 
     def _check_helpers_covered(self, covered: Set[cst.Call]) -> None:
         """A helper that reads `amp.master_params` must be called only inside windows."""
-        for method, calls in self._helpers_read.items():
+        for method in self._helpers_read:
             name = method.node.name.value
             inner = [n for n in walk(method.node) if n in covered]
             if not inner:
                 continue
             for ref in self._attribute_refs(name):
                 call = self.names.parent(ref)
-                if not (isinstance(call, cst.Call) and call.func is ref) or call not in calls:
+                if not (isinstance(call, cst.Call) and call.func is ref) or call not in self._helper_calls_covered:
                     raise Unfixable(
                         f"`{name}()` reads `amp.master_params` and is also used at line {self._line(ref)}, outside "
                         "the backward/step window where the fix puts `scaler.unscale_`"
