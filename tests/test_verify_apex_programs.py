@@ -16,7 +16,6 @@ import ast
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, make_settings
 from test_verify_runs import copy_of, quiet_runs, run_verify  # noqa: F401  (quiet_runs: autouse fixture)
 
