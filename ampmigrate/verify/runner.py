@@ -209,7 +209,9 @@ def execute(
     spec_path = os.path.join(workdir, "specs", f"{name}.json")
     with open(spec_path, "w", encoding="utf-8") as handle:
         json.dump(payload, handle, indent=1)
-    env = dict(os.environ)
+    from ampmigrate.verify.isolation import with_this_ampmigrate
+
+    env = with_this_ampmigrate(dict(os.environ))  # the harness and the emulation's reporting are this ampmigrate's
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ in the user's project
     env.setdefault("PYTHONHASHSEED", "0")
     if spec.device == "cpu":
