@@ -98,3 +98,18 @@ def test_a_real_apex_program_migrated_by_the_safe_fix_trains_like_the_original(c
         assert run["precision"] == "fp16 + GradScaler"
     assert "EQUIVALENT" in result.output
     assert {path.name: path.read_text(encoding="utf-8") for path in project.glob("*.py")} == originals
+
+
+def test_the_same_migration_without_its_unscale_is_rejected(cli, monkeypatch, tmp_path):
+    """A control: mellotron's migration with `scaler.unscale_` dropped clips gradients still
+    multiplied by the loss scale (apex's clip of `amp.master_params` saw them unscaled)."""
+    project = copy_of(PROJECTS / "apex_mellotron", tmp_path / "apex_mellotron")
+    migrated = _safe_fix(project)["train.py"]
+    assert migrated.count("scaler.unscale_(optimizer)\n") == 1
+    (project / "no_unscale.py").write_text(migrated.replace("                scaler.unscale_(optimizer)\n", ""), encoding="utf-8")
+
+    result, data = run_verify(cli, monkeypatch, project, "train.py", "--after", "no_unscale.py", "--steps", "20", "--runs", "2")
+
+    assert result.exit_code == 1, result.output
+    assert data["runs"]["after"][0]["clips_on_scaled_gradients"] > 0
+    assert any("clips gradients that a GradScaler scaled" in reason for reason in data["reasons"]), data["reasons"]
