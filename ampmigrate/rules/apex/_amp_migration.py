@@ -125,6 +125,8 @@ class _Planner(StepRewrites, ForwardRegions):
                 )
             return self._standalone_fix(plan)
         if len(inits) > 1:
+            inits = self._without_inference_inits(inits)
+        if len(inits) > 1:
             inits = self._without_reinitializations(inits)
         init = inits[0]
         if init.call is None:
@@ -179,6 +181,60 @@ class _Planner(StepRewrites, ForwardRegions):
         self._check_nesting()
         kind = "fp32 (O0)" if fp32 else "torch.autocast fp16 and torch.amp.GradScaler"
         return self._finish(f"Migrate apex.amp to {kind}")
+
+    def _without_inference_inits(self, inits: List[AmpRef]) -> List[AmpRef]:
+        """A file that trains (`amp.initialize(model, optimizer)`) and also initializes a model
+        without optimizers (an evaluation entry point, an EMA copy): the training call is the one
+        migrated; each inference call goes, its model then running in fp32 (the note says so)."""
+        training, inference = [], []
+        for ref in inits:
+            if ref.api != "initialize" or ref.call is None:
+                return inits
+            spec = scaler_spec(self.module, self.names, ref.call, self.ctx.quote)
+            if spec.error:
+                return inits
+            (inference if spec.optimizers is None and spec.levels != {"O0"} else training).append(ref)
+        if not training or not inference:
+            return inits
+        for ref in inference:
+            self._drop_inference_init(ref)
+        self.refs = [r for r in self.refs if r not in inference]
+        return training
+
+    def _drop_inference_init(self, ref: AmpRef) -> None:
+        """Remove `model = amp.initialize(model, ...)` (no optimizers): torch.amp has no model-level
+        conversion, so the model runs in fp32 unless its calls are under autocast."""
+        line = self._init_line(ref)
+        small = line.body[0]
+        if isinstance(small, cst.Assign) and not _rebinds_its_arguments(small, ref.call):
+            raise Unfixable(
+                f"`amp.initialize` without optimizers at line {self._line(ref.call)} binds other names than the "
+                "model it is given"
+            )
+        if not isinstance(small, (cst.Assign, cst.Expr)):
+            raise Unfixable(f"`amp.initialize` at line {self._line(ref.call)} is not a statement of its own")
+        half = self._half_cast()
+        if half is not None:
+            raise Unfixable(
+                f"`amp.initialize` without optimizers at line {self._line(ref.call)} made the model fp16, and line "
+                f"{self._line(half)} casts to half: with the call gone, the fp32 model would get fp16 inputs"
+            )
+        self.removal.remove_statement(line)
+        self.handled.add(line)
+        self._note(
+            f"`amp.initialize` without optimizers at line {self._line(ref.call)} goes: that model now runs in fp32; "
+            'wrap its calls in `torch.autocast("cuda", dtype=torch.float16)` for apex\'s fp16 speed'
+        )
+
+    def _half_cast(self) -> Optional[cst.CSTNode]:
+        """A `.half()` call or a float16 dtype in the file, which an fp16 model may rely on."""
+        for node in walk(self.module, into_scopes=True):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "half":
+                return node
+            if isinstance(node, cst.Attribute) and node.attr.value in ("float16", "half", "HalfTensor"):
+                if self.names.qualified_names(node) & {"torch.float16", "torch.half", "torch.cuda.HalfTensor", "torch.HalfTensor"}:
+                    return node
+        return None
 
     def _without_reinitializations(self, inits: List[AmpRef]) -> List[AmpRef]:
         """`amp.initialize` again on the same model and optimizer with the same options (a resume
@@ -248,11 +304,13 @@ class _Planner(StepRewrites, ForwardRegions):
             anchor, conditions = guard, [self.ctx.code(guard.test).strip()]
         block = self.names.parent(anchor)
         if self.names.parent(block) is not self._function_scope(init.call).node and block is not self.module:
-            raise Unfixable(why_not + " (the call is inside a block of its function)")
+            return self._inference_drop(init)  # the call is inside a block of its function
         body = list(body_of(block) or ())
         models = self._initialized_names()
         runs = self._statements_running(body[body.index(anchor) + 1 :], models)
-        if not runs or not all(c.code and is_pure(cst.parse_expression(c.code)) for c in spec.enabled):
+        if not runs:
+            return self._inference_drop(init)
+        if not all(c.code and is_pure(cst.parse_expression(c.code)) for c in spec.enabled):
             raise Unfixable(why_not)
         codes = list(dict.fromkeys([*conditions, *(c.code for c in spec.enabled if c.code != "True")]))
         enabled = " and ".join(f"({c})" if len(codes) > 1 else c for c in codes)
@@ -275,6 +333,17 @@ class _Planner(StepRewrites, ForwardRegions):
         self._emit_removals()
         self._check_nesting()
         return self._finish("Migrate inference under apex.amp to torch.autocast fp16")
+
+    def _inference_drop(self, init: AmpRef) -> Fix:
+        """No model run follows the inference `amp.initialize` in its block (the model is returned,
+        stored or run elsewhere): the call goes, and the model runs in fp32 (the fix says so)."""
+        self.unsafe, self.notes = [], []  # the opt level and loss scale no longer matter
+        self._drop_inference_init(init)
+        self._plan_presence_tests()
+        self._plan_imports()
+        self._emit_removals()
+        self._check_nesting()
+        return self._finish("Remove apex.amp's inference `amp.initialize`")
 
     def _initialized_names(self) -> Set[str]:
         small = self.init_line.body[0]
