@@ -163,10 +163,7 @@ class _Planner(StepRewrites, ForwardRegions):
             raise Unfixable("`amp.initialize` is called in a class body")
         steps = [self._step(r) for r in self.refs if r.api in ("scale_loss", "handle.scale_loss")]
         if not steps and not fp32 and init.api == "init":
-            raise Unfixable(
-                "`amp.init()` without a scaled backward is inference: wrap the inference in "
-                '`torch.autocast("cuda", dtype=torch.float16)` by hand'
-            )
+            return self._inference_drop(init)  # the handle is not used: nothing but the call to remove
         if not steps and not fp32:
             raise Unfixable(
                 "`amp.scale_loss` is not used in this file (the training step is elsewhere): create the "
@@ -206,7 +203,9 @@ class _Planner(StepRewrites, ForwardRegions):
         conversion, so the model runs in fp32 unless its calls are under autocast."""
         line = self._init_line(ref)
         small = line.body[0]
-        if isinstance(small, cst.Assign) and not _rebinds_its_arguments(small, ref.call):
+        if ref.api == "init":
+            pass  # `handle = amp.init(...)`: the handle has no use left (a use would have stopped the plan)
+        elif isinstance(small, cst.Assign) and not _rebinds_its_arguments(small, ref.call):
             raise Unfixable(
                 f"`amp.initialize` without optimizers at line {self._line(ref.call)} binds other names than the "
                 "model it is given"
@@ -216,14 +215,17 @@ class _Planner(StepRewrites, ForwardRegions):
         half = self._half_cast()
         if half is not None:
             raise Unfixable(
-                f"`amp.initialize` without optimizers at line {self._line(ref.call)} made the model fp16, and line "
+                f"`amp.{ref.api}` at line {self._line(ref.call)} ran the model in fp16, and line "
                 f"{self._line(half)} casts to half: with the call gone, the fp32 model would get fp16 inputs"
             )
         self.removal.remove_statement(line)
         self.handled.add(line)
+        what, runs = (
+            ("`amp.init()`", "the models now run") if ref.api == "init" else ("`amp.initialize` without optimizers", "that model now runs")
+        )
         self._note(
-            f"`amp.initialize` without optimizers at line {self._line(ref.call)} goes: that model now runs in fp32; "
-            'wrap its calls in `torch.autocast("cuda", dtype=torch.float16)` for apex\'s fp16 speed'
+            f"{what} at line {self._line(ref.call)} goes: {runs} in fp32; "
+            'wrap their calls in `torch.autocast("cuda", dtype=torch.float16)` for apex\'s fp16 speed'
         )
 
     def _half_cast(self) -> Optional[cst.CSTNode]:
@@ -343,7 +345,7 @@ class _Planner(StepRewrites, ForwardRegions):
         self._plan_imports()
         self._emit_removals()
         self._check_nesting()
-        return self._finish("Remove apex.amp's inference `amp.initialize`")
+        return self._finish("Remove apex.amp's inference setup")
 
     def _initialized_names(self) -> Set[str]:
         small = self.init_line.body[0]
