@@ -45,7 +45,7 @@ from ampmigrate.rules.apex._amp_steps import StepRewrites
 from ampmigrate.rules.apex._flow import Branch, body_of, branches, expression_key, is_pure, walk
 from ampmigrate.rules.apex._presence import Action, Unsupported, choose, presence_action, simplify, unwrap
 from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions
-from ampmigrate.rules.apex._removal import Removal, unused_after
+from ampmigrate.rules.apex._removal import Removal, none_assignments, unused_after
 from ampmigrate.rules.apex._scaler_access import ScalerAccess
 
 __all__ = ["AmpPlan", "Site", "amp_plan"]
@@ -566,6 +566,7 @@ class _Planner(StepRewrites, ForwardRegions):
             if ref.api in ("state_dict", "load_state_dict") or (ref.api == "_amp_state"):
                 scaler_scopes.append(self._function_scope(ref.node))
         self.access = ScalerAccess(self, scaler_scopes)
+        self.scaler_scopes = scaler_scopes
         regions: List[Tuple[Region, Step]] = []
         for step in steps:
             self._plan_step_calls(step, steps)
@@ -821,11 +822,12 @@ class _Planner(StepRewrites, ForwardRegions):
         until it is known which statements go anyway."""
         refs = self.presence_refs
         self.presence_actions: List[Action] = []
+        present = self._presence_as_enabled() if any(r.api is None for r in self.refs) else None
         for ref in self.refs:
             if ref.api is not None:
                 continue
             try:
-                action = presence_action(self.names, ref.node, refs)
+                action = presence_action(self.names, ref.node, refs, present)
             except Unsupported as exc:
                 raise Unfixable(f"`{self.ctx.code(ref.node)}` at line {self._line(ref.node)} is {exc}")
             if action.kind == "remove":
@@ -833,6 +835,48 @@ class _Planner(StepRewrites, ForwardRegions):
             else:
                 self.presence_actions.append(action)
             self.handled.add(action.node)
+
+    def _presence_as_enabled(self):
+        """`if cond: from apex import amp ... else: amp = None`: there `amp` is None where fp16 is off,
+        not where apex is missing, so `if amp:` becomes `if scaler.is_enabled():` (when `cond` is part
+        of the scaler's `enabled`), not `if True:` (which would run the fp16 arm in fp32 too)."""
+        tests = [t for t in map(self._none_unless, self.usage.import_bindings) if t is not None]
+        if not tests:
+            return None
+        access = getattr(self, "access", None)
+        if access is None or getattr(self, "fp32", False):
+            raise Unfixable(
+                f"`amp` is None where `{self.ctx.code(tests[0]).strip()}` is false, and tests of it cannot be mapped here"
+            )
+        for test in tests:
+            if (expression_key(test), True) not in access.enabled_keys:
+                raise Unfixable(
+                    f"`amp` is None where `{self.ctx.code(test).strip()}` is false, which is not the condition "
+                    "the GradScaler is enabled under"
+                )
+        served = {id(scope.node) for scope in getattr(self, "scaler_scopes", ())}
+
+        def present(ref: cst.CSTNode) -> cst.BaseExpression:
+            if id(self._function_scope(ref).node) not in served:
+                raise Unfixable(
+                    f"`{self.ctx.code(ref).strip()}` at line {self._line(ref)} tests whether fp16 is on (apex.amp is "
+                    "None otherwise) in a function the GradScaler is not passed to"
+                )
+            return self.ctx.parse_expression(f"{access.expression(ref)}.is_enabled()")
+
+        return present
+
+    def _none_unless(self, binding) -> Optional[cst.BaseExpression]:
+        """The test of `if test: from apex import amp ... else: amp = None`, for this import binding."""
+        child: cst.CSTNode = binding.node
+        for ancestor in self.names.ancestors(binding.node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Try)):
+                return None
+            if isinstance(ancestor, cst.If) and child is ancestor.body and isinstance(ancestor.orelse, cst.Else):
+                if none_assignments(body_of(ancestor.orelse.body) or (), {binding.name}):
+                    return ancestor.test
+            child = ancestor
+        return None
 
     def _branches(self, node: cst.CSTNode, stop: cst.CSTNode) -> List[Branch]:
         """`branches`, with tests of apex's presence folded (`amp is not None` is now True): a
