@@ -154,6 +154,19 @@ class _Planner(StepRewrites, ForwardRegions):
         self.spec = spec
         self.unsafe.extend(spec.unsafe)
         self.notes.extend(spec.notes)
+        self.o3_guard = None
+        if spec.o3_test is not None and not fp32:
+            # O0/O1/O2 keep their meaning (the scaler is disabled under O0); O3 would silently train
+            # another way, so it stops with an error where `amp.initialize` ran instead.
+            self.unsafe.remove(spec.o3_unsafe)
+            self.o3_guard = (
+                f"if {spec.o3_test}:\n"
+                f"    raise ValueError({self.ctx.string('apex opt_level O3 (pure fp16) has no torch.amp equivalent; use O1 or O2').value})\n"
+            )
+            self._note(
+                f"`opt_level={spec.opt_level_code}` is known only at run time: O0 disables the scaler and autocast, O1 and "
+                "O2 run fp16 autocast, and O3 (pure fp16, which torch.amp cannot do) now raises where `amp.initialize` was"
+            )
         requires = {s.code for s in plan.sites}
         self.builder = FixBuilder("", SAFE, frozenset(requires))
         self.init = init
@@ -760,6 +773,8 @@ class _Planner(StepRewrites, ForwardRegions):
         rebinding = self._rebinding()
         hoist = self.access.hoist_before if creation else None
         statements: List[str] = []
+        if getattr(self, "o3_guard", None):
+            statements.append(self.o3_guard.rstrip("\n"))
         if rebinding:
             statements.append(rebinding)
         if creation and hoist is None:
