@@ -1029,14 +1029,22 @@ def _initialize_keys(call: cst.Call, small: cst.BaseSmallStatement) -> list:
 
 
 def _rebinds_its_arguments(assign: cst.Assign, call: cst.Call) -> bool:
-    """`self.model, self.optimizer = amp.initialize(self.model, self.optimizer, ...)`."""
+    """`self.model, self.optimizer = amp.initialize(self.model, self.optimizer, ...)`, also with
+    lists (`[model] = amp.initialize([model], ...)`)."""
     bound = bound_arguments(call, INITIALIZE_PARAMS) or {}
     values = [bound[n].value for n in ("models", "optimizers") if n in bound]
-    target = assign.targets[0].target if len(assign.targets) == 1 else None
-    targets = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
-    return len(targets) == len(values) and all(
-        t is not None and expression_key(t) == expression_key(v) for t, v in zip(targets, values)
-    )
+    if len(assign.targets) != 1 or not values:
+        return False
+    target = assign.targets[0].target
+    given = _shape_key(values[0]) if len(values) == 1 else tuple(_shape_key(v) for v in values)
+    return _shape_key(target) == given
+
+
+def _shape_key(node: cst.BaseExpression):
+    """`[a, (b, c)]` -> ('a', ('b', 'c')): the names a (possibly nested) list or tuple holds."""
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return tuple(_shape_key(e.value) for e in node.elements)
+    return expression_key(node)
 
 
 def _side_effect_free(node: cst.BaseExpression) -> bool:
