@@ -109,3 +109,17 @@ def test_rescale_helper_unscales_before_the_helper():
     trainer = module.Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), grad_norm=0.05, fp16=True)
     trainer.train_epoch([[batch] for batch in batches])
     _same(model, _reference(batches, 0.05, autocast=True, classes=3))
+
+
+@pytest.mark.parametrize("fp16", [True, False])
+def test_setup_method_fp32_path_untouched(fp16):
+    """`__init__`'s disabled scaler: without `enable_amp()` the step is plain float32 training
+    (no autocast), with it the forward runs under autocast and the loss is scaled."""
+    module = _load("class_setup_method")
+    batches = _batches(3)
+    model = _model()
+    trainer = module.Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), fp16=fp16)
+    for x, y in batches:
+        trainer.train_step(x, y)
+    assert trainer.scaler.is_enabled() is fp16
+    _same(model, _reference(batches, float("inf"), autocast=fp16))

@@ -802,6 +802,7 @@ class _Planner(StepRewrites, MethodWindows, ForwardRegions):
         args = ", ".join([self.ctx.string("cuda").value, *keywords])
         creation = f"{self.access.home_expression()} = {torch}.amp.GradScaler({args})"
         self._place_home(creation)
+        self._disabled_default(torch)
 
     def _place_home(self, creation: Optional[str]) -> None:
         """Replace the initialize line (keeping any rebinding it did) and create the scaler."""

@@ -52,6 +52,15 @@ def _plain_method(scope: Scope) -> bool:
     )
 
 
+def _is_docstring(statement: cst.CSTNode) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
 class MethodWindows:
     def _init_windows(self) -> None:
         self._helper_masters: Dict[cst.CSTNode, List[cst.Call]] = {}  # helper call -> its master_params
@@ -190,6 +199,39 @@ class MethodWindows:
         self._note(
             f"the scaler is created in `{self.access.cls.node.name.value}.__init__` (apex's `amp.initialize` ran in "
             f"`{self.home.node.name.value}()`), always enabled: its uses test again what chose apex"
+        )
+
+    def _default_init(self, access) -> Optional[Scope]:
+        """The class's `__init__` when `amp.initialize` is in another of its methods (`setup()`,
+        `enable_amp()`): an instance that never calls that method gets a disabled scaler from
+        `__init__` (it passes `step` through, makes `unscale_`/`update` no-ops, and autocast,
+        which follows it, stays off), so the fp32 path never meets a missing attribute."""
+        if access.mode != "attribute" or access.detached_init is not None:
+            return None
+        if not isinstance(self.home.node, cst.FunctionDef) or self.home.node.name.value == "__init__":
+            return None
+        init = self._class_methods(access.cls).get("__init__")
+        if init is None or not _plain_method(init) or not isinstance(init.node.body, cst.IndentedBlock):
+            return None
+        if any(isinstance(n, cst.Return) for n in walk(init.node)):
+            return None
+        return init
+
+    def _disabled_default(self, torch: str) -> None:
+        init = self.access.default_init
+        if init is None:
+            return
+        access = self.access
+        self_name = _first_param(init)
+        cuda = self.ctx.string("cuda").value
+        statement = f"{self_name}.{access.name} = {torch}.amp.GradScaler({cuda}, enabled=False)"
+        # First (after a docstring): `__init__` may itself call the method that replaces it.
+        body = list(init.node.body.body)
+        first = body[1] if len(body) > 1 and _is_docstring(body[0]) else body[0]
+        self.builder.insert_before(first, self.ctx.parse_statement(statement + "\n"))
+        self._note(
+            f"`__init__` creates a disabled scaler, which `{self.home.node.name.value}()` replaces where apex was "
+            "initialized"
         )
 
     # ---- one unscale_ per optimizer and step

@@ -71,6 +71,9 @@ class ScalerAccess:
         self.name = self._choose_name(use_scopes)
         self._plan_enabled(use_scopes)
         self.model_names = self._models()
+        # `amp.initialize` in a method other than `__init__`: `__init__` gets a disabled scaler
+        # for the instances that never call it, and autocast follows the scaler.
+        self.default_init = planner._default_init(self)
 
     # ---- scopes
     def _nested_in(self, scope: Scope, outer: Scope) -> bool:
@@ -236,6 +239,8 @@ class ScalerAccess:
 
     def autocast_enabled(self, at: cst.CSTNode) -> Optional[str]:
         """autocast is on exactly when apex was: when the scaler is enabled."""
+        if self.default_init is not None and self.p._function_scope(at) is not self.home:
+            return f"{self.expression(at)}.is_enabled()"
         if not self.conditions:
             return None
         scope = self.p._function_scope(at)
