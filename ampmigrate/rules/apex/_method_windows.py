@@ -27,6 +27,7 @@ from typing import Dict, Iterator, List, Optional, Set
 import libcst as cst
 
 from ampmigrate.api import CLIP_GRAD
+from ampmigrate.engine.fixer import _is_docstring
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._amp_common import Step, Unfixable
 from ampmigrate.rules.apex._amp_options import literal_value
@@ -49,15 +50,6 @@ def _plain_method(scope: Scope) -> bool:
         and scope.parent.kind == "class"
         and not func.decorators
         and _first_param(scope) is not None
-    )
-
-
-def _is_docstring(statement: cst.CSTNode) -> bool:
-    return (
-        isinstance(statement, cst.SimpleStatementLine)
-        and len(statement.body) == 1
-        and isinstance(statement.body[0], cst.Expr)
-        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
     )
 
 
