@@ -53,6 +53,13 @@ def _plain_method(scope: Scope) -> bool:
     )
 
 
+def _first_statement(func: cst.FunctionDef) -> cst.BaseStatement:
+    """Where a new first statement of `func` goes: before its first one after a docstring (the
+    scaler exists before anything `__init__` calls can use it)."""
+    body = list(func.body.body)
+    return body[1] if len(body) > 1 and _is_docstring(body[0]) else body[0]
+
+
 class MethodWindows:
     def _init_windows(self) -> None:
         self._helper_masters: Dict[cst.CSTNode, List[cst.Call]] = {}  # helper call -> its master_params
@@ -186,8 +193,7 @@ class MethodWindows:
 
     def _place_detached(self, creation: str) -> None:
         init = self.access.detached_init.node
-        body = list(init.body.body)
-        self.builder.insert_after(body[-1], self.ctx.parse_statement(creation + "\n"))
+        self.builder.insert_before(_first_statement(init), self.ctx.parse_statement(creation + "\n"))
         self._note(
             f"the scaler is created in `{self.access.cls.node.name.value}.__init__` (apex's `amp.initialize` ran in "
             f"`{self.home.node.name.value}()`), always enabled: its uses test again what chose apex"
@@ -217,10 +223,8 @@ class MethodWindows:
         self_name = _first_param(init)
         cuda = self.ctx.string("cuda").value
         statement = f"{self_name}.{access.name} = {torch}.amp.GradScaler({cuda}, enabled=False)"
-        # First (after a docstring): `__init__` may itself call the method that replaces it.
-        body = list(init.node.body.body)
-        first = body[1] if len(body) > 1 and _is_docstring(body[0]) else body[0]
-        self.builder.insert_before(first, self.ctx.parse_statement(statement + "\n"))
+        # First: `__init__` may itself call the method that replaces it.
+        self.builder.insert_before(_first_statement(init.node), self.ctx.parse_statement(statement + "\n"))
         self._note(
             f"`__init__` creates a disabled scaler, which `{self.home.node.name.value}()` replaces where apex was "
             "initialized"
