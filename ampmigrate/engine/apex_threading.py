@@ -1,0 +1,421 @@
+"""apex.amp split across two files: the facts the project index keeps, and the one decision.
+
+The common shape of real apex code (maskrcnn-benchmark's tools/train_net.py and
+engine/trainer.py): file A calls `model, optimizer = amp.initialize(model, optimizer, ...)` in a
+function and hands the optimizer to `do_train(model, ..., optimizer, ...)` imported from module
+B; B imports apex's amp itself and runs `with amp.scale_loss(losses, optimizer) as s:
+s.backward()` then `optimizer.step()`. The migration threads one GradScaler through: A creates
+it where `initialize` was and passes `scaler=scaler`; B's function takes a new `scaler`
+parameter (rules/apex/_cross_threading.py).
+
+The two files are fixed by independent per-file runs, so both decide from the same index facts
+with `decide(index, b_path, function)`: B's function must have a shape the fix migrates and
+take the optimizer in a known parameter, and every file of the run that imports it by name must
+be an A side that migrates (one `amp.initialize` of a shape the fix takes, the function called
+only with the optimizer `initialize` returned, in the parameter B scales with). A file that
+imports B's module as a module, or calls the function without apex, makes both sides refuse.
+The facts below are read with `ast` (the index never uses LibCST); they are a conservative
+picture of what the planner takes, so that A never migrates without B, nor B without A.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
+
+if TYPE_CHECKING:
+    from ampmigrate.engine.project_index import ModuleSummary, ProjectIndex
+
+SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")  # as rules/apex/_scaler_access.py
+_SAFE_LEVELS = ("O0", "O1", "O2")
+# `amp.initialize` keywords whose mapping is exact (the others may make the fix unsafe).
+_INIT_KEYWORDS = frozenset({"opt_level", "verbosity"})
+
+
+# ---------------------------------------------------------------------------------- facts
+def summarize_threading(tree: ast.Module, summary: "ModuleSummary") -> None:
+    """Fill `apex_init_function`, `apex_init_problem`, `apex_init_calls` (the A side) and
+    `apex_step_functions` (the B side) of one module."""
+    amp_names = _apex_amp_names(tree)
+    if not amp_names:
+        return
+    uses = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in amp_names
+    ]
+    apis = [node.attr for node in uses]
+    inits = [n for n in uses if n.attr in ("initialize", "init")]
+    if inits and "scale_loss" not in apis:
+        _initializer(tree, summary, amp_names, uses)
+    elif "scale_loss" in apis and not inits:
+        _step_functions(tree, summary, amp_names, uses)
+
+
+def _apex_amp_names(tree: ast.Module) -> Set[str]:
+    names: Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "apex" and not node.level:
+            names.update(a.asname or a.name for a in node.names if a.name == "amp")
+        elif isinstance(node, ast.Import):
+            names.update(a.asname for a in node.names if a.name == "apex.amp" and a.asname)
+    return names
+
+
+def _top_functions(tree: ast.Module) -> List[ast.FunctionDef]:
+    return [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+
+
+def _enclosing_top_function(tree: ast.Module, node: ast.AST) -> Optional[ast.FunctionDef]:
+    for function in _top_functions(tree):
+        if any(inner is node for inner in ast.walk(function)):
+            return function
+    return None
+
+
+def _params(function: ast.FunctionDef) -> List[str]:
+    args = function.args
+    return [a.arg for a in [*args.posonlyargs, *args.args]]
+
+
+def _initializer(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[str], uses: List[ast.Attribute]) -> None:
+    """The A side: one `a, b = amp.initialize(model, optimizer, opt_level=...)` in a top-level
+    function, and the calls there (after it) that pass the optimizer it returns."""
+    init = next(n for n in uses if n.attr in ("initialize", "init"))
+    function = _enclosing_top_function(tree, init)
+    if function is None:
+        return  # a method or module level: not this shape (the in-file reasons stand)
+    summary.apex_init_function = function.name
+    problem = _initializer_problem(tree, function, init, uses)
+    summary.apex_init_problem = problem or ""
+    if problem:
+        return
+    call = _parent_call(function, init)
+    assign = next(s for s in ast.walk(function) if isinstance(s, ast.Assign) and s.value is call)
+    optimizer = assign.targets[0].elts[1].id
+    counts: Dict[str, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            counts[node.func.id] = counts.get(node.func.id, 0) + 1
+    for node in ast.walk(function):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.lineno > call.lineno):
+            continue
+        for position, arg in enumerate(node.args):
+            if isinstance(arg, ast.Name) and arg.id == optimizer:
+                summary.apex_init_calls.append((node.func.id, node.lineno, position, "", counts[node.func.id]))
+        for keyword in node.keywords:
+            if keyword.arg and isinstance(keyword.value, ast.Name) and keyword.value.id == optimizer:
+                summary.apex_init_calls.append((node.func.id, node.lineno, -1, keyword.arg, counts[node.func.id]))
+    summary.apex_init_calls.sort(key=lambda item: item[1])
+
+
+def _parent_call(function: ast.AST, attribute: ast.Attribute) -> Optional[ast.Call]:
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call) and node.func is attribute:
+            return node
+    return None
+
+
+def _initializer_problem(tree, function: ast.FunctionDef, init: ast.Attribute, uses) -> Optional[str]:
+    if len([n for n in uses if n.attr in ("initialize", "init")]) != 1:
+        return "`amp.initialize` is called more than once in this file"
+    if any(n.attr not in ("initialize",) for n in uses):
+        other = next(n.attr for n in uses if n.attr != "initialize")
+        return f"the file also uses `amp.{other}`"
+    call = _parent_call(function, init)
+    if call is None:
+        return "`amp.initialize` is used without being called"
+    assign = next((s for s in ast.walk(function) if isinstance(s, ast.Assign) and s.value is call), None)
+    if (
+        assign is None
+        or len(assign.targets) != 1
+        or not isinstance(assign.targets[0], (ast.Tuple, ast.List))
+        or len(assign.targets[0].elts) != 2
+        or not all(isinstance(e, ast.Name) for e in assign.targets[0].elts)
+    ):
+        return "`amp.initialize` does not bind one model and one optimizer to names (`model, optimizer = amp.initialize(...)`)"
+    if len(call.args) != 2 or not all(isinstance(a, ast.Name) for a in call.args):
+        return "`amp.initialize` is not given one model and one optimizer by name"
+    for keyword in call.keywords:
+        if keyword.arg not in _INIT_KEYWORDS:
+            return f"`amp.initialize` is given `{keyword.arg or '**'}`, which the split migration does not map"
+        if keyword.arg == "opt_level" and not _known_levels(function, keyword.value):
+            return "`opt_level` of `amp.initialize` is only known at run time (O3, pure fp16, has no torch.amp mode)"
+    return None
+
+
+def _known_levels(function: ast.FunctionDef, node: ast.AST, depth: int = 0) -> bool:
+    """The opt level is a literal O0-O2, a conditional of those, or a local name only ever
+    bound to those in the function (what rules/apex/_amp_options.py reads as known levels)."""
+    if depth > 3:
+        return False
+    if isinstance(node, ast.Constant):
+        return node.value in _SAFE_LEVELS
+    if isinstance(node, ast.IfExp):
+        return _known_levels(function, node.body, depth + 1) and _known_levels(function, node.orelse, depth + 1)
+    if isinstance(node, ast.Name):
+        values = []
+        for inner in ast.walk(function):
+            if isinstance(inner, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = inner.targets if isinstance(inner, ast.Assign) else [inner.target]
+                if any(isinstance(t, ast.Name) and t.id == node.id for t in targets):
+                    if not isinstance(inner, ast.Assign) or len(inner.targets) != 1:
+                        return False
+                    values.append(inner.value)
+            elif isinstance(inner, (ast.For, ast.With, ast.NamedExpr)) and any(
+                isinstance(n, ast.Name) and n.id == node.id and isinstance(n.ctx, ast.Store) for n in ast.walk(inner)
+                if not isinstance(inner, ast.For) or n is inner.target
+            ):
+                return False
+        if node.id in _params(function):
+            return False
+        return bool(values) and all(_known_levels(function, v, depth + 1) for v in values)
+    return False
+
+
+def _step_functions(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[str], uses: List[ast.Attribute]) -> None:
+    """The B side: top-level functions running `with amp.scale_loss(loss, <parameter>) as s:
+    s.backward()` on the module's apex import; each with the problem the split migration has
+    with it ("" when none)."""
+    taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    taken |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in [*n.posonlyargs, *n.args, *n.kwonlyargs]}
+    scaler = next((name for name in SCALER_NAMES if name not in taken), "")
+    module_level_import = any(
+        isinstance(node, ast.ImportFrom) and node.module == "apex"
+        for statement in tree.body
+        for node in ([statement] if not isinstance(statement, ast.Try) else statement.body)
+    )
+    for function in _top_functions(tree):
+        scales = [
+            n for n in uses if n.attr == "scale_loss" and any(inner is n for inner in ast.walk(function))
+        ]
+        if not scales:
+            continue
+        positional = _params(function)
+        problem, optimizer = _step_problem(tree, function, scales, uses, amp_names, module_level_import)
+        if not problem and not scaler:
+            problem = "every usual name for the scaler is taken in this file"
+        summary.apex_step_functions[function.name] = (positional, optimizer, scaler, problem)
+    outside = [n for n in uses if n.attr == "scale_loss" and _enclosing_top_function(tree, n) is None]
+    if outside:
+        summary.apex_step_functions["<other>"] = ([], "", "", "`amp.scale_loss` is used outside a top-level function")
+
+
+def _step_problem(tree, function: ast.FunctionDef, scales, uses, amp_names, module_level_import) -> Tuple[str, str]:
+    if not module_level_import:
+        return "apex's amp is not imported at the top of this file", ""
+    others = sorted({n.attr for n in uses if n.attr != "scale_loss"})
+    if others:
+        return f"the file also uses `amp.{others[0]}`, which the split migration does not rewrite", ""
+    if len(scales) != 1:
+        return f"`{function.name}()` calls `amp.scale_loss` more than once", ""
+    attribute = scales[0]
+    call = _parent_call(function, attribute)
+    with_node = next(
+        (
+            w
+            for w in ast.walk(function)
+            if isinstance(w, ast.With) and len(w.items) == 1 and w.items[0].context_expr is call
+        ),
+        None,
+    )
+    if call is None or with_node is None:
+        return "`amp.scale_loss` is not the only item of a `with` statement", ""
+    target = with_node.items[0].optional_vars
+    body = with_node.body
+    if not (
+        isinstance(target, ast.Name)
+        and len(body) == 1
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Call)
+        and isinstance(body[0].value.func, ast.Attribute)
+        and body[0].value.func.attr == "backward"
+        and isinstance(body[0].value.func.value, ast.Name)
+        and body[0].value.func.value.id == target.id
+    ):
+        return "the body of `with amp.scale_loss(...)` does more than `scaled_loss.backward()`", ""
+    optimizer_node = call.args[1] if len(call.args) >= 2 else next(
+        (k.value for k in call.keywords if k.arg == "optimizers"), None
+    )
+    if len(call.args) > 2 or any(k.arg not in ("optimizers",) for k in call.keywords):
+        return "`amp.scale_loss` is given more than the loss and the optimizer", ""
+    positional = _params(function)
+    if not (isinstance(optimizer_node, ast.Name) and optimizer_node.id in positional):
+        return "the optimizer passed to `amp.scale_loss` is not a parameter of the function", ""
+    optimizer = optimizer_node.id
+    if any(isinstance(n, (ast.Assign, ast.AugAssign)) and any(
+        isinstance(t, ast.Name) and t.id == optimizer for t in ast.walk(n) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)
+    ) for n in ast.walk(function)):
+        return f"`{optimizer}` is rebound in `{function.name}()`", ""
+    steps = [
+        n
+        for n in ast.walk(function)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "step"
+        and isinstance(n.func.value, ast.Name)
+        and n.func.value.id == optimizer
+    ]
+    if not steps:
+        return f"`{optimizer}.step()` is not called in `{function.name}()`", ""
+    if not any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in positional and n.lineno < call.lineno
+        for n in ast.walk(function)
+    ):
+        return "no call of a model parameter (the forward pass) comes before the loss is scaled", ""
+    called_here = any(
+        isinstance(n, ast.Name) and n.id == function.name and isinstance(n.ctx, ast.Load) for n in ast.walk(tree)
+    )
+    if called_here:
+        return f"`{function.name}()` is also used in its own file, where no GradScaler is made", ""
+    return "", optimizer
+
+
+# ---------------------------------------------------------------------------------- the decision
+@dataclass(frozen=True)
+class Decision:
+    migrate: bool
+    reason: str = ""  # why not, when not
+    optimizer: str = ""  # B's parameter scaled with
+    scaler: str = ""  # the name of B's new parameter (and A's keyword)
+    callers: Tuple[str, ...] = ()
+
+
+def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
+    """Whether `function` of the module at `path` (a B side) and every file calling it (its A
+    sides) migrate together. Both sides call this, with the same index, and get the same answer."""
+    absolute = os.path.abspath(path)
+    summary = index.modules.get(absolute)
+    record = summary.apex_step_functions.get(function) if summary is not None else None
+    here = index.relative(absolute)
+    if record is None:
+        return Decision(False, f"`{function}()` in {here} does not scale a loss with apex's amp")
+    positional, optimizer, scaler, problem = record
+    if problem:
+        return Decision(False, f"in {here}: {problem}")
+    callers: List[str] = []
+    for other, names in _importing(index, absolute):
+        where = index.relative(other)
+        if names is None:
+            return Decision(False, f"{where} imports {here} as a module, so its calls of `{function}()` cannot be followed")
+        if function not in names:
+            continue
+        facts = index.modules[other]
+        if not facts.apex_init_function:
+            return Decision(
+                False,
+                f"{where} calls `{function}()` without apex's `amp.initialize`, and a GradScaler parameter needs "
+                "every caller to pass one",
+            )
+        if facts.apex_init_problem:
+            return Decision(False, f"`amp.initialize` in {where} is not migrated: {facts.apex_init_problem}")
+        calls = [c for c in facts.apex_init_calls if c[0] == function]
+        if not calls:
+            return Decision(
+                False, f"{where} does not call `{function}()` with the optimizer `amp.initialize` returns"
+            )
+        for _, line, position, keyword, total in calls:
+            given = keyword or (positional[position] if 0 <= position < len(positional) else "")
+            if given != optimizer:
+                return Decision(
+                    False,
+                    f"{where}:{line} passes the optimizer to `{function}()` as `{given or '*'}`, not as `{optimizer}`, "
+                    "the parameter it scales with",
+                )
+            if total != len(calls):
+                return Decision(
+                    False, f"{where} calls `{function}()` elsewhere than with the optimizer `amp.initialize` returns"
+                )
+        callers.append(where)
+    if not callers:
+        return Decision(False, f"no file of the run calls `{function}()` from {here} after `amp.initialize`")
+    return Decision(True, "", optimizer, scaler, tuple(callers))
+
+
+def _importing(index: "ProjectIndex", target: str):
+    """(file, names it imports by name from the module at `target`, or None when it imports the
+    module itself: `import pkg.trainer`, `from pkg import trainer`) for each other file of the run."""
+    for other, facts in sorted(index.modules.items()):
+        if other == target:
+            continue
+        names: Optional[Set[str]] = set()
+        for module, name in facts.from_imports:
+            if index.module_for(module) == target:
+                names.add(name)
+            elif index.module_for(f"{module}.{name}") == target:
+                names = None
+                break
+        if names is not None:
+            spelled = {m for m, _ in facts.from_imports} | {f"{m}.{n}" for m, n in facts.from_imports}
+            if any(index.module_for(spec) == target for spec in facts.imports if spec not in spelled):
+                names = None
+        if names is None or names:
+            yield other, names
+
+
+def initializer_targets(index: "ProjectIndex", path: str) -> Tuple[List[Tuple[str, str]], Optional[str]]:
+    """For an A side: the (B path, function) pairs its optimizer is handed to, and why the pair
+    cannot migrate (None when every one can). A callee resolving to a file that scales a loss
+    with apex but is no threadable function refuses too."""
+    absolute = os.path.abspath(path)
+    facts = index.modules.get(absolute)
+    if facts is None or not facts.apex_init_function:
+        return [], "no `amp.initialize` of the split shape"
+    if facts.apex_init_problem:
+        return [], facts.apex_init_problem
+    imported = {name: module for module, name in facts.from_imports}
+    targets: List[Tuple[str, str]] = []
+    for callee, *_ in facts.apex_init_calls:
+        module = imported.get(callee)
+        other = index.module_for(module) if module else None
+        if other is None or not index.modules[other].apex_step_functions:
+            continue
+        if callee not in index.modules[other].apex_step_functions:
+            return [], f"{index.relative(other)} scales a loss with apex's amp, but not in `{callee}()`"
+        if (other, callee) not in targets:
+            targets.append((other, callee))
+    if not targets:
+        return [], None
+    for other, callee in targets:
+        decision = decide(index, other, callee)
+        if not decision.migrate:
+            return targets, decision.reason
+    return targets, None
+
+
+def threading_key(index: "ProjectIndex", path: str) -> str:
+    """What of the index the split migration of the file at `path` depends on ("" if nothing):
+    every file's threading facts and by-name imports of step functions (a change in any caller
+    can flip the decision of both sides)."""
+    absolute = os.path.abspath(path)
+    facts = index.modules.get(absolute)
+    if facts is None:
+        return ""
+    involved = bool(facts.apex_step_functions or facts.apex_init_function)
+    if not involved:
+        for module, name in facts.from_imports:
+            other = index.module_for(module)
+            if other is not None and name in index.modules[other].apex_step_functions:
+                involved = True
+                break
+    if not involved:
+        return ""
+    cached = getattr(index, "_threading_digest", None)
+    if cached is None:
+        steps = {name for summary in index.modules.values() for name in summary.apex_step_functions}
+        parts = []
+        for other, summary in sorted(index.modules.items()):
+            if summary.apex_step_functions or summary.apex_init_function:
+                parts.append(
+                    repr((other, sorted(summary.apex_step_functions.items()), summary.apex_init_function,
+                          summary.apex_init_problem, summary.apex_init_calls))
+                )
+            imported = [(m, n) for m, n in summary.from_imports if n in steps or index.module_for(f"{m}.{n}")]
+            if imported:
+                parts.append(repr((other, imported, sorted(summary.imports))))
+        cached = hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest()
+        index._threading_digest = cached
+    return cached
