@@ -53,8 +53,24 @@ __all__ = ["AmpPlan", "Site", "amp_plan"]
 SCALE_LOSS_PARAMS = ("loss", "optimizers", "loss_id", "model", "delay_unscale", "delay_overflow_check")
 
 
+NO_INIT_REASON = (
+    "`amp.initialize` is not called in this file: the GradScaler has to be created where it is and passed here"
+)
+NO_STEP_REASON = (
+    "`amp.scale_loss` is not used in this file (the training step is elsewhere): create the "
+    '`torch.amp.GradScaler("cuda")` here and pass it to the code that scales the loss'
+)
+
+
 def amp_plan(ctx: FileContext) -> AmpPlan:
-    return ctx.shared("apex.amp_plan", lambda: _Planner(ctx).plan())
+    return ctx.shared("apex.amp_plan", lambda: _planner_for(ctx).plan())
+
+
+def _planner_for(ctx: FileContext) -> "_Planner":
+    # A file that is one side of an apex setup split across two files (_cross_threading.py).
+    from ampmigrate.rules.apex._cross_threading import split_planner
+
+    return split_planner(ctx) or _Planner(ctx)
 
 
 class _Planner(StepRewrites, ForwardRegions):
@@ -119,10 +135,7 @@ class _Planner(StepRewrites, ForwardRegions):
         inits = [r for r in self.refs if r.api in ("initialize", "init")]
         if not inits:
             if any(r.api not in (None, "disable_casts", "master_params") for r in self.refs):
-                raise Unfixable(
-                    "`amp.initialize` is not called in this file: the GradScaler has to be created where it is "
-                    "and passed here"
-                )
+                raise Unfixable(NO_INIT_REASON)
             return self._standalone_fix(plan)
         if len(inits) > 1:
             inits = self._without_reinitializations(inits)
@@ -165,11 +178,10 @@ class _Planner(StepRewrites, ForwardRegions):
                 "`amp.init()` without a scaled backward is inference: wrap the inference in "
                 '`torch.autocast("cuda", dtype=torch.float16)` by hand'
             )
+        if not steps and self._threads_scaler_out():
+            return self._split_fix(plan)  # the training step is in another file (_cross_threading.py)
         if not steps and not fp32:
-            raise Unfixable(
-                "`amp.scale_loss` is not used in this file (the training step is elsewhere): create the "
-                '`torch.amp.GradScaler("cuda")` here and pass it to the code that scales the loss'
-            )
+            raise Unfixable(NO_STEP_REASON)
         if fp32:
             self._plan_fp32(steps)
         else:
@@ -494,7 +506,7 @@ class _Planner(StepRewrites, ForwardRegions):
         for ref in self.refs:
             if ref.api in ("state_dict", "load_state_dict") or (ref.api == "_amp_state"):
                 scaler_scopes.append(self._function_scope(ref.node))
-        self.access = ScalerAccess(self, scaler_scopes)
+        self.access = self._scaler_access(scaler_scopes)
         regions: List[Tuple[Region, Step]] = []
         for step in steps:
             self._plan_step_calls(step, steps)
@@ -519,6 +531,16 @@ class _Planner(StepRewrites, ForwardRegions):
         self._plan_presence_tests()
         self._plan_scaler_creation()
         self.access.emit()
+
+    def _scaler_access(self, scopes: List[Scope]) -> ScalerAccess:
+        return ScalerAccess(self, scopes)
+
+    def _threads_scaler_out(self) -> bool:
+        """The scaler goes to a function of another file (the A side of _cross_threading.py)."""
+        return False
+
+    def _split_fix(self, plan: AmpPlan) -> Fix:  # pragma: no cover - only the A side plans one
+        raise Unfixable(NO_STEP_REASON)
 
     def _scaled_backward(self, step: Step):
         scaler = self.access.expression(step.with_node)
