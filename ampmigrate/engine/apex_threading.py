@@ -91,11 +91,12 @@ def _initializer(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[str]
     summary.apex_init_function = function.name
     problem = _initializer_problem(tree, function, init, uses)
     summary.apex_init_problem = problem or ""
-    if problem:
-        return
     call = _parent_call(function, init)
-    assign = next(s for s in ast.walk(function) if isinstance(s, ast.Assign) and s.value is call)
-    optimizer = assign.targets[0].elts[1].id
+    assign = next((s for s in ast.walk(function) if isinstance(s, ast.Assign) and s.value is call), None)
+    target = assign.targets[0] if assign is not None and len(assign.targets) == 1 else None
+    if not (isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2 and isinstance(target.elts[1], ast.Name)):
+        return  # no optimizer name to follow (the problem says why)
+    optimizer = target.elts[1].id
     counts: Dict[str, int] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
@@ -364,8 +365,6 @@ def initializer_targets(index: "ProjectIndex", path: str) -> Tuple[List[Tuple[st
     facts = index.modules.get(absolute)
     if facts is None or not facts.apex_init_function:
         return [], "no `amp.initialize` of the split shape"
-    if facts.apex_init_problem:
-        return [], facts.apex_init_problem
     imported = {name: module for module, name in facts.from_imports}
     targets: List[Tuple[str, str]] = []
     for callee, *_ in facts.apex_init_calls:
@@ -379,6 +378,8 @@ def initializer_targets(index: "ProjectIndex", path: str) -> Tuple[List[Tuple[st
             targets.append((other, callee))
     if not targets:
         return [], None
+    if facts.apex_init_problem:
+        return targets, facts.apex_init_problem
     for other, callee in targets:
         decision = decide(index, other, callee)
         if not decision.migrate:

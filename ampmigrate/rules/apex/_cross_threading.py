@@ -134,13 +134,14 @@ class _ParameterAccess:
         return f"{self.name}.is_enabled()"  # the caller's opt level, carried by the scaler
 
     def model_keys(self, function: Scope, depth: int = 0):
-        """The parameters (but the optimizer): what the caller passes its model in."""
+        """The parameters named like a model (`model`, `net`, `generator_model`): what the caller
+        passes its model in. A call of another parameter still looks like a forward pass (the
+        planner's `_forward_like_test`)."""
         node = function.node
         if not isinstance(node, cst.FunctionDef):
             return set()
-        decision = self.p.decisions.get(node.name.value)
         params = [p.name.value for p in (*node.params.posonly_params, *node.params.params)]
-        return {p for p in params if decision is None or p != decision.optimizer}
+        return {p for p in params if "model" in p.lower() or "net" in p.lower()}
 
     def emit(self) -> None:
         for scope in self.scopes:

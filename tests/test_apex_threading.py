@@ -1,0 +1,170 @@
+"""apex.amp split across two files: `amp.initialize` in A, `amp.scale_loss` in B's `do_train`
+(engine/apex_threading.py decides, rules/apex/_cross_threading.py rewrites both sides).
+
+The fixture tests/fixtures/AMP101/amp_split_init_and_step.project is the maskrcnn-benchmark
+shape (tools/train_net.py + engine/trainer.py), written from scratch. Both sides must migrate
+together or not at all: a third file calling `do_train` without apex, a caller passing the
+optimizer elsewhere, or an `amp.initialize` the split migration cannot take make both refuse.
+"""
+
+from __future__ import annotations
+
+import py_compile
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ampmigrate.engine.apex_threading import decide, initializer_targets
+from ampmigrate.engine.project_index import ProjectIndex, summarize
+
+from conftest import FIXTURES
+
+ROOT = Path(__file__).resolve().parents[1]
+SPLIT = FIXTURES / "AMP101" / "amp_split_init_and_step.project"
+
+
+def _copy(tmp_path: Path) -> Path:
+    project = tmp_path / "p"
+    shutil.copytree(SPLIT, project)
+    return project
+
+
+def _fix(project: Path, *extra: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "ampmigrate", "fix", "--no-cache", "--exit-zero", *extra, "."],
+        cwd=project,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout + done.stderr
+
+
+def _check_json(project: Path):
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-m", "ampmigrate", "check", "--no-cache", "--exit-zero", "--select", "AMP1", "--output-format", "json", "."],
+        cwd=project,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return json.loads(done.stdout)
+
+
+def _snapshot(project: Path):
+    return {p.relative_to(project).as_posix(): p.read_text() for p in sorted(project.rglob("*.py"))}
+
+
+def _index(project: Path) -> ProjectIndex:
+    return ProjectIndex.build(str(project), sorted(str(p) for p in project.rglob("*.py")))
+
+
+def test_index_records_both_sides():
+    a = summarize((SPLIT / "train_net.py").read_bytes(), "")
+    assert (a.apex_init_function, a.apex_init_problem) == ("train", "")
+    assert a.apex_init_calls == [("do_train", 16, 2, "", 1)]
+    b = summarize((SPLIT / "trainer.py").read_bytes(), "")
+    assert b.apex_step_functions == {"do_train": (["model", "data_loader", "optimizer", "max_iter"], "optimizer", "scaler", "")}
+    assert b.apex_init_function == ""
+
+
+def test_both_sides_decide_the_same(tmp_path):
+    project = _copy(tmp_path)
+    index = _index(project)
+    decision = decide(index, str(project / "trainer.py"), "do_train")
+    assert decision.migrate and decision.callers == ("train_net.py",) and decision.scaler == "scaler"
+    targets, reason = initializer_targets(index, str(project / "train_net.py"))
+    assert reason is None and targets == [(str(project / "trainer.py"), "do_train")]
+
+
+def test_fix_threads_one_scaler_through_both_files(tmp_path):
+    project = _copy(tmp_path)
+    _fix(project)
+    a = (project / "train_net.py").read_text()
+    b = (project / "trainer.py").read_text()
+    assert "apex" not in a and "apex" not in b
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=amp_opt_level != "O0")' in a
+    assert "do_train(model, data_loader, optimizer, cfg.max_iter, scaler=scaler)" in a
+    assert "def do_train(model, data_loader, optimizer, max_iter, scaler):" in b
+    assert 'with torch.autocast("cuda", dtype=torch.float16, enabled=scaler.is_enabled()):' in b
+    assert "scaler.scale(losses).backward()\n        scaler.step(optimizer)\n        scaler.update()\n" in b
+    assert "import torch" in b
+    for path in project.rglob("*.py"):
+        py_compile.compile(str(path), doraise=True)
+    before = _snapshot(project)
+    _fix(project)
+    assert _snapshot(project) == before  # a second fix changes nothing
+
+
+def test_literal_o2_and_o0(tmp_path):
+    for level, enabled in (('"O2"', ""), ('"O0"', ", enabled=False")):
+        project = _copy(tmp_path / level.strip('"'))
+        main = project / "train_net.py"
+        main.write_text(main.read_text().replace("opt_level=amp_opt_level", f"opt_level={level}"))
+        _fix(project)
+        assert f'scaler = torch.amp.GradScaler("cuda"{enabled})' in main.read_text()
+        assert "scaler.scale(losses).backward()" in (project / "trainer.py").read_text()
+
+
+def test_a_third_caller_without_amp_makes_both_refuse(tmp_path):
+    project = _copy(tmp_path)
+    (project / "finetune.py").write_text(
+        "from trainer import do_train\n\n\ndef finetune(model, loader, optimizer):\n    do_train(model, loader, optimizer, 10)\n"
+    )
+    before = _snapshot(project)
+    _fix(project)
+    assert _snapshot(project) == before
+    reasons = {f["filename"].rsplit("/", 1)[-1]: f["no_fix_reason"] for f in _check_json(project) if f["code"] == "AMP101"}
+    assert "finetune.py calls `do_train()` without apex's `amp.initialize`" in reasons["trainer.py"]
+    assert "finetune.py calls `do_train()` without apex's `amp.initialize`" in reasons["train_net.py"]
+
+
+def test_a_module_import_of_the_trainer_makes_both_refuse(tmp_path):
+    project = _copy(tmp_path)
+    (project / "other.py").write_text("import torch\nimport trainer\n\nloss = torch.zeros(1)\nloss.backward()\ntrainer.do_train(1, 2, 3, 4)\n")
+    before = _snapshot(project)
+    _fix(project)
+    assert _snapshot(project) == before
+
+
+def test_optimizer_passed_in_another_parameter_refuses(tmp_path):
+    project = _copy(tmp_path)
+    main = project / "train_net.py"
+    main.write_text(main.read_text().replace("do_train(model, data_loader, optimizer, cfg.max_iter)", "do_train(model, optimizer, data_loader, cfg.max_iter)"))
+    before = _snapshot(project)
+    _fix(project)
+    assert _snapshot(project) == before
+
+
+def test_run_time_opt_level_makes_both_refuse(tmp_path):
+    project = _copy(tmp_path)
+    main = project / "train_net.py"
+    main.write_text(main.read_text().replace("opt_level=amp_opt_level", "opt_level=cfg.opt_level"))
+    before = _snapshot(project)
+    _fix(project)
+    _fix(project, "--unsafe-fixes")  # the split migration is never unsafe: both still refuse
+    assert _snapshot(project) == before
+    reasons = [f["no_fix_reason"] for f in _check_json(project) if f["code"] == "AMP101"]
+    assert all("only known at run time" in r for r in reasons) and len(reasons) == 2
+
+
+def test_a_body_that_does_more_than_backward_makes_both_refuse(tmp_path):
+    project = _copy(tmp_path)
+    trainer = project / "trainer.py"
+    trainer.write_text(trainer.read_text().replace("scaled_losses.backward()\n", "scaled_losses.backward()\n            logger.info('scaled')\n"))
+    before = _snapshot(project)
+    _fix(project)
+    assert _snapshot(project) == before
+
+
+def test_no_caller_leaves_the_trainer_alone(tmp_path):
+    project = _copy(tmp_path)
+    (project / "train_net.py").unlink()
+    before = _snapshot(project)
+    _fix(project)
+    assert _snapshot(project) == before
