@@ -141,16 +141,20 @@ def test_optimizer_passed_in_another_parameter_refuses(tmp_path):
     assert _snapshot(project) == before
 
 
-def test_run_time_opt_level_makes_both_refuse(tmp_path):
+def test_run_time_opt_level_is_unsafe_on_both_sides(tmp_path):
     project = _copy(tmp_path)
     main = project / "train_net.py"
     main.write_text(main.read_text().replace("opt_level=amp_opt_level", "opt_level=cfg.opt_level"))
     before = _snapshot(project)
     _fix(project)
-    _fix(project, "--unsafe-fixes")  # the split migration is never unsafe: both still refuse
-    assert _snapshot(project) == before
-    reasons = [f["no_fix_reason"] for f in _check_json(project) if f["code"] == "AMP101"]
-    assert all("only known at run time" in r for r in reasons) and len(reasons) == 2
+    assert _snapshot(project) == before  # a safe fix changes neither side
+    findings = [f for f in _check_json(project) if f["code"] == "AMP101"]
+    assert len(findings) == 2
+    assert all(f["fix"]["applicability"] == "unsafe" for f in findings)
+    assert all("`opt_level=cfg.opt_level` of `amp.initialize` in train() is only known at run time" in f["fix"]["message"] for f in findings)
+    _fix(project, "--unsafe-fixes")  # both sides, or neither
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=cfg.opt_level != "O0")' in main.read_text()
+    assert "scaler.scale(losses).backward()" in (project / "trainer.py").read_text()
 
 
 def test_a_body_that_does_more_than_backward_makes_both_refuse(tmp_path):
@@ -168,3 +172,85 @@ def test_no_caller_leaves_the_trainer_alone(tmp_path):
     before = _snapshot(project)
     _fix(project)
     assert _snapshot(project) == before
+
+
+ENGINE = '''import torch
+
+
+def train_epoch(model, loader, optimizer, fp16=False, clip=0.0):
+    criterion = torch.nn.CrossEntropyLoss()
+    for x, y in loader:
+        output = model(x)
+        loss = criterion(output, y)
+        optimizer.zero_grad()
+        if fp16:
+            from apex import amp
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        if clip > 0:
+            if fp16:
+                torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), clip)
+            else:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+'''
+MAIN = '''import torch
+
+from pkg.engine import train_epoch
+
+try:
+    from apex import amp
+except ImportError:
+    amp = None
+
+
+def main(args):
+    model = torch.nn.Linear(4, 2).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if args.fp16:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for epoch in range(args.epochs):
+        train_epoch(model, args.loader, optimizer=optimizer, fp16=args.fp16, clip=args.clip)
+'''
+
+
+def _conditional(tmp_path: Path, engine: str = ENGINE) -> Path:
+    project = tmp_path / "c"
+    (project / "pkg").mkdir(parents=True)
+    (project / "pkg" / "__init__.py").write_text("")
+    (project / "pkg" / "engine.py").write_text(engine)
+    (project / "main.py").write_text(MAIN)
+    return project
+
+
+def test_conditional_apex_a_local_import_and_a_clip_of_master_params(tmp_path):
+    project = _conditional(tmp_path)
+    _fix(project)
+    main = (project / "main.py").read_text()
+    engine = (project / "pkg" / "engine.py").read_text()
+    assert "apex" not in main and "apex" not in engine
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)' in main  # hoisted out of the `if`
+    assert "fp16=args.fp16, clip=args.clip, scaler=scaler)" in main
+    assert "def train_epoch(model, loader, optimizer, fp16=False, clip=0.0, *, scaler):" in engine
+    assert "            scaler.scale(loss).backward()\n        else:\n            loss.backward()\n" in engine
+    assert "                scaler.unscale_(optimizer)\n                torch.nn.utils.clip_grad_norm_([p for group in" in engine
+    assert "        if fp16:\n            scaler.step(optimizer)\n            scaler.update()\n        else:\n            optimizer.step()\n" in engine
+    for path in project.rglob("*.py"):
+        py_compile.compile(str(path), doraise=True)
+    before = _snapshot(project)
+    _fix(project)
+    assert _snapshot(project) == before
+
+
+def test_a_side_whose_own_plan_stops_stops_the_other(tmp_path):
+    """The index facts do not see a closure passed to `optimizer.step`; B's planner refuses it,
+    and A, which plans B from the bytes the index read, refuses with the same reason."""
+    project = _conditional(tmp_path, ENGINE.replace("        optimizer.step()\n", "        optimizer.step(lambda: loss)\n"))
+    before = _snapshot(project)
+    _fix(project)
+    assert _snapshot(project) == before
+    reasons = {f["filename"].rsplit("/", 1)[-1]: f["no_fix_reason"] for f in _check_json(project) if f["code"] == "AMP101"}
+    assert "pkg/engine.py cannot be migrated with it: `optimizer.step(lambda: loss)` passes a closure" in reasons["main.py"]
+    assert "pkg/engine.py cannot be migrated with it" in reasons["engine.py"]

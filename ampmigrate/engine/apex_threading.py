@@ -90,6 +90,9 @@ def _initializer(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[str]
         return  # a method or module level: not this shape (the in-file reasons stand)
     summary.apex_init_function = function.name
     problem = _initializer_problem(tree, function, init, uses)
+    if problem and problem.startswith(_UNSAFE):
+        summary.apex_init_unsafe = problem[len(_UNSAFE) :]
+        problem = None
     summary.apex_init_problem = problem or ""
     call = _parent_call(function, init)
     assign = next((s for s in ast.walk(function) if isinstance(s, ast.Assign) and s.value is call), None)
@@ -144,8 +147,17 @@ def _initializer_problem(tree, function: ast.FunctionDef, init: ast.Attribute, u
         if keyword.arg not in _INIT_KEYWORDS:
             return f"`amp.initialize` is given `{keyword.arg or '**'}`, which the split migration does not map"
         if keyword.arg == "opt_level" and not _known_levels(function, keyword.value):
-            return "`opt_level` of `amp.initialize` is only known at run time (O3, pure fp16, has no torch.amp mode)"
+            if isinstance(keyword.value, ast.Constant):
+                return f"`opt_level={keyword.value.value!r}` is not O0, O1 or O2"
+            return (
+                _UNSAFE + f"`opt_level={ast.unparse(keyword.value)}` of `amp.initialize` in {function.name}() is only "
+                "known at run time; the rewrite assumes O1 or O2 (under O0 the scaler and autocast are disabled; "
+                "O3, pure fp16, would change)"
+            )
     return None
+
+
+_UNSAFE = "unsafe: "
 
 
 def _known_levels(function: ast.FunctionDef, node: ast.AST, depth: int = 0) -> bool:
@@ -206,11 +218,13 @@ def _step_functions(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[s
 
 
 def _step_problem(tree, function: ast.FunctionDef, scales, uses, amp_names, module_level_import) -> Tuple[str, str]:
-    if not module_level_import:
-        return "apex's amp is not imported at the top of this file", ""
-    others = sorted({n.attr for n in uses if n.attr != "scale_loss"})
-    if others:
-        return f"the file also uses `amp.{others[0]}`, which the split migration does not rewrite", ""
+    local_import = any(isinstance(n, ast.ImportFrom) and n.module == "apex" for n in ast.walk(function))
+    if not (module_level_import or local_import):
+        return "apex's amp is not imported at the top of this file nor in the function", ""
+    inside = {id(n) for n in ast.walk(function)}
+    stray = sorted({n.attr for n in uses if n.attr != "scale_loss" and not (n.attr == "master_params" and id(n) in inside)})
+    if stray:
+        return f"the file also uses `amp.{stray[0]}`, which the split migration does not rewrite", ""
     if len(scales) != 1:
         return f"`{function.name}()` calls `amp.scale_loss` more than once", ""
     attribute = scales[0]
@@ -282,12 +296,15 @@ class Decision:
     reason: str = ""  # why not, when not
     optimizer: str = ""  # B's parameter scaled with
     scaler: str = ""  # the name of B's new parameter (and A's keyword)
-    callers: Tuple[str, ...] = ()
+    callers: Tuple[str, ...] = ()  # relative to the run's root
+    unsafe: str = ""  # why the pair's migration changes numerics (then both sides' fixes are unsafe)
+    caller_paths: Tuple[str, ...] = ()  # absolute
 
 
 def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
     """Whether `function` of the module at `path` (a B side) and every file calling it (its A
-    sides) migrate together. Both sides call this, with the same index, and get the same answer."""
+    sides) migrate together. Both sides call this, with the same index, and get the same answer;
+    when one caller's migration is unsafe, every fix of the group is."""
     absolute = os.path.abspath(path)
     summary = index.modules.get(absolute)
     record = summary.apex_step_functions.get(function) if summary is not None else None
@@ -298,6 +315,8 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
     if problem:
         return Decision(False, f"in {here}: {problem}")
     callers: List[str] = []
+    paths: List[str] = []
+    unsafe: List[str] = []
     for other, names in _importing(index, absolute):
         where = index.relative(other)
         if names is None:
@@ -330,10 +349,18 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
                 return Decision(
                     False, f"{where} calls `{function}()` elsewhere than with the optimizer `amp.initialize` returns"
                 )
+        targets, stray = _targets(index, other)
+        if stray or len(targets) != 1:
+            return Decision(
+                False, stray or f"{where} hands the optimizer of `amp.initialize` to more than one training function"
+            )
         callers.append(where)
+        paths.append(other)
+        if facts.apex_init_unsafe:
+            unsafe.append(facts.apex_init_unsafe)
     if not callers:
         return Decision(False, f"no file of the run calls `{function}()` from {here} after `amp.initialize`")
-    return Decision(True, "", optimizer, scaler, tuple(callers))
+    return Decision(True, "", optimizer, scaler, tuple(callers), "; ".join(dict.fromkeys(unsafe)), tuple(paths))
 
 
 def _importing(index: "ProjectIndex", target: str):
@@ -357,14 +384,10 @@ def _importing(index: "ProjectIndex", target: str):
             yield other, names
 
 
-def initializer_targets(index: "ProjectIndex", path: str) -> Tuple[List[Tuple[str, str]], Optional[str]]:
-    """For an A side: the (B path, function) pairs its optimizer is handed to, and why the pair
-    cannot migrate (None when every one can). A callee resolving to a file that scales a loss
-    with apex but is no threadable function refuses too."""
-    absolute = os.path.abspath(path)
-    facts = index.modules.get(absolute)
-    if facts is None or not facts.apex_init_function:
-        return [], "no `amp.initialize` of the split shape"
+def _targets(index: "ProjectIndex", absolute: str) -> Tuple[List[Tuple[str, str]], Optional[str]]:
+    """The (B path, function) pairs an A side hands its optimizer to (imported by name from a
+    file of the run that scales a loss with apex), and a reason when one is no threadable function."""
+    facts = index.modules[absolute]
     imported = {name: module for module, name in facts.from_imports}
     targets: List[Tuple[str, str]] = []
     for callee, *_ in facts.apex_init_calls:
@@ -376,14 +399,27 @@ def initializer_targets(index: "ProjectIndex", path: str) -> Tuple[List[Tuple[st
             return [], f"{index.relative(other)} scales a loss with apex's amp, but not in `{callee}()`"
         if (other, callee) not in targets:
             targets.append((other, callee))
-    if not targets:
-        return [], None
+    return targets, None
+
+
+def initializer_targets(index: "ProjectIndex", path: str) -> Tuple[List[Tuple[str, str]], Optional[str]]:
+    """For an A side: the (B path, function) pairs its optimizer is handed to, and why they
+    cannot migrate (None when they can: then `decide` of the one target says how)."""
+    absolute = os.path.abspath(path)
+    facts = index.modules.get(absolute)
+    if facts is None or not facts.apex_init_function:
+        return [], "no `amp.initialize` of the split shape"
+    targets, stray = _targets(index, absolute)
+    if stray or not targets:
+        return [], stray
     if facts.apex_init_problem:
         return targets, facts.apex_init_problem
     for other, callee in targets:
         decision = decide(index, other, callee)
         if not decision.migrate:
             return targets, decision.reason
+    if len(targets) != 1:
+        return targets, "the optimizer of `amp.initialize` goes to more than one training function"
     return targets, None
 
 
@@ -412,7 +448,8 @@ def threading_key(index: "ProjectIndex", path: str) -> str:
             if summary.apex_step_functions or summary.apex_init_function:
                 parts.append(
                     repr((other, sorted(summary.apex_step_functions.items()), summary.apex_init_function,
-                          summary.apex_init_problem, summary.apex_init_calls))
+                          summary.apex_init_problem, summary.apex_init_unsafe, summary.apex_init_calls,
+                          index.apex_sources.get(other, ("",))[0]))
                 )
             imported = [(m, n) for m, n in summary.from_imports if n in steps or index.module_for(f"{m}.{n}")]
             if imported:

@@ -35,6 +35,50 @@ from ampmigrate.rules.apex._amp_common import AmpPlan, Unfixable
 from ampmigrate.rules.apex._amp_migration import NO_INIT_REASON, NO_STEP_REASON, _Planner
 from ampmigrate.rules.apex._flow import walk
 from ampmigrate.rules.apex._scaler_access import ScalerAccess, add_parameter
+from ampmigrate.source import SourceError, SourceFile
+
+
+def group_problem(ctx: FileContext, path: str, function: str) -> Optional[str]:
+    """Why the group of `function` in the file at `path` (B) and its callers (A) cannot migrate
+    together, or None. First `decide` (the index facts); then every file of the group is planned
+    from the bytes the index read before any fix, so that a side whose own plan stops (a shape
+    the facts do not see) stops the others too. Both sides ask, and get the same answer."""
+    index = ctx.project_index
+    memo = index.__dict__.setdefault("_apex_group_problems", {})
+    key = (os.path.abspath(path), function)
+    if key not in memo:
+        decision = decide(index, path, function)
+        problem = None if decision.migrate else decision.reason
+        for member in (key[0], *decision.caller_paths) if problem is None else ():
+            reason = _plan_elsewhere(ctx, member)
+            if reason is not None:
+                problem = f"{index.relative(member)} cannot be migrated with it: {reason}"
+                break
+        memo[key] = problem
+    return memo[key]
+
+
+def _plan_elsewhere(ctx: FileContext, path: str) -> Optional[str]:
+    """Why the split planner finds no fix for the file at `path` (as the index read it)."""
+    index = ctx.project_index
+    source = index.apex_sources.get(path)
+    if source is None:
+        return "its text was not read"
+    try:
+        text = SourceFile.from_bytes(path, source[1]).text
+        module = cst.parse_module(text)
+        other = FileContext(path, text, module, ctx.settings)
+    except (SourceError, cst.ParserSyntaxError, RecursionError):
+        return "it does not parse"
+    other.project_index = index
+    other.imported_elsewhere = frozenset(index.imported_from(path))
+    other.imports_scanned = ctx.imports_scanned
+    planner = split_planner(other)
+    if planner is None:
+        return "it is not a side of this setup"
+    planner.verify = False
+    plan = planner.plan()
+    return None if plan.fix is not None else (plan.reason or "nothing to migrate")
 
 
 def split_planner(ctx: FileContext) -> Optional[_Planner]:
@@ -59,6 +103,8 @@ def split_planner(ctx: FileContext) -> Optional[_Planner]:
 class _StepSide(_Planner):
     """B: the functions scaling the loss get the scaler as a new parameter."""
 
+    verify = True  # plan the other files of the group too (not when planned from one of them)
+
     def _build(self, plan: AmpPlan) -> Fix:
         self._check_star_refs()
         self._check_unreached_uses()
@@ -70,11 +116,16 @@ class _StepSide(_Planner):
             decision = decide(index, self.ctx.path, name)
             if not decision.migrate:
                 raise Unfixable(f"{NO_INIT_REASON} ({decision.reason})")
+            problem = group_problem(self.ctx, self.ctx.path, name) if self.verify else None
+            if problem is not None:
+                raise Unfixable(f"{NO_INIT_REASON} ({problem})")
             self.decisions[name] = decision
+            if decision.unsafe:
+                self.unsafe.append(decision.unsafe)  # the caller's migration is unsafe: so is this side
         for binding in self.usage.import_bindings:
             if self.ctx.reexported(binding):
                 raise Unfixable(f"`{binding.name}` is re-exported from here; the modules that import it must be migrated first")
-        if any(r.api not in (None, "scale_loss") for r in self.refs):
+        if any(r.api not in (None, "scale_loss", "master_params") for r in self.refs):
             raise Unfixable(NO_INIT_REASON)
         _check_min_torch(self)
         self.fp32 = False
@@ -153,6 +204,8 @@ class _ParameterAccess:
 class _InitSide(_Planner):
     """A: the scaler is created where `amp.initialize` was and passed to the step functions."""
 
+    verify = True
+
     def _threads_scaler_out(self) -> bool:
         return True
 
@@ -163,12 +216,18 @@ class _InitSide(_Planner):
             raise Unfixable(f"{NO_STEP_REASON} ({reason or 'no function of the run scales its loss'})")
         if any(r.api not in (None, "initialize") for r in self.refs):
             raise Unfixable(NO_STEP_REASON)
-        if self.spec.unsafe:
+        (other, callee), = targets
+        decision = decide(index, other, callee)
+        problem = group_problem(self.ctx, other, callee) if self.verify else None
+        if problem is not None:
+            raise Unfixable(f"{NO_STEP_REASON} ({problem})")
+        if self.spec.unsafe and not decision.unsafe:
+            # The index took this call for a safe one, and the other side decided on that.
             raise Unfixable(f"{NO_STEP_REASON} (the migration would be unsafe: {'; '.join(self.spec.unsafe)})")
         if self.home.kind != "function" or self.home.parent is not self.names.module_scope:
             raise Unfixable(NO_STEP_REASON)
         _check_min_torch(self)
-        decisions = {callee: decide(index, other, callee) for other, callee in targets}
+        decisions = {callee: decision}
         self.calls = [
             node
             for node in walk(self.home.node)
@@ -179,7 +238,8 @@ class _InitSide(_Planner):
         if self.spec.levels == {"O0"}:
             self.spec.add_enabled("False", None)  # O0 is fp32: a disabled scaler, autocast off in the callee
         self.fp32 = False
-        self.unsafe.extend(self.spec.unsafe)
+        if decision.unsafe:
+            self.unsafe.append(decision.unsafe)  # the group's, the same words on every side
         self.notes.extend(self.spec.notes)
         self.access = _InitAccess(self, [])
         self._plan_presence_tests()
