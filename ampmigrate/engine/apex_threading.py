@@ -31,8 +31,14 @@ if TYPE_CHECKING:
 
 SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")  # as rules/apex/_scaler_access.py
 _SAFE_LEVELS = ("O0", "O1", "O2")
-# `amp.initialize` keywords whose mapping is exact (the others may make the fix unsafe).
-_INIT_KEYWORDS = frozenset({"opt_level", "verbosity"})
+# `amp.initialize`'s keywords: what each asks for, and whether the fix is then exact or unsafe,
+# is the planner's to say (rules/apex/_amp_options.py); the group adopts its unsafe reasons.
+_INIT_KEYWORDS = frozenset(
+    {
+        "enabled", "opt_level", "cast_model_type", "patch_torch_functions", "keep_batchnorm_fp32", "master_weights",
+        "loss_scale", "cast_model_outputs", "num_losses", "verbosity", "min_loss_scale", "max_loss_scale",
+    }
+)
 
 
 # ---------------------------------------------------------------------------------- facts
@@ -90,9 +96,6 @@ def _initializer(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[str]
         return  # a method or module level: not this shape (the in-file reasons stand)
     summary.apex_init_function = function.name
     problem = _initializer_problem(tree, function, init, uses)
-    if problem and problem.startswith(_UNSAFE):
-        summary.apex_init_unsafe = problem[len(_UNSAFE) :]
-        problem = None
     summary.apex_init_problem = problem or ""
     call = _parent_call(function, init)
     assign = next((s for s in ast.walk(function) if isinstance(s, ast.Assign) and s.value is call), None)
@@ -145,48 +148,10 @@ def _initializer_problem(tree, function: ast.FunctionDef, init: ast.Attribute, u
         return "`amp.initialize` is not given one model and one optimizer by name"
     for keyword in call.keywords:
         if keyword.arg not in _INIT_KEYWORDS:
-            return f"`amp.initialize` is given `{keyword.arg or '**'}`, which the split migration does not map"
-        if keyword.arg == "opt_level" and not _known_levels(function, keyword.value):
-            if isinstance(keyword.value, ast.Constant):
-                return f"`opt_level={keyword.value.value!r}` is not O0, O1 or O2"
-            return (
-                _UNSAFE + f"`opt_level={ast.unparse(keyword.value)}` of `amp.initialize` in {function.name}() is only "
-                "known at run time; the rewrite assumes O1 or O2 (under O0 the scaler and autocast are disabled; "
-                "O3, pure fp16, would change)"
-            )
+            return f"`amp.initialize` is given `{keyword.arg or '**'}`, which apex's signature does not have"
+        if keyword.arg == "opt_level" and isinstance(keyword.value, ast.Constant) and keyword.value.value not in _SAFE_LEVELS:
+            return f"`opt_level={keyword.value.value!r}` is not O0, O1 or O2"
     return None
-
-
-_UNSAFE = "unsafe: "
-
-
-def _known_levels(function: ast.FunctionDef, node: ast.AST, depth: int = 0) -> bool:
-    """The opt level is a literal O0-O2, a conditional of those, or a local name only ever
-    bound to those in the function (what rules/apex/_amp_options.py reads as known levels)."""
-    if depth > 3:
-        return False
-    if isinstance(node, ast.Constant):
-        return node.value in _SAFE_LEVELS
-    if isinstance(node, ast.IfExp):
-        return _known_levels(function, node.body, depth + 1) and _known_levels(function, node.orelse, depth + 1)
-    if isinstance(node, ast.Name):
-        values = []
-        for inner in ast.walk(function):
-            if isinstance(inner, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-                targets = inner.targets if isinstance(inner, ast.Assign) else [inner.target]
-                if any(isinstance(t, ast.Name) and t.id == node.id for t in targets):
-                    if not isinstance(inner, ast.Assign) or len(inner.targets) != 1:
-                        return False
-                    values.append(inner.value)
-            elif isinstance(inner, (ast.For, ast.With, ast.NamedExpr)) and any(
-                isinstance(n, ast.Name) and n.id == node.id and isinstance(n.ctx, ast.Store) for n in ast.walk(inner)
-                if not isinstance(inner, ast.For) or n is inner.target
-            ):
-                return False
-        if node.id in _params(function):
-            return False
-        return bool(values) and all(_known_levels(function, v, depth + 1) for v in values)
-    return False
 
 
 def _step_functions(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[str], uses: List[ast.Attribute]) -> None:
@@ -297,14 +262,13 @@ class Decision:
     optimizer: str = ""  # B's parameter scaled with
     scaler: str = ""  # the name of B's new parameter (and A's keyword)
     callers: Tuple[str, ...] = ()  # relative to the run's root
-    unsafe: str = ""  # why the pair's migration changes numerics (then both sides' fixes are unsafe)
     caller_paths: Tuple[str, ...] = ()  # absolute
 
 
 def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
     """Whether `function` of the module at `path` (a B side) and every file calling it (its A
-    sides) migrate together. Both sides call this, with the same index, and get the same answer;
-    when one caller's migration is unsafe, every fix of the group is."""
+    sides) migrate together, by the index facts. Both sides call this, with the same index, and
+    get the same answer (rules/apex/_cross_threading.group_check then plans every side)."""
     absolute = os.path.abspath(path)
     summary = index.modules.get(absolute)
     record = summary.apex_step_functions.get(function) if summary is not None else None
@@ -316,7 +280,6 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
         return Decision(False, f"in {here}: {problem}")
     callers: List[str] = []
     paths: List[str] = []
-    unsafe: List[str] = []
     for other, names in _importing(index, absolute):
         where = index.relative(other)
         if names is None:
@@ -356,11 +319,9 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
             )
         callers.append(where)
         paths.append(other)
-        if facts.apex_init_unsafe:
-            unsafe.append(facts.apex_init_unsafe)
     if not callers:
         return Decision(False, f"no file of the run calls `{function}()` from {here} after `amp.initialize`")
-    return Decision(True, "", optimizer, scaler, tuple(callers), "; ".join(dict.fromkeys(unsafe)), tuple(paths))
+    return Decision(True, "", optimizer, scaler, tuple(callers), tuple(paths))
 
 
 def _importing(index: "ProjectIndex", target: str):
@@ -448,7 +409,7 @@ def threading_key(index: "ProjectIndex", path: str) -> str:
             if summary.apex_step_functions or summary.apex_init_function:
                 parts.append(
                     repr((other, sorted(summary.apex_step_functions.items()), summary.apex_init_function,
-                          summary.apex_init_problem, summary.apex_init_unsafe, summary.apex_init_calls,
+                          summary.apex_init_problem, summary.apex_init_calls,
                           index.apex_sources.get(other, ("",))[0]))
                 )
             imported = [(m, n) for m, n in summary.from_imports if n in steps or index.module_for(f"{m}.{n}")]

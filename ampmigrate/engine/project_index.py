@@ -78,13 +78,11 @@ class ModuleSummary:
     scaler_param_uses: Dict[str, Tuple[List[str], Dict[str, List[str]]]] = field(default_factory=dict)
     # --- apex.amp split across two files (engine/apex_threading.py) ---
     # The A side: the top-level function calling `amp.initialize` (the file's only one, and no
-    # `scale_loss`), why the split migration cannot take it ("" when it can) or makes an unsafe
-    # fix of it, and the calls there
+    # `scale_loss`), why the split migration cannot take it ("" when it can), and the calls there
     # passing the optimizer it returns: (callee, line, position or -1, keyword or "", how many
     # calls of that name the file makes).
     apex_init_function: str = ""
     apex_init_problem: str = ""
-    apex_init_unsafe: str = ""  # why its migration changes numerics (an opt level known at run time)
     apex_init_calls: List[Tuple[str, int, int, str, int]] = field(default_factory=list)
     # The B side: top-level functions running `with amp.scale_loss(loss, <param>)` on the
     # module's apex import: (positional parameters, the optimizer parameter, the name of the
@@ -114,7 +112,6 @@ def _as_data(summary: ModuleSummary) -> dict:
         },
         "apex_init_function": summary.apex_init_function,
         "apex_init_problem": summary.apex_init_problem,
-        "apex_init_unsafe": summary.apex_init_unsafe,
         "apex_init_calls": [tuple(item) for item in summary.apex_init_calls],
         "apex_step_functions": {
             name: (list(positional), optimizer, scaler, problem)

@@ -22,7 +22,7 @@ in A.
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
@@ -38,47 +38,54 @@ from ampmigrate.rules.apex._scaler_access import ScalerAccess, add_parameter
 from ampmigrate.source import SourceError, SourceFile
 
 
-def group_problem(ctx: FileContext, path: str, function: str) -> Optional[str]:
-    """Why the group of `function` in the file at `path` (B) and its callers (A) cannot migrate
-    together, or None. First `decide` (the index facts); then every file of the group is planned
-    from the bytes the index read before any fix, so that a side whose own plan stops (a shape
-    the facts do not see) stops the others too. Both sides ask, and get the same answer."""
+def group_check(ctx: FileContext, path: str, function: str) -> Tuple[Optional[str], List[str]]:
+    """(why the group of `function` in the file at `path` (B) and its callers (A) cannot migrate
+    together or None, why its migration is unsafe). First `decide` (the index facts); then every
+    file of the group is planned from the bytes the index read before any fix: a side whose own
+    plan stops (a shape the facts do not see) stops the others, and an unsafe side (what its
+    `amp.initialize` asks for) makes every fix of the group unsafe. Each side asks, and gets the
+    same answer."""
     index = ctx.project_index
-    memo = index.__dict__.setdefault("_apex_group_problems", {})
+    memo = index.__dict__.setdefault("_apex_group_checks", {})
     key = (os.path.abspath(path), function)
     if key not in memo:
         decision = decide(index, path, function)
         problem = None if decision.migrate else decision.reason
+        unsafe: List[str] = []
         for member in (key[0], *decision.caller_paths) if problem is None else ():
-            reason = _plan_elsewhere(ctx, member)
+            reason, member_unsafe = _plan_elsewhere(ctx, member)
             if reason is not None:
                 problem = f"{index.relative(member)} cannot be migrated with it: {reason}"
                 break
-        memo[key] = problem
+            unsafe.extend(u for u in member_unsafe if u not in unsafe)
+        memo[key] = (problem, unsafe)
     return memo[key]
 
 
-def _plan_elsewhere(ctx: FileContext, path: str) -> Optional[str]:
-    """Why the split planner finds no fix for the file at `path` (as the index read it)."""
+def _plan_elsewhere(ctx: FileContext, path: str) -> Tuple[Optional[str], List[str]]:
+    """(why the split planner finds no fix for the file at `path`, as the index read it; what
+    makes its fix unsafe)."""
     index = ctx.project_index
     source = index.apex_sources.get(path)
     if source is None:
-        return "its text was not read"
+        return "its text was not read", []
     try:
         text = SourceFile.from_bytes(path, source[1]).text
         module = cst.parse_module(text)
         other = FileContext(path, text, module, ctx.settings)
     except (SourceError, cst.ParserSyntaxError, RecursionError):
-        return "it does not parse"
+        return "it does not parse", []
     other.project_index = index
     other.imported_elsewhere = frozenset(index.imported_from(path))
     other.imports_scanned = ctx.imports_scanned
     planner = split_planner(other)
     if planner is None:
-        return "it is not a side of this setup"
+        return "it is not a side of this setup", []
     planner.verify = False
     plan = planner.plan()
-    return None if plan.fix is not None else (plan.reason or "nothing to migrate")
+    if plan.fix is None:
+        return plan.reason or "nothing to migrate", []
+    return None, list(planner.unsafe)
 
 
 def split_planner(ctx: FileContext) -> Optional[_Planner]:
@@ -116,12 +123,12 @@ class _StepSide(_Planner):
             decision = decide(index, self.ctx.path, name)
             if not decision.migrate:
                 raise Unfixable(f"{NO_INIT_REASON} ({decision.reason})")
-            problem = group_problem(self.ctx, self.ctx.path, name) if self.verify else None
+            problem, unsafe = group_check(self.ctx, self.ctx.path, name) if self.verify else (None, [])
             if problem is not None:
                 raise Unfixable(f"{NO_INIT_REASON} ({problem})")
             self.decisions[name] = decision
-            if decision.unsafe:
-                self.unsafe.append(decision.unsafe)  # the caller's migration is unsafe: so is this side
+            # A caller's migration is unsafe (its `amp.initialize` options): so is this side's.
+            self.unsafe.extend(u for u in unsafe if u not in self.unsafe)
         for binding in self.usage.import_bindings:
             if self.ctx.reexported(binding):
                 raise Unfixable(f"`{binding.name}` is re-exported from here; the modules that import it must be migrated first")
@@ -218,12 +225,9 @@ class _InitSide(_Planner):
             raise Unfixable(NO_STEP_REASON)
         (other, callee), = targets
         decision = decide(index, other, callee)
-        problem = group_problem(self.ctx, other, callee) if self.verify else None
+        problem, unsafe = group_check(self.ctx, other, callee) if self.verify else (None, [])
         if problem is not None:
             raise Unfixable(f"{NO_STEP_REASON} ({problem})")
-        if self.spec.unsafe and not decision.unsafe:
-            # The index took this call for a safe one, and the other side decided on that.
-            raise Unfixable(f"{NO_STEP_REASON} (the migration would be unsafe: {'; '.join(self.spec.unsafe)})")
         if self.home.kind != "function" or self.home.parent is not self.names.module_scope:
             raise Unfixable(NO_STEP_REASON)
         _check_min_torch(self)
@@ -238,8 +242,8 @@ class _InitSide(_Planner):
         if self.spec.levels == {"O0"}:
             self.spec.add_enabled("False", None)  # O0 is fp32: a disabled scaler, autocast off in the callee
         self.fp32 = False
-        if decision.unsafe:
-            self.unsafe.append(decision.unsafe)  # the group's, the same words on every side
+        # Its own unsafe reasons, and the other callers' (every fix of the group is unsafe alike).
+        self.unsafe.extend(u for u in [*self.spec.unsafe, *unsafe] if u not in self.unsafe)
         self.notes.extend(self.spec.notes)
         self.access = _InitAccess(self, [])
         self._plan_presence_tests()
