@@ -254,3 +254,28 @@ def test_a_side_whose_own_plan_stops_stops_the_other(tmp_path):
     reasons = {f["filename"].rsplit("/", 1)[-1]: f["no_fix_reason"] for f in _check_json(project) if f["code"] == "AMP101"}
     assert "pkg/engine.py cannot be migrated with it: `optimizer.step(lambda: loss)` passes a closure" in reasons["main.py"]
     assert "pkg/engine.py cannot be migrated with it" in reasons["engine.py"]
+
+
+def test_amp_initialize_at_module_level(tmp_path):
+    project = tmp_path / "m"
+    project.mkdir()
+    (project / "train.py").write_text(
+        "import torch\nfrom apex import amp\n\nfrom loop import fit\n\n"
+        "model = torch.nn.Linear(4, 2).cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+        'model, optimizer = amp.initialize(model, optimizer, opt_level="O2")\n\n'
+        'if __name__ == "__main__":\n    fit(model, optimizer, [])\n'
+    )
+    (project / "loop.py").write_text(
+        "from apex import amp\n\n\ndef fit(net, opt, batches):\n    for x, y in batches:\n        opt.zero_grad()\n"
+        "        loss = (net(x) - y).pow(2).mean()\n        with amp.scale_loss(loss, opt) as scaled:\n"
+        "            scaled.backward()\n        opt.step()\n"
+    )
+    _fix(project)
+    main = (project / "train.py").read_text()
+    loop = (project / "loop.py").read_text()
+    assert 'scaler = torch.amp.GradScaler("cuda")\n' in main and "fit(model, optimizer, [], scaler=scaler)" in main
+    assert "def fit(net, opt, batches, scaler):" in loop and "scaler.step(opt)\n        scaler.update()" in loop
+    assert "apex" not in main + loop
+    before = _snapshot(project)
+    _fix(project)
+    assert _snapshot(project) == before

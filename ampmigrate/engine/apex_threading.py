@@ -82,6 +82,17 @@ def _enclosing_top_function(tree: ast.Module, node: ast.AST) -> Optional[ast.Fun
     return None
 
 
+def _own_nodes(root: ast.AST):
+    """The nodes of a function's body (or a module's top level), not those of functions,
+    classes or lambdas defined in it."""
+    stack = list(ast.iter_child_nodes(root))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
+
+
 def _params(function: ast.FunctionDef) -> List[str]:
     args = function.args
     return [a.arg for a in [*args.posonlyargs, *args.args]]
@@ -89,12 +100,14 @@ def _params(function: ast.FunctionDef) -> List[str]:
 
 def _initializer(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[str], uses: List[ast.Attribute]) -> None:
     """The A side: one `a, b = amp.initialize(model, optimizer, opt_level=...)` in a top-level
-    function, and the calls there (after it) that pass the optimizer it returns."""
+    function (or at the top level of the module: "<module>"), and the calls there (after it)
+    that pass the optimizer it returns."""
     init = next(n for n in uses if n.attr in ("initialize", "init"))
     function = _enclosing_top_function(tree, init)
-    if function is None:
-        return  # a method or module level: not this shape (the in-file reasons stand)
-    summary.apex_init_function = function.name
+    if function is None and not any(n is init for n in _own_nodes(tree)):
+        return  # a method: not this shape (the in-file reasons stand)
+    summary.apex_init_function = function.name if function is not None else "<module>"
+    function = function if function is not None else tree
     problem = _initializer_problem(tree, function, init, uses)
     summary.apex_init_problem = problem or ""
     call = _parent_call(function, init)
@@ -107,7 +120,7 @@ def _initializer(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[str]
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             counts[node.func.id] = counts.get(node.func.id, 0) + 1
-    for node in ast.walk(function):
+    for node in _own_nodes(function):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.lineno > call.lineno):
             continue
         for position, arg in enumerate(node.args):
@@ -126,7 +139,7 @@ def _parent_call(function: ast.AST, attribute: ast.Attribute) -> Optional[ast.Ca
     return None
 
 
-def _initializer_problem(tree, function: ast.FunctionDef, init: ast.Attribute, uses) -> Optional[str]:
+def _initializer_problem(tree, function: ast.AST, init: ast.Attribute, uses) -> Optional[str]:
     if len([n for n in uses if n.attr in ("initialize", "init")]) != 1:
         return "`amp.initialize` is called more than once in this file"
     if any(n.attr not in ("initialize",) for n in uses):

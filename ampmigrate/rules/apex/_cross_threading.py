@@ -228,7 +228,7 @@ class _InitSide(_Planner):
         problem, unsafe = group_check(self.ctx, other, callee) if self.verify else (None, [])
         if problem is not None:
             raise Unfixable(f"{NO_STEP_REASON} ({problem})")
-        if self.home.kind != "function" or self.home.parent is not self.names.module_scope:
+        if self.home.kind != "module" and (self.home.kind != "function" or self.home.parent is not self.names.module_scope):
             raise Unfixable(NO_STEP_REASON)
         _check_min_torch(self)
         decisions = {callee: decision}
@@ -238,7 +238,8 @@ class _InitSide(_Planner):
             if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in decisions
         ]
         if not self.calls or any(self._function_scope(c) is not self.home for c in self.calls):
-            raise Unfixable(f"{NO_STEP_REASON} (a call of the training function is not in `{self.home.node.name.value}()`)")
+            where = f"`{self.home.node.name.value}()`" if self.home.kind == "function" else "the module's top level"
+            raise Unfixable(f"{NO_STEP_REASON} (a call of the training function is not in {where})")
         if self.spec.levels == {"O0"}:
             self.spec.add_enabled("False", None)  # O0 is fp32: a disabled scaler, autocast off in the callee
         self.fp32 = False
