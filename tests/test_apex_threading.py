@@ -60,6 +60,15 @@ def _snapshot(project: Path):
     return {p.relative_to(project).as_posix(): p.read_text() for p in sorted(project.rglob("*.py"))}
 
 
+def _compiles_and_is_stable(project: Path) -> None:
+    """Every file compiles, and a second fix changes nothing."""
+    for path in project.rglob("*.py"):
+        py_compile.compile(str(path), doraise=True)
+    before = _snapshot(project)
+    _fix(project)
+    assert _snapshot(project) == before
+
+
 def _index(project: Path) -> ProjectIndex:
     return ProjectIndex.build(str(project), sorted(str(p) for p in project.rglob("*.py")))
 
@@ -94,11 +103,7 @@ def test_fix_threads_one_scaler_through_both_files(tmp_path):
     assert 'with torch.autocast("cuda", dtype=torch.float16, enabled=scaler.is_enabled()):' in b
     assert "scaler.scale(losses).backward()\n        scaler.step(optimizer)\n        scaler.update()\n" in b
     assert "import torch" in b
-    for path in project.rglob("*.py"):
-        py_compile.compile(str(path), doraise=True)
-    before = _snapshot(project)
-    _fix(project)
-    assert _snapshot(project) == before  # a second fix changes nothing
+    _compiles_and_is_stable(project)
 
 
 def test_literal_o2_and_o0(tmp_path):
@@ -241,11 +246,7 @@ def test_conditional_apex_a_local_import_and_a_clip_of_master_params(tmp_path):
     assert "            scaler.scale(loss).backward()\n        else:\n            loss.backward()\n" in engine
     assert "                scaler.unscale_(optimizer)\n                torch.nn.utils.clip_grad_norm_([p for group in" in engine
     assert "        if fp16:\n            scaler.step(optimizer)\n            scaler.update()\n        else:\n            optimizer.step()\n" in engine
-    for path in project.rglob("*.py"):
-        py_compile.compile(str(path), doraise=True)
-    before = _snapshot(project)
-    _fix(project)
-    assert _snapshot(project) == before
+    _compiles_and_is_stable(project)
 
 
 def test_a_side_whose_own_plan_stops_stops_the_other(tmp_path):
@@ -277,6 +278,4 @@ def test_amp_initialize_at_module_level(tmp_path):
     assert 'scaler = torch.amp.GradScaler("cuda")\n' in main and "fit(model, optimizer, [], scaler=scaler)" in main
     assert "def fit(net, opt, batches, scaler):" in loop and "scaler.step(opt)\n        scaler.update()" in loop
     assert "apex" not in main + loop
-    before = _snapshot(project)
-    _fix(project)
-    assert _snapshot(project) == before
+    _compiles_and_is_stable(project)
