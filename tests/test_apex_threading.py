@@ -279,3 +279,26 @@ def test_amp_initialize_at_module_level(tmp_path):
     assert "def fit(net, opt, batches, scaler):" in loop and "scaler.step(opt)\n        scaler.update()" in loop
     assert "apex" not in main + loop
     _compiles_and_is_stable(project)
+
+
+def test_a_side_cached_result_follows_the_other_side(tmp_path):
+    """The closure in B changes no index fact, but B's bytes are part of A's cache key: A's
+    cached fix is not reused once B cannot be migrated."""
+    from ampmigrate.engine.cache import Cache
+    from ampmigrate.engine.runner import Job, run_files
+
+    from conftest import make_settings
+
+    project = _conditional(tmp_path)
+    cache = Cache(str(tmp_path / "cache"), "key")
+
+    def main_fix():
+        files = sorted(str(p) for p in project.rglob("*.py"))
+        index = ProjectIndex.build(str(project), files, cache_path=cache.index_path)
+        result = run_files(files, make_settings({"select": ["AMP1"]}), Job("check"), jobs=1, cache=cache, index=index)
+        return [f.fix is not None for f in result.findings if f.path.endswith("main.py") and f.code == "AMP101"]
+
+    assert main_fix() == [True]
+    assert main_fix() == [True]  # from the cache
+    _edit(project / "pkg" / "engine.py", "        optimizer.step()\n", "        optimizer.step(lambda: loss)\n")
+    assert main_fix() == [False]
