@@ -303,8 +303,8 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
         if not facts.apex_init_function:
             return Decision(
                 False,
-                f"{where} calls `{function}()` without apex's `amp.initialize`, and a GradScaler parameter needs "
-                "every caller to pass one",
+                f"{where} imports `{function}()` and has no `amp.initialize` to create the GradScaler it would "
+                "take (every file importing it must pass one)",
             )
         if facts.apex_init_problem:
             return Decision(False, f"`amp.initialize` in {where} is not migrated: {facts.apex_init_problem}")
