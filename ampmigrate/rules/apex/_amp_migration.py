@@ -45,7 +45,7 @@ from ampmigrate.rules.apex._amp_steps import StepRewrites
 from ampmigrate.rules.apex._flow import Branch, body_of, branches, expression_key, is_pure, walk
 from ampmigrate.rules.apex._presence import Action, Unsupported, choose, presence_action, simplify, unwrap
 from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions
-from ampmigrate.rules.apex._removal import Removal, unused_after
+from ampmigrate.rules.apex._removal import Removal, none_assignments, unused_after
 from ampmigrate.rules.apex._scaler_access import ScalerAccess
 
 __all__ = ["AmpPlan", "Site", "amp_plan"]
@@ -138,6 +138,8 @@ class _Planner(StepRewrites, ForwardRegions):
                 raise Unfixable(NO_INIT_REASON)
             return self._standalone_fix(plan)
         if len(inits) > 1:
+            inits = self._without_inference_inits(inits)
+        if len(inits) > 1:
             inits = self._without_reinitializations(inits)
         init = inits[0]
         if init.call is None:
@@ -174,10 +176,7 @@ class _Planner(StepRewrites, ForwardRegions):
             raise Unfixable("`amp.initialize` is called in a class body")
         steps = [self._step(r) for r in self.refs if r.api in ("scale_loss", "handle.scale_loss")]
         if not steps and not fp32 and init.api == "init":
-            raise Unfixable(
-                "`amp.init()` without a scaled backward is inference: wrap the inference in "
-                '`torch.autocast("cuda", dtype=torch.float16)` by hand'
-            )
+            return self._inference_drop(init)  # the handle is not used: nothing but the call to remove
         if not steps and self._threads_scaler_out():
             return self._split_fix(plan)  # the training step is in another file (_cross_threading.py)
         if not steps and not fp32:
@@ -191,6 +190,65 @@ class _Planner(StepRewrites, ForwardRegions):
         self._check_nesting()
         kind = "fp32 (O0)" if fp32 else "torch.autocast fp16 and torch.amp.GradScaler"
         return self._finish(f"Migrate apex.amp to {kind}")
+
+    def _without_inference_inits(self, inits: List[AmpRef]) -> List[AmpRef]:
+        """A file that trains (`amp.initialize(model, optimizer)`) and also initializes a model
+        without optimizers (an evaluation entry point, an EMA copy): the training call is the one
+        migrated; each inference call goes, its model then running in fp32 (the note says so)."""
+        training, inference = [], []
+        for ref in inits:
+            if ref.api != "initialize" or ref.call is None:
+                return inits
+            spec = scaler_spec(self.module, self.names, ref.call, self.ctx.quote)
+            if spec.error:
+                return inits
+            (inference if spec.optimizers is None and spec.levels != {"O0"} else training).append(ref)
+        if not training or not inference:
+            return inits
+        for ref in inference:
+            self._drop_inference_init(ref)
+        self.refs = [r for r in self.refs if r not in inference]
+        return training
+
+    def _drop_inference_init(self, ref: AmpRef) -> None:
+        """Remove `model = amp.initialize(model, ...)` (no optimizers): torch.amp has no model-level
+        conversion, so the model runs in fp32 unless its calls are under autocast."""
+        line = self._init_line(ref)
+        small = line.body[0]
+        if ref.api == "init":
+            pass  # `handle = amp.init(...)`: the handle has no use left (a use would have stopped the plan)
+        elif isinstance(small, cst.Assign) and not _rebinds_its_arguments(small, ref.call):
+            raise Unfixable(
+                f"`amp.initialize` without optimizers at line {self._line(ref.call)} binds other names than the "
+                "model it is given"
+            )
+        if not isinstance(small, (cst.Assign, cst.Expr)):
+            raise Unfixable(f"`amp.initialize` at line {self._line(ref.call)} is not a statement of its own")
+        half = self._half_cast()
+        if half is not None:
+            raise Unfixable(
+                f"`amp.{ref.api}` at line {self._line(ref.call)} ran the model in fp16, and line "
+                f"{self._line(half)} casts to half: with the call gone, the fp32 model would get fp16 inputs"
+            )
+        self.removal.remove_statement(line)
+        self.handled.add(line)
+        what, runs = (
+            ("`amp.init()`", "the models now run") if ref.api == "init" else ("`amp.initialize` without optimizers", "that model now runs")
+        )
+        self._note(
+            f"{what} at line {self._line(ref.call)} goes: {runs} in fp32; "
+            'wrap their calls in `torch.autocast("cuda", dtype=torch.float16)` for apex\'s fp16 speed'
+        )
+
+    def _half_cast(self) -> Optional[cst.CSTNode]:
+        """A `.half()` call or a float16 dtype in the file, which an fp16 model may rely on."""
+        for node in walk(self.module, into_scopes=True):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "half":
+                return node
+            if isinstance(node, cst.Attribute) and node.attr.value in ("float16", "half", "HalfTensor"):
+                if self.names.qualified_names(node) & {"torch.float16", "torch.half", "torch.cuda.HalfTensor", "torch.HalfTensor"}:
+                    return node
+        return None
 
     def _without_reinitializations(self, inits: List[AmpRef]) -> List[AmpRef]:
         """`amp.initialize` again on the same model and optimizer with the same options (a resume
@@ -260,11 +318,13 @@ class _Planner(StepRewrites, ForwardRegions):
             anchor, conditions = guard, [self.ctx.code(guard.test).strip()]
         block = self.names.parent(anchor)
         if self.names.parent(block) is not self._function_scope(init.call).node and block is not self.module:
-            raise Unfixable(why_not + " (the call is inside a block of its function)")
+            return self._inference_drop(init)  # the call is inside a block of its function
         body = list(body_of(block) or ())
         models = self._initialized_names()
         runs = self._statements_running(body[body.index(anchor) + 1 :], models)
-        if not runs or not all(c.code and is_pure(cst.parse_expression(c.code)) for c in spec.enabled):
+        if not runs:
+            return self._inference_drop(init)
+        if not all(c.code and is_pure(cst.parse_expression(c.code)) for c in spec.enabled):
             raise Unfixable(why_not)
         codes = list(dict.fromkeys([*conditions, *(c.code for c in spec.enabled if c.code != "True")]))
         enabled = " and ".join(f"({c})" if len(codes) > 1 else c for c in codes)
@@ -287,6 +347,17 @@ class _Planner(StepRewrites, ForwardRegions):
         self._emit_removals()
         self._check_nesting()
         return self._finish("Migrate inference under apex.amp to torch.autocast fp16")
+
+    def _inference_drop(self, init: AmpRef) -> Fix:
+        """No model run follows the inference `amp.initialize` in its block (the model is returned,
+        stored or run elsewhere): the call goes, and the model runs in fp32 (the fix says so)."""
+        self.unsafe, self.notes = [], []  # the opt level and loss scale no longer matter
+        self._drop_inference_init(init)
+        self._plan_presence_tests()
+        self._plan_imports()
+        self._emit_removals()
+        self._check_nesting()
+        return self._finish("Remove apex.amp's inference setup")
 
     def _initialized_names(self) -> Set[str]:
         small = self.init_line.body[0]
@@ -507,6 +578,7 @@ class _Planner(StepRewrites, ForwardRegions):
             if ref.api in ("state_dict", "load_state_dict") or (ref.api == "_amp_state"):
                 scaler_scopes.append(self._function_scope(ref.node))
         self.access = self._scaler_access(scaler_scopes)
+        self.scaler_scopes = scaler_scopes
         regions: List[Tuple[Region, Step]] = []
         for step in steps:
             self._plan_step_calls(step, steps)
@@ -772,11 +844,12 @@ class _Planner(StepRewrites, ForwardRegions):
         until it is known which statements go anyway."""
         refs = self.presence_refs
         self.presence_actions: List[Action] = []
+        present = self._presence_as_enabled() if any(r.api is None for r in self.refs) else None
         for ref in self.refs:
             if ref.api is not None:
                 continue
             try:
-                action = presence_action(self.names, ref.node, refs)
+                action = presence_action(self.names, ref.node, refs, present)
             except Unsupported as exc:
                 raise Unfixable(f"`{self.ctx.code(ref.node)}` at line {self._line(ref.node)} is {exc}")
             if action.kind == "remove":
@@ -784,6 +857,48 @@ class _Planner(StepRewrites, ForwardRegions):
             else:
                 self.presence_actions.append(action)
             self.handled.add(action.node)
+
+    def _presence_as_enabled(self):
+        """`if cond: from apex import amp ... else: amp = None`: there `amp` is None where fp16 is off,
+        not where apex is missing, so `if amp:` becomes `if scaler.is_enabled():` (when `cond` is part
+        of the scaler's `enabled`), not `if True:` (which would run the fp16 arm in fp32 too)."""
+        tests = [t for t in map(self._none_unless, self.usage.import_bindings) if t is not None]
+        if not tests:
+            return None
+        access = getattr(self, "access", None)
+        if access is None or getattr(self, "fp32", False):
+            raise Unfixable(
+                f"`amp` is None where `{self.ctx.code(tests[0]).strip()}` is false, and tests of it cannot be mapped here"
+            )
+        for test in tests:
+            if (expression_key(test), True) not in access.enabled_keys:
+                raise Unfixable(
+                    f"`amp` is None where `{self.ctx.code(test).strip()}` is false, which is not the condition "
+                    "the GradScaler is enabled under"
+                )
+        served = {id(scope.node) for scope in getattr(self, "scaler_scopes", ())}
+
+        def present(ref: cst.CSTNode) -> cst.BaseExpression:
+            if id(self._function_scope(ref).node) not in served:
+                raise Unfixable(
+                    f"`{self.ctx.code(ref).strip()}` at line {self._line(ref)} tests whether fp16 is on (apex.amp is "
+                    "None otherwise) in a function the GradScaler is not passed to"
+                )
+            return self.ctx.parse_expression(f"{access.expression(ref)}.is_enabled()")
+
+        return present
+
+    def _none_unless(self, binding) -> Optional[cst.BaseExpression]:
+        """The test of `if test: from apex import amp ... else: amp = None`, for this import binding."""
+        child: cst.CSTNode = binding.node
+        for ancestor in self.names.ancestors(binding.node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Try)):
+                return None
+            if isinstance(ancestor, cst.If) and child is ancestor.body and isinstance(ancestor.orelse, cst.Else):
+                if none_assignments(body_of(ancestor.orelse.body) or (), {binding.name}):
+                    return ancestor.test
+            child = ancestor
+        return None
 
     def _branches(self, node: cst.CSTNode, stop: cst.CSTNode) -> List[Branch]:
         """`branches`, with tests of apex's presence folded (`amp is not None` is now True): a

@@ -230,8 +230,12 @@ def scaler_spec(
             if "O0" in spec.levels and spec.levels & {"O1", "O2"}:
                 # O0 is fp32: the scaler (and autocast) are enabled only for the other levels.
                 spec.opt_level_code = code(level_node).strip()
-                condition = f"{_operand(level_node, code)} != {quote}O0{quote}"
-                spec.add_enabled(condition, cst.parse_expression(condition))
+                chosen = _fp16_arm_test(level_node, code)
+                if chosen is not None:  # `"O1" if args.fp16 else "O0"`: enabled=args.fp16
+                    spec.add_enabled(*chosen)
+                else:
+                    condition = f"{_operand(level_node, code)} != {quote}O0{quote}"
+                    spec.add_enabled(condition, cst.parse_expression(condition))
     # ---- enabled
     enabled = value("enabled")
     if enabled is not None:
@@ -308,6 +312,23 @@ def scaler_spec(
     if value("num_losses") is not None:
         spec.notes.append("one GradScaler serves every loss (`num_losses` and `loss_id` go)")
     return spec
+
+
+def _fp16_arm_test(node: cst.BaseExpression, code) -> Optional[Tuple[str, cst.BaseExpression, bool]]:
+    """`"O1" if flag else "O0"` -> (`flag`, its node, taken); `"O0" if flag else "O2"` -> `not flag`."""
+    if not isinstance(node, cst.IfExp):
+        return None
+    try:
+        body, orelse = literal_value(node.body), literal_value(node.orelse)
+    except ValueError:
+        return None
+    test = code(node.test).strip()
+    if orelse == "O0" and body in ("O1", "O2"):
+        return test, node.test, True
+    if body == "O0" and orelse in ("O1", "O2"):
+        atomic = isinstance(node.test, (cst.Name, cst.Attribute, cst.Subscript, cst.Call))
+        return (f"not {test}" if atomic else f"not ({test})"), node.test, False
+    return None
 
 
 def _operand(node: cst.BaseExpression, code) -> str:

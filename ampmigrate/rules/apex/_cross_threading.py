@@ -247,6 +247,7 @@ class _InitSide(_Planner):
         self.unsafe.extend(u for u in [*self.spec.unsafe, *unsafe] if u not in self.unsafe)
         self.notes.extend(self.spec.notes)
         self.access = _InitAccess(self, [])
+        self.scaler_scopes = [self.home]  # tests of apex's presence here become `scaler.is_enabled()`
         self._plan_presence_tests()
         self._plan_scaler_creation()
         for call in self.calls:
