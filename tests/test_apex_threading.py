@@ -302,3 +302,15 @@ def test_a_side_cached_result_follows_the_other_side(tmp_path):
     assert main_fix() == [True]  # from the cache
     _edit(project / "pkg" / "engine.py", "        optimizer.step()\n", "        optimizer.step(lambda: loss)\n")
     assert main_fix() == [False]
+
+
+def test_the_model_may_be_an_attribute(tmp_path):
+    """`controller.model_main, optimizer = amp.initialize(controller.model_main, optimizer, ...)`
+    (Cream's CDARTS retrain.py): only the optimizer has to be a name."""
+    project = _copy(tmp_path)
+    _edit(project / "train_net.py", "    model, optimizer = amp.initialize(model, optimizer, opt_level=amp_opt_level)\n",
+          "    cfg.model, optimizer = amp.initialize(cfg.model, optimizer, opt_level=amp_opt_level)\n")
+    _fix(project)
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=amp_opt_level != "O0")' in (project / "train_net.py").read_text()
+    assert "scaler.scale(losses).backward()" in (project / "trainer.py").read_text()
+    _compiles_and_is_stable(project)

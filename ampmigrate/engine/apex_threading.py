@@ -139,6 +139,11 @@ def _parent_call(function: ast.AST, attribute: ast.Attribute) -> Optional[ast.Ca
     return None
 
 
+def _plain(node: ast.AST) -> bool:
+    """`name` or `name.attribute` (`controller.model_main`)."""
+    return isinstance(node, ast.Name) or (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name))
+
+
 def _initializer_problem(tree, function: ast.AST, init: ast.Attribute, uses) -> Optional[str]:
     if len([n for n in uses if n.attr in ("initialize", "init")]) != 1:
         return "`amp.initialize` is called more than once in this file"
@@ -154,10 +159,11 @@ def _initializer_problem(tree, function: ast.AST, init: ast.Attribute, uses) -> 
         or len(assign.targets) != 1
         or not isinstance(assign.targets[0], (ast.Tuple, ast.List))
         or len(assign.targets[0].elts) != 2
-        or not all(isinstance(e, ast.Name) for e in assign.targets[0].elts)
+        or not all(_plain(e) for e in assign.targets[0].elts)
+        or not isinstance(assign.targets[0].elts[1], ast.Name)
     ):
         return "`amp.initialize` does not bind one model and one optimizer to names (`model, optimizer = amp.initialize(...)`)"
-    if len(call.args) != 2 or not all(isinstance(a, ast.Name) for a in call.args):
+    if len(call.args) != 2 or not all(_plain(a) for a in call.args):
         return "`amp.initialize` is not given one model and one optimizer by name"
     for keyword in call.keywords:
         if keyword.arg not in _INIT_KEYWORDS:
