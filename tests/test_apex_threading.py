@@ -314,3 +314,17 @@ def test_the_model_may_be_an_attribute(tmp_path):
     assert 'scaler = torch.amp.GradScaler("cuda", enabled=amp_opt_level != "O0")' in (project / "train_net.py").read_text()
     assert "scaler.scale(losses).backward()" in (project / "trainer.py").read_text()
     _compiles_and_is_stable(project)
+
+
+def test_an_import_that_may_name_the_trainer_makes_both_refuse(tmp_path):
+    """`from core.trainer import do_train` where two files of the run are `core/trainer.py`: the
+    call may be one of B's, so B cannot take a new parameter."""
+    project = tmp_path / "p"
+    for side in ("a", "b"):
+        (project / side / "core").mkdir(parents=True)
+    shutil.copy(SPLIT / "trainer.py", project / "a" / "core" / "trainer.py")
+    (project / "b" / "core" / "trainer.py").write_text("def do_train(*args):\n    pass\n")
+    main = (SPLIT / "train_net.py").read_text().replace("from trainer import", "from core.trainer import")
+    (project / "a" / "train_net.py").write_text(main)
+    reasons = _refused(project)
+    assert "by a name other files share" in reasons["trainer.py"]

@@ -302,7 +302,10 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
     for other, names in _importing(index, absolute):
         where = index.relative(other)
         if names is None:
-            return Decision(False, f"{where} imports {here} as a module, so its calls of `{function}()` cannot be followed")
+            return Decision(
+                False, f"{where} imports {here} as a module (or by a name other files share), so its calls of "
+                f"`{function}()` cannot be followed"
+            )
         if function not in names:
             continue
         facts = index.modules[other]
@@ -346,13 +349,18 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
 def _importing(index: "ProjectIndex", target: str):
     """(file, names it imports by name from the module at `target`, or None when it imports the
     module itself: `import pkg.trainer`, `from pkg import trainer`) for each other file of the run."""
+    spellings = set(index.module_names(target))  # what the target may be imported as
     for other, facts in sorted(index.modules.items()):
         if other == target:
             continue
         names: Optional[Set[str]] = set()
         for module, name in facts.from_imports:
-            if index.module_for(module) == target:
+            found = index.module_for(module)
+            if found == target:
                 names.add(name)
+            elif found is None and module in spellings:
+                names = None  # a name several files of the run have: it may be the target
+                break
             elif index.module_for(f"{module}.{name}") == target:
                 names = None
                 break
