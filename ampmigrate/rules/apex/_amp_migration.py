@@ -167,6 +167,19 @@ class _Planner(StepRewrites, ForwardRegions):
         self.spec = spec
         self.unsafe.extend(spec.unsafe)
         self.notes.extend(spec.notes)
+        self.o3_guard = None
+        if spec.o3_test is not None and not fp32:
+            # O0/O1/O2 keep their meaning (the scaler is disabled under O0); O3 would silently train
+            # another way, so it stops with an error where `amp.initialize` ran instead.
+            self.unsafe.remove(spec.o3_unsafe)
+            self.o3_guard = (
+                f"if {spec.o3_test}:\n"
+                f"    raise ValueError({self.ctx.string('apex opt_level O3 (pure fp16) has no torch.amp equivalent; use O1 or O2').value})\n"
+            )
+            self._note(
+                f"`opt_level={spec.opt_level_code}` is known only at run time: O0 disables the scaler and autocast, O1 and "
+                "O2 run fp16 autocast, and O3 (pure fp16, which torch.amp cannot do) now raises where `amp.initialize` was"
+            )
         requires = {s.code for s in plan.sites}
         self.builder = FixBuilder("", SAFE, frozenset(requires))
         self.init = init
@@ -782,6 +795,8 @@ class _Planner(StepRewrites, ForwardRegions):
         rebinding = self._rebinding()
         hoist = self.access.hoist_before if creation else None
         statements: List[str] = []
+        if getattr(self, "o3_guard", None):
+            statements.append(self.o3_guard.rstrip("\n"))
         if rebinding:
             statements.append(rebinding)
         if creation and hoist is None:
@@ -1036,14 +1051,22 @@ def _initialize_keys(call: cst.Call, small: cst.BaseSmallStatement) -> list:
 
 
 def _rebinds_its_arguments(assign: cst.Assign, call: cst.Call) -> bool:
-    """`self.model, self.optimizer = amp.initialize(self.model, self.optimizer, ...)`."""
+    """`self.model, self.optimizer = amp.initialize(self.model, self.optimizer, ...)`, also with
+    lists (`[model] = amp.initialize([model], ...)`)."""
     bound = bound_arguments(call, INITIALIZE_PARAMS) or {}
     values = [bound[n].value for n in ("models", "optimizers") if n in bound]
-    target = assign.targets[0].target if len(assign.targets) == 1 else None
-    targets = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
-    return len(targets) == len(values) and all(
-        t is not None and expression_key(t) == expression_key(v) for t, v in zip(targets, values)
-    )
+    if len(assign.targets) != 1 or not values:
+        return False
+    target = assign.targets[0].target
+    given = _shape_key(values[0]) if len(values) == 1 else tuple(_shape_key(v) for v in values)
+    return _shape_key(target) == given
+
+
+def _shape_key(node: cst.BaseExpression):
+    """`[a, (b, c)]` -> ('a', ('b', 'c')): the names a (possibly nested) list or tuple holds."""
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return tuple(_shape_key(e.value) for e in node.elements)
+    return expression_key(node)
 
 
 def _side_effect_free(node: cst.BaseExpression) -> bool:

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from ampmigrate.engine.names import NameIndex
-from ampmigrate.rules.apex._flow import expression_key
+from ampmigrate.rules.apex._flow import expression_key, is_pure
 
 # amp.initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model_type=None, ...)
 INITIALIZE_PARAMS = (
@@ -63,6 +63,10 @@ class ScalerSpec:
     unsafe: List[str] = field(default_factory=list)  # why the rewrite changes numerics
     notes: List[str] = field(default_factory=list)  # said in the fix message
     error: Optional[str] = None  # the call cannot be migrated at all
+    # A run-time opt level: the test for O3 (pure fp16, which torch.amp cannot do), and the unsafe
+    # reason that a guard raising on it makes moot.
+    o3_test: Optional[str] = None
+    o3_unsafe: Optional[str] = None
     models: Optional[cst.BaseExpression] = None
     optimizers: Optional[cst.BaseExpression] = None
 
@@ -225,6 +229,9 @@ def scaler_spec(
                     f"`opt_level={code(level_node).strip()}` is only known at run time; the rewrite assumes O1 or O2 "
                     "(under O0 the scaler and autocast are disabled; O3, pure fp16, would change)"
                 )
+                if is_pure(level_node):
+                    spec.o3_test = f"{_operand(level_node, code)} == {quote}O3{quote}"
+                    spec.o3_unsafe = spec.unsafe[-1]
             else:
                 spec.levels = levels
             if "O0" in spec.levels and spec.levels & {"O1", "O2"}:
