@@ -154,19 +154,31 @@ def test_optimizer_passed_in_another_parameter_refuses(tmp_path):
     assert "passes the optimizer to `do_train()` as `data_loader`, not as `optimizer`" in reasons["train_net.py"]
 
 
-def test_run_time_opt_level_is_unsafe_on_both_sides(tmp_path):
+def test_run_time_opt_level_migrates_with_the_o3_guard(tmp_path):
     project = _copy(tmp_path)
     main = project / "train_net.py"
-    main.write_text(main.read_text().replace("opt_level=amp_opt_level", "opt_level=cfg.opt_level"))
+    _edit(main, "opt_level=amp_opt_level", "opt_level=cfg.opt_level")
+    _fix(project)
+    text = main.read_text()
+    assert 'if cfg.opt_level == "O3":\n        raise ValueError(' in text
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=cfg.opt_level != "O0")' in text
+    assert "scaler.scale(losses).backward()" in (project / "trainer.py").read_text()
+    _compiles_and_is_stable(project)
+
+
+def test_an_unsafe_side_makes_every_fix_of_the_group_unsafe(tmp_path):
+    project = _copy(tmp_path)
+    main = project / "train_net.py"
+    _edit(main, "opt_level=amp_opt_level", "opt_level=amp_opt_level, loss_scale=cfg.loss_scale")
     before = _snapshot(project)
     _fix(project)
     assert _snapshot(project) == before  # a safe fix changes neither side
     findings = [f for f in _check_json(project) if f["code"] == "AMP101"]
     assert len(findings) == 2
     assert all(f["fix"]["applicability"] == "unsafe" for f in findings)
-    assert all("unsafe: `opt_level=cfg.opt_level` is only known at run time" in f["fix"]["message"] for f in findings), findings
+    assert all("unsafe: `loss_scale=cfg.loss_scale` is only known at run time" in f["fix"]["message"] for f in findings), findings
     _fix(project, "--unsafe-fixes")  # both sides, or neither
-    assert 'scaler = torch.amp.GradScaler("cuda", enabled=cfg.opt_level != "O0")' in main.read_text()
+    assert "scaler = torch.amp.GradScaler(" in main.read_text()
     assert "scaler.scale(losses).backward()" in (project / "trainer.py").read_text()
 
 

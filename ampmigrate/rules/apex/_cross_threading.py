@@ -243,9 +243,9 @@ class _InitSide(_Planner):
         if self.spec.levels == {"O0"}:
             self.spec.add_enabled("False", None)  # O0 is fp32: a disabled scaler, autocast off in the callee
         self.fp32 = False
-        # Its own unsafe reasons, and the other callers' (every fix of the group is unsafe alike).
-        self.unsafe.extend(u for u in [*self.spec.unsafe, *unsafe] if u not in self.unsafe)
-        self.notes.extend(self.spec.notes)
+        # Its own unsafe reasons (the planner took them from the spec), and the other callers'
+        # (every fix of the group is unsafe alike).
+        self.unsafe.extend(u for u in unsafe if u not in self.unsafe)
         self.access = _InitAccess(self, [])
         self.scaler_scopes = [self.home]  # tests of apex's presence here become `scaler.is_enabled()`
         self._plan_presence_tests()
