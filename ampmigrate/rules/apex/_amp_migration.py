@@ -272,12 +272,15 @@ class _Planner(StepRewrites, ForwardRegions):
             raise Unfixable("`amp.initialize` is called more than once in this file")
         keys = _initialize_keys(first.call, self._init_line(first).body[0])
         repeats = inits[1:]
+        siblings = []
         for ref in repeats:
             if not keys or _initialize_key(ref.call) not in keys:
-                raise Unfixable(
-                    f"`amp.initialize` is called more than once in this file (line {self._line(ref.call)} with "
-                    "other models, optimizers or options): one GradScaler per call is not built yet"
-                )
+                if not self._sibling_initialize(first, ref):
+                    raise Unfixable(
+                        f"`amp.initialize` is called more than once in this file (line {self._line(ref.call)} with "
+                        "other models, optimizers or options): one GradScaler per call is not built yet"
+                    )
+                siblings.append(ref)
             line = self._init_line(ref)
             small = line.body[0]
             if isinstance(small, cst.Assign) and not _rebinds_its_arguments(small, ref.call):
@@ -286,13 +289,35 @@ class _Planner(StepRewrites, ForwardRegions):
                 )
             self.removal.remove_statement(line)
             self.handled.add(line)
-        self._note(
-            "`amp.initialize` of the same model and optimizer again at line "
-            + ", ".join(str(self._line(r.call)) for r in repeats)
-            + " goes (torch.amp has nothing to re-initialize)"
-        )
+        again = [r for r in repeats if r not in siblings]
+        if again:
+            self._note(
+                "`amp.initialize` of the same model and optimizer again at line "
+                + ", ".join(str(self._line(r.call)) for r in again)
+                + " goes (torch.amp has nothing to re-initialize)"
+            )
+        self.sibling_models = [bound_arguments(r.call, INITIALIZE_PARAMS)["models"].value for r in siblings]
+        if siblings:
+            self._note(
+                "one GradScaler serves the models and optimizers of `amp.initialize` at line "
+                + ", ".join(str(self._line(r.call)) for r in siblings)
+                + " too, as apex's calls shared the loss scaler the last one made"
+            )
         self.refs = [r for r in self.refs if r not in repeats]
         return [first]
+
+    def _sibling_initialize(self, first: AmpRef, other: AmpRef) -> bool:
+        """`gen, gen_opt = amp.initialize(gen, gen_opt, opt_level="O1")` then the same for the
+        discriminator, in the same block with the same options: each call replaced apex's loss
+        scalers, so every `scale_loss` used the one the last call made; one GradScaler is that."""
+        first_key, other_key = _initialize_key(first.call), _initialize_key(other.call)
+        if first_key is None or other_key is None:
+            return False
+        options = lambda key: tuple(item for item in key if item[0] not in ("models", "optimizers"))  # noqa: E731
+        if options(first_key) != options(other_key) or "optimizers" not in dict(other_key):
+            return False
+        first_line, other_line = self._init_line(first), self._init_line(other)
+        return self.names.parent(first_line) is self.names.parent(other_line)
 
     def _finish(self, message: str) -> Fix:
         """The fix, its message carrying the notes, unsafe when something changes numerics."""
