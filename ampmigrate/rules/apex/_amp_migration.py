@@ -742,7 +742,7 @@ class _Planner(StepRewrites, ForwardRegions):
         if block is not self.names.parent(self.init_line) or line not in body or len(line.body) != 1:
             raise Unfixable(
                 f"`amp._amp_state` at line {self._line(ref.node)} sets the loss scale away from `amp.initialize`: "
-                "set `init_scale` of the GradScaler by hand"
+                "GradScaler takes a scale as `init_scale` or, after a step, as `scaler.update(new_scale)`; set it by hand"
             )
         between = body[body.index(self.init_line) + 1 : body.index(line)] if self.init_line in body else None
         if between is None or body.index(line) < body.index(self.init_line):
@@ -759,7 +759,8 @@ class _Planner(StepRewrites, ForwardRegions):
         return True
 
     def _rewrite_loss_scale_read(self, ref: AmpRef) -> None:
-        """`amp._amp_state.loss_scalers[0].loss_scale()` -> `scaler.get_scale()`."""
+        """`amp._amp_state.loss_scalers[0].loss_scale()` (or its attribute `._loss_scale`, read)
+        -> `scaler.get_scale()` (a float, as apex's was; 1.0 where the scaler is disabled)."""
         node = ref.node
         chain = []
         current = node
@@ -768,19 +769,25 @@ class _Planner(StepRewrites, ForwardRegions):
             chain.append(parent)
             current = parent
         scalers, subscript, method, call = chain
+        index = subscript.slice[0].slice if isinstance(subscript, cst.Subscript) and len(subscript.slice) == 1 else None
+        first = isinstance(index, cst.Index) and isinstance(index.value, cst.Integer) and index.value.value == "0"
         if not (
             isinstance(scalers, cst.Attribute)
             and scalers.attr.value == "loss_scalers"
-            and isinstance(subscript, cst.Subscript)
+            and first
             and isinstance(method, cst.Attribute)
-            and method.attr.value == "loss_scale"
-            and isinstance(call, cst.Call)
-            and not call.args
+            and method.value is subscript
         ):
             raise Unfixable(f"`amp._amp_state` at line {self._line(node)} is apex internals the fix cannot map")
-        scaler = self.access.expression(call)
-        self.builder.replace(call, self.ctx.parse_expression(f"{scaler}.get_scale()"))
-        self.handled.add(call)
+        if method.attr.value == "loss_scale" and isinstance(call, cst.Call) and not call.args:
+            target = call
+        elif method.attr.value == "_loss_scale" and not _is_store(self.names.parent(method), method):
+            target = method
+        else:
+            raise Unfixable(f"`amp._amp_state` at line {self._line(node)} is apex internals the fix cannot map")
+        scaler = self.access.expression(target)
+        self.builder.replace(target, self.ctx.parse_expression(f"{scaler}.get_scale()"))
+        self.handled.add(target)
 
     # ---- the scaler itself
     def _plan_scaler_creation(self) -> None:
@@ -1063,6 +1070,13 @@ def _rebinds_its_arguments(assign: cst.Assign, call: cst.Call) -> bool:
     target = assign.targets[0].target
     given = _shape_key(values[0]) if len(values) == 1 else tuple(_shape_key(v) for v in values)
     return _shape_key(target) == given
+
+
+def _is_store(parent: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """`node` is written (an assignment target, augmented, annotated or deleted), not read."""
+    if isinstance(parent, (cst.AssignTarget, cst.Del)):
+        return True
+    return isinstance(parent, (cst.AugAssign, cst.AnnAssign)) and parent.target is node
 
 
 def _shape_key(node: cst.BaseExpression):
