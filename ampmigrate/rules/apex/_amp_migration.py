@@ -572,8 +572,8 @@ class _Planner(StepRewrites, ForwardRegions):
                 if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Global, cst.Nonlocal)):
                     return None
         inside = {id(n) for statement in rest for n in walk(statement)}
-        if any(id(ref.node) in inside for ref in self.refs):
-            return None
+        if any(id(ref.node) in inside and not (ref.api == "master_params" and ref.call is not None) for ref in self.refs):
+            return None  # `amp.master_params(opt)` may stay: it reads the (still scaled) gradients, as in apex
         return rest
 
     def _check_other_refs(self) -> None:
@@ -1134,8 +1134,17 @@ def _side_effect_free(node: cst.BaseExpression) -> bool:
 
 
 def _then(line: cst.SimpleStatementLine, rest: Sequence[cst.BaseStatement]):
-    """The backward line, followed by the rest of the `with` body (one level out)."""
-    return cst.FlattenSentinel([line, *rest]) if rest else line
+    """The backward line, followed by the rest of the `with` body (one level out), as the fix has
+    changed it (an `amp.master_params` in it is rewritten too)."""
+    if not rest:
+        return line
+
+    def replacement(updated: cst.CSTNode) -> cst.CSTNode:
+        body = updated.body
+        statements = list(body.body[1:]) if isinstance(body, cst.IndentedBlock) else list(rest)
+        return cst.FlattenSentinel([line, *statements])
+
+    return replacement
 
 
 def _blocks_of(statement: cst.CSTNode) -> List[cst.BaseSuite]:
