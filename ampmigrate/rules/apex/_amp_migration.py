@@ -584,8 +584,8 @@ class _Planner(StepRewrites, ForwardRegions):
                 if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Global, cst.Nonlocal)):
                     return None
         inside = {id(n) for statement in rest for n in walk(statement)}
-        if any(id(ref.node) in inside for ref in self.refs):
-            return None
+        if any(id(ref.node) in inside and not (ref.api == "master_params" and ref.call is not None) for ref in self.refs):
+            return None  # `amp.master_params(opt)` may stay: it reads the (still scaled) gradients, as in apex
         return rest
 
     def _check_other_refs(self) -> None:
@@ -688,6 +688,8 @@ class _Planner(StepRewrites, ForwardRegions):
         call = ref.call
         expr = self.names.parent(call)
         line = self.names.parent(expr) if isinstance(expr, cst.Expr) else None
+        if isinstance(line, cst.SimpleStatementSuite) and self._guarded_load_in_one_line_if(ref, line, scaler):
+            return
         if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1 or len(call.args) != 1 or call.args[0].keyword or call.args[0].star:
             raise Unfixable(
                 f"`amp.load_state_dict` at line {self._line(ref.node)} is not a statement of its own with one argument; "
@@ -711,6 +713,35 @@ class _Planner(StepRewrites, ForwardRegions):
             "the scaler state is loaded only when it has GradScaler's layout: a checkpoint saved by apex "
             "(`loss_scaler0`) resumes with the scaler at its initial scale"
         )
+
+    def _guarded_load_in_one_line_if(self, ref: AmpRef, suite: cst.SimpleStatementSuite, scaler: str) -> bool:
+        """`if "amp" in ckpt: amp.load_state_dict(ckpt["amp"])` on one line: the layout check joins
+        the `if`'s test (evaluated after it, as the load was)."""
+        call = ref.call
+        owner = self.names.parent(suite)
+        if not (
+            isinstance(owner, cst.If)
+            and owner.body is suite
+            and owner.orelse is None
+            and len(suite.body) == 1
+            and len(call.args) == 1
+            and not call.args[0].keyword
+            and not call.args[0].star
+            and _side_effect_free(call.args[0].value)
+        ):
+            return False
+        test = self.ctx.code(owner.test).strip()
+        if isinstance(owner.test, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)):
+            test = f"({test})"
+        state = self.ctx.code(call.args[0].value).strip()
+        self.builder.replace(owner.test, self.ctx.parse_expression(f"{test} and {self.ctx.string('scale').value} in {state}"))
+        self.builder.replace(call.func, self.ctx.parse_expression(f"{scaler}.load_state_dict"))
+        self.handled.add(ref.node)
+        self._note(
+            "the scaler state is loaded only when it has GradScaler's layout: a checkpoint saved by apex "
+            "(`loss_scaler0`) resumes with the scaler at its initial scale"
+        )
+        return True
 
     def _rewrite_master_params(self, ref: AmpRef) -> None:
         call = ref.call
@@ -764,7 +795,7 @@ class _Planner(StepRewrites, ForwardRegions):
         if block is not self.names.parent(self.init_line) or line not in body or len(line.body) != 1:
             raise Unfixable(
                 f"`amp._amp_state` at line {self._line(ref.node)} sets the loss scale away from `amp.initialize`: "
-                "set `init_scale` of the GradScaler by hand"
+                "GradScaler takes a scale as `init_scale` or, after a step, as `scaler.update(new_scale)`; set it by hand"
             )
         between = body[body.index(self.init_line) + 1 : body.index(line)] if self.init_line in body else None
         if between is None or body.index(line) < body.index(self.init_line):
@@ -781,7 +812,8 @@ class _Planner(StepRewrites, ForwardRegions):
         return True
 
     def _rewrite_loss_scale_read(self, ref: AmpRef) -> None:
-        """`amp._amp_state.loss_scalers[0].loss_scale()` -> `scaler.get_scale()`."""
+        """`amp._amp_state.loss_scalers[0].loss_scale()` (or its attribute `._loss_scale`, read)
+        -> `scaler.get_scale()` (a float, as apex's was; 1.0 where the scaler is disabled)."""
         node = ref.node
         chain = []
         current = node
@@ -790,19 +822,25 @@ class _Planner(StepRewrites, ForwardRegions):
             chain.append(parent)
             current = parent
         scalers, subscript, method, call = chain
+        index = subscript.slice[0].slice if isinstance(subscript, cst.Subscript) and len(subscript.slice) == 1 else None
+        first = isinstance(index, cst.Index) and isinstance(index.value, cst.Integer) and index.value.value == "0"
         if not (
             isinstance(scalers, cst.Attribute)
             and scalers.attr.value == "loss_scalers"
-            and isinstance(subscript, cst.Subscript)
+            and first
             and isinstance(method, cst.Attribute)
-            and method.attr.value == "loss_scale"
-            and isinstance(call, cst.Call)
-            and not call.args
+            and method.value is subscript
         ):
             raise Unfixable(f"`amp._amp_state` at line {self._line(node)} is apex internals the fix cannot map")
-        scaler = self.access.expression(call)
-        self.builder.replace(call, self.ctx.parse_expression(f"{scaler}.get_scale()"))
-        self.handled.add(call)
+        if method.attr.value == "loss_scale" and isinstance(call, cst.Call) and not call.args:
+            target = call
+        elif method.attr.value == "_loss_scale" and not _is_store(self.names.parent(method), method):
+            target = method
+        else:
+            raise Unfixable(f"`amp._amp_state` at line {self._line(node)} is apex internals the fix cannot map")
+        scaler = self.access.expression(target)
+        self.builder.replace(target, self.ctx.parse_expression(f"{scaler}.get_scale()"))
+        self.handled.add(target)
 
     # ---- the scaler itself
     def _plan_scaler_creation(self) -> None:
@@ -1087,6 +1125,13 @@ def _rebinds_its_arguments(assign: cst.Assign, call: cst.Call) -> bool:
     return _shape_key(target) == given
 
 
+def _is_store(parent: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """`node` is written (an assignment target, augmented, annotated or deleted), not read."""
+    if isinstance(parent, (cst.AssignTarget, cst.Del)):
+        return True
+    return isinstance(parent, (cst.AugAssign, cst.AnnAssign)) and parent.target is node
+
+
 def _shape_key(node: cst.BaseExpression):
     """`[a, (b, c)]` -> ('a', ('b', 'c')): the names a (possibly nested) list or tuple holds."""
     if isinstance(node, (cst.Tuple, cst.List)):
@@ -1111,8 +1156,17 @@ def _side_effect_free(node: cst.BaseExpression) -> bool:
 
 
 def _then(line: cst.SimpleStatementLine, rest: Sequence[cst.BaseStatement]):
-    """The backward line, followed by the rest of the `with` body (one level out)."""
-    return cst.FlattenSentinel([line, *rest]) if rest else line
+    """The backward line, followed by the rest of the `with` body (one level out), as the fix has
+    changed it (an `amp.master_params` in it is rewritten too)."""
+    if not rest:
+        return line
+
+    def replacement(updated: cst.CSTNode) -> cst.CSTNode:
+        body = updated.body
+        statements = list(body.body[1:]) if isinstance(body, cst.IndentedBlock) else list(rest)
+        return cst.FlattenSentinel([line, *statements])
+
+    return replacement
 
 
 def _blocks_of(statement: cst.CSTNode) -> List[cst.BaseSuite]:
