@@ -28,6 +28,7 @@ from ampmigrate.api import APEX_AMP_CAST_ANNOTATIONS, TORCH_AMP_GRAD_SCALER_SINC
 from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.context import FileContext, FixBuilder
 from ampmigrate.engine.names import Scope
+from ampmigrate.rules.apex._accumulation_clip import AccumulationClips
 from ampmigrate.rules.apex._amp_common import (
     CODE,
     HANDLE_CODE,
@@ -57,7 +58,7 @@ def amp_plan(ctx: FileContext) -> AmpPlan:
     return ctx.shared("apex.amp_plan", lambda: _Planner(ctx).plan())
 
 
-class _Planner(StepRewrites, ForwardRegions):
+class _Planner(StepRewrites, AccumulationClips, ForwardRegions):
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.names = ctx.names

@@ -167,6 +167,8 @@ class StepRewrites:
                     elif self._inactive(step, reader):
                         continue
                     point = self._insertion_point(reader, statement)
+                    if self._scaled_on_micro_steps(reader, point, step, master_refs):
+                        continue  # a torch clip on every micro-step: threshold scaled (_accumulation_clip)
                     if point not in inserts:
                         inserts[point] = []
                         order.append(point)
@@ -184,6 +186,7 @@ class StepRewrites:
                     f"`amp.master_params` at line {self._line(call)} reads gradients outside the backward/step "
                     "window the fix can follow, where `scaler.unscale_` would have to run first"
                 )
+        self._check_scaled_clips_alone(inserts)
         order = self._hoist_exclusive(order, inserts)
         done: List[Tuple[cst.CSTNode, str]] = []
         for point in order:
