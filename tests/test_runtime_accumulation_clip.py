@@ -137,7 +137,7 @@ def test_the_safe_fix_trains_exactly_like_apex(kind):
 
 
 def test_the_unsafe_alternative_clips_once_per_step():
-    source = _source("norm").replace("log.append(float(", "(").replace(", threshold)))", ", threshold))")
+    source = APEX.replace("CLIP", "torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), threshold)")
     findings = check(source, select=["AMP1"])
     moved = fix(source, **{"unsafe-fixes": True, "target-dtype": "float16", "select": ["AMP1", "AMP3"]})
     assert "apex" not in moved, moved
@@ -148,8 +148,10 @@ def test_the_unsafe_alternative_clips_once_per_step():
         'torch.nn.utils.clip_grad_norm_([p for group in optimizer.param_groups for p in group["params"]], threshold)',
         "scaler.step(optimizer)",
     ]
-    assert findings  # the safe fix is what `check` offers without --unsafe-fixes
+    assert all(f.fix is not None and f.fix.applicability == "safe" for f in findings if f.code == "AMP101")
+    assert check(moved, select=["AMP1", "AMP3"]) == []
+    assert fix(moved, **{"unsafe-fixes": True, "target-dtype": "float16"}) == moved
     # It changes numerics: the clip now acts once, on the summed gradients.
     apex_params, _ = _run("norm", _apex_emulation("norm"))
-    moved_params, _ = _run("norm", moved.replace('"cuda"', '"cpu"').replace("log.append", "print"))
+    moved_params, _ = _run("norm", moved.replace('"cuda"', '"cpu"'))
     assert not _close(apex_params, moved_params)

@@ -29,6 +29,12 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 
 from ampmigrate.rules.apex._amp_common import Step, Unfixable
+from ampmigrate.rules.apex._flow import is_pure
+from ampmigrate.rules.grad_scaler.amp301_clip_without_unscale import (
+    _contains,
+    _result_used_only_inside,
+    _touches_gradients,
+)
 
 _NORM = "norm"
 _VALUE = "value"
@@ -46,7 +52,103 @@ _PARAMETERS = {_NORM: ("parameters", "max_norm", "norm_type", "error_if_nonfinit
 _BARE_CONTEXTS = (cst.Assign, cst.AnnAssign, cst.Arg, cst.Return, cst.AugAssign)
 
 
-class AccumulationClips:
+class ClipMoves:
+    """The unsafe alternative (only with `--unsafe-fixes`): the form maintainers write, the clip
+    once per step inside the stepping branch after `scaler.unscale_(optimizer)`, as AMP301's
+    `accumulation_move` writes it for GradScaler code (whose shape tests this reuses). It clips
+    the summed gradients once instead of each micro-step's partial sum: other numerics."""
+
+    def _moves(self, step: Step, clips: List[cst.Call]):
+        """(the stepping `if`, [(the statement that goes, the clip statement to insert)], the
+        conditions the clips ran under below that `if`'s block), or None where some clip of the
+        step cannot move."""
+        branch: Optional[cst.If] = None
+        conditions: Optional[List[str]] = None
+        moves = []
+        for clip in clips:
+            statement = self.names.statement_of(clip)
+            if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+                return None
+            small = statement.body[0]
+            if not (isinstance(small, (cst.Expr, cst.Assign)) and small.value is clip):
+                return None  # `log(clip(...))`: moving it would also change what else runs per micro-step
+            found = self._stepping_branch(statement, step)
+            if found is None:
+                return None
+            here, removed, these = found
+            if (branch is not None and here is not branch) or (conditions is not None and these != conditions):
+                return None
+            branch, conditions = here, these
+            if not _result_used_only_inside(self.names, statement, branch.body):
+                return None
+            moves.append((removed, statement))
+        return branch, moves, conditions or []
+
+    def _stepping_branch(self, statement: cst.SimpleStatementLine, step: Step):
+        """The `if` after `statement` (in its block, or in the block of the `if`s whose body holds
+        it) that runs every optimizer step of `step`, with nothing in between that touches the
+        gradients: (that `if`, what to remove: the statement or an `if` holding only it, the
+        tests of the `if`s climbed, outermost first)."""
+        node: cst.CSTNode = statement
+        removed: cst.CSTNode = statement
+        conditions: List[str] = []
+        while True:
+            block = self.names.parent(node)
+            if not isinstance(block, cst.IndentedBlock):
+                return None
+            siblings = list(block.body)
+            later = siblings[siblings.index(node) + 1 :]
+            branch = next(
+                (s for s in later if isinstance(s, cst.If) and all(_contains(self.names, s.body, c) for c in step.steps)),
+                None,
+            )
+            between = later[: later.index(branch)] if branch is not None else later
+            if any(_touches_gradients(self.names, s) for s in between):
+                return None
+            if branch is not None:
+                return branch, removed, conditions
+            owner = self.names.parent(block)
+            if not isinstance(owner, cst.If) or owner.body is not block or not is_pure(owner.test):
+                return None
+            test = self.ctx.code(owner.test).strip()
+            if isinstance(owner.test, cst.BooleanOperation) and isinstance(owner.test.operator, cst.Or):
+                test = f"({test})"  # joined with `and` below
+            conditions.insert(0, test)
+            if removed is node and len(siblings) == 1 and owner.orelse is None:
+                removed = owner  # `if clip_grad: clip(...)` goes whole
+            node = owner
+
+    def _move_clips(self, step: Step, clips: List[cst.Call], moves) -> None:
+        branch, pairs, conditions = moves
+        scaler = self.access.expression(branch)
+        first = next(s for s in branch.body.body if any(_contains(self.names, s, c) for c in step.steps))
+        new: List[cst.BaseStatement] = []
+        for optimizer in dict.fromkeys(self.ctx.code(o).strip() for o in step.optimizers):
+            new.append(self.ctx.parse_statement(f"{scaler}.unscale_({optimizer})\n"))
+        moved_refs = []
+        for removed, statement in pairs:
+            copy = statement
+            for ref in self.refs:
+                if ref.api == "master_params" and ref.call is not None and _contains(self.names, statement, ref.call):
+                    copy = copy.deep_replace(ref.call, self._master_params_expression(ref))
+                    moved_refs.append(ref)
+            new.append(copy.with_changes(leading_lines=[line for line in statement.leading_lines if line.comment is not None]))
+            self.removal.remove_statement(removed)
+            self.handled.add(removed)
+        self.refs = [r for r in self.refs if r not in moved_refs]
+        if conditions:
+            test = " and ".join(conditions)
+            header = self.ctx.parse_statement(f"if {test}:\n    pass\n")
+            new = [header.with_changes(body=header.body.with_changes(body=new))]
+        self.builder.insert_before(first, *new)
+        lines = ", ".join(str(self._line(c)) for c in clips)
+        self.unsafe.append(
+            f"the clip at line {lines} moves into the stepping branch after `{scaler}.unscale_(...)`: clipping moves "
+            "from every micro-step to once per step on the summed gradients, which changes numerics"
+        )
+
+
+class AccumulationClips(ClipMoves):
     def _scaled_on_micro_steps(self, reader: cst.CSTNode, point: cst.CSTNode, step: Step, master_refs) -> bool:
         """True when the gradient read `reader` runs more often than the optimizer steps and is
         a torch clip, planned here with a scaled threshold (no `unscale_` for it). False when it
@@ -64,23 +166,32 @@ class AccumulationClips:
                     "`clip_grad_value_` (those stay exact on every micro-step with their threshold multiplied by "
                     "`scaler.get_scale()`), so what it reads there would be multiplied by the loss scale"
                 ) from None
-            self._scale_threshold(clip, step)
+            self._bound_clip(clip)  # refuses what cannot be kept exact
+            self._micro_step_clips.setdefault(step, []).append(clip)
             return True
 
-    def _check_scaled_clips_alone(self, inserts) -> None:
-        """A step whose gradients are clipped on every micro-step (scaled threshold) and also
-        unscaled once per step for another read: refused, rather than reasoning about which of
-        the two runs first."""
-        scaled = getattr(self, "_micro_step_clips", {})
+    def _plan_micro_step_clips(self, inserts) -> None:
+        """The clips `_scaled_on_micro_steps` collected, per step: with `--unsafe-fixes`, moved
+        into the stepping branch after `unscale_` where the code has that shape; otherwise (and
+        where it has not) kept in place with a scaled threshold. A step whose gradients are also
+        read once per step elsewhere (an `unscale_` planned for it) is refused, rather than
+        reasoning about which of the two runs first."""
         for point, items in inserts.items():
             for _, step in items:
-                clips = scaled.get(id(step))
+                clips = self._micro_step_clips.get(step)
                 if clips:
                     raise Unfixable(
                         f"the gradients are clipped on every micro-step (line {self._line(clips[0])}) and read "
                         f"again at line {self._line(point)}, where `unscale_` would have to run once per step: "
                         "migrate this accumulation by hand"
                     )
+        for step, clips in self._micro_step_clips.items():
+            moves = self._moves(step, clips) if self.ctx.settings.unsafe_fixes else None
+            if moves is not None:
+                self._move_clips(step, clips, moves)
+                continue
+            for clip in clips:
+                self._scale_threshold(clip)
 
     # ---- the clip
     def _outer_call(self, reader: cst.CSTNode, master_refs) -> cst.Call:
@@ -100,7 +211,8 @@ class AccumulationClips:
             return None  # `amp.master_params(opt)` is not the clip's parameters
         return call
 
-    def _scale_threshold(self, clip: cst.Call, step: Step) -> None:
+    def _bound_clip(self, clip: cst.Call) -> cst.Arg:
+        """The clip's threshold argument; Unfixable where scaling it would not keep apex's clip."""
         kind, threshold_name = _clip_kind(self.names, clip)
         params = _PARAMETERS[kind]
         bound: Dict[str, cst.Arg] = {}
@@ -120,6 +232,11 @@ class AccumulationClips:
                 f"the clip at line {self._line(clip)} runs on every micro-step with `norm_type="
                 f"{self.ctx.code(norm_type.value).strip()}`, which may not be a norm that scales with the gradients"
             )
+        return threshold
+
+    def _scale_threshold(self, clip: cst.Call) -> None:
+        kind, _ = _clip_kind(self.names, clip)
+        threshold = self._bound_clip(clip)
         statement = self.names.statement_of(clip)
         scaler = self.access.expression(statement)
         value = threshold.value
@@ -139,9 +256,6 @@ class AccumulationClips:
                 return new
 
             self.builder.replace(clip, divided)
-        if not hasattr(self, "_micro_step_clips"):
-            self._micro_step_clips: Dict[int, List[cst.Call]] = {}
-        self._micro_step_clips.setdefault(id(step), []).append(clip)
         self._note(
             f"the clip at line {self._line(clip)} runs on every micro-step while the optimizer steps every few: "
             f"GradScaler keeps the gradients scaled until the step, so its threshold is multiplied by "
@@ -172,3 +286,4 @@ def _homogeneous_norm(node: cst.BaseExpression) -> bool:
         return False
     code = cst.Module([]).code_for_node(node)
     return code in ("float('inf')", 'float("inf")', "math.inf", "torch.inf", "inf", "numpy.inf", "np.inf")
+

@@ -585,13 +585,17 @@ class _Planner(StepRewrites, AccumulationClips, ForwardRegions):
         call = ref.call
         if call is None or len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
             raise Unfixable(f"`amp.master_params` at line {self._line(ref.node)} is not called with one optimizer")
-        optimizer = call.args[0].value
+        self.builder.replace(call, self._master_params_expression(ref))
+        self.handled.add(call)
+
+    def _master_params_expression(self, ref: AmpRef) -> cst.BaseExpression:
+        """`amp.master_params(opt)` -> the optimizer's own parameters."""
+        optimizer = ref.call.args[0].value
         code = self.ctx.code(optimizer).strip()
         if not isinstance(optimizer, (cst.Name, cst.Attribute)):
             code = f"({code})"
         params = self.ctx.string("params").value
-        self.builder.replace(call, self.ctx.parse_expression(f"[p for group in {code}.param_groups for p in group[{params}]]"))
-        self.handled.add(call)
+        return self.ctx.parse_expression(f"[p for group in {code}.param_groups for p in group[{params}]]")
 
     def _rewrite_disable_casts(self, ref: AmpRef) -> None:
         call = ref.call
