@@ -155,3 +155,19 @@ def test_the_unsafe_alternative_clips_once_per_step():
     apex_params, _ = _run("norm", _apex_emulation("norm"))
     moved_params, _ = _run("norm", moved.replace('"cuda"', '"cpu"'))
     assert not _close(apex_params, moved_params)
+
+
+def test_another_read_on_every_micro_step_stays_refused_with_its_reason():
+    source = APEX.replace("CLIP", "log.append(get_grad_norm(amp.master_params(optimizer)))")
+    findings = [f for f in check(source, select=["AMP1"]) if f.code == "AMP101"]
+    assert findings and all(f.fix is None for f in findings)
+    reason = findings[0].no_fix_reason
+    assert "`get_grad_norm(...)` is not torch's `clip_grad_norm_`/`clip_grad_value_`" in reason
+    assert "if (i + 1) % accumulation_steps == 0" in reason
+
+
+def test_a_norm_type_that_may_not_scale_is_refused():
+    source = APEX.replace("CLIP", "torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), threshold, norm_type=p)")
+    findings = [f for f in check(source, select=["AMP1"]) if f.code == "AMP101"]
+    assert findings and all(f.fix is None for f in findings)
+    assert "norm_type=p" in findings[0].no_fix_reason

@@ -167,7 +167,8 @@ class AccumulationClips(ClipMoves):
                     "`scaler.get_scale()`), so what it reads there would be multiplied by the loss scale"
                 ) from None
             self._bound_clip(clip)  # refuses what cannot be kept exact
-            self._micro_step_clips.setdefault(step, []).append(clip)
+            if not any(clip in clips for clips in self._micro_step_clips.values()):
+                self._micro_step_clips.setdefault(step, []).append(clip)
             return True
 
     def _plan_micro_step_clips(self, inserts) -> None:
