@@ -20,6 +20,7 @@ import libcst as cst
 
 from ampmigrate.api import CLIP_GRAD
 from ampmigrate.rules.apex._amp_common import Step, Unfixable
+from ampmigrate.rules.apex._presence import Unsupported, simplify
 from ampmigrate.rules.apex._flow import (
     Branch,
     body_of,
@@ -317,4 +318,18 @@ class StepRewrites:
             if node is earlier:
                 return True
             node = self.names.parent(node)
+        # In the body of `if amp is not None:` (now `if scaler.is_enabled():`): where the scaler is
+        # enabled that body runs, and where it is not `unscale_` does nothing, so the `if` counts.
+        owner = self.names.parent(block)
+        if isinstance(owner, cst.If) and owner.body is block and self._tests_presence(owner.test):
+            return self._dominates(owner, later)
         return False
+
+    def _tests_presence(self, test: cst.BaseExpression) -> bool:
+        presence = self.presence_refs
+        if not presence or not any(n in presence for n in walk(test)):
+            return False
+        try:
+            return simplify(test, presence) is True
+        except Unsupported:
+            return False
