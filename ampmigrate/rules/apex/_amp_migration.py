@@ -573,8 +573,8 @@ class _Planner(StepRewrites, AccumulationClips, ForwardRegions):
                 if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Global, cst.Nonlocal)):
                     return None
         inside = {id(n) for statement in rest for n in walk(statement)}
-        if any(id(ref.node) in inside for ref in self.refs):
-            return None
+        if any(id(ref.node) in inside and not (ref.api == "master_params" and ref.call is not None) for ref in self.refs):
+            return None  # `amp.master_params(opt)` may stay: it reads the (still scaled) gradients, as in apex
         return rest
 
     def _check_other_refs(self) -> None:
@@ -667,6 +667,8 @@ class _Planner(StepRewrites, AccumulationClips, ForwardRegions):
         call = ref.call
         expr = self.names.parent(call)
         line = self.names.parent(expr) if isinstance(expr, cst.Expr) else None
+        if isinstance(line, cst.SimpleStatementSuite) and self._guarded_load_in_one_line_if(ref, line, scaler):
+            return
         if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1 or len(call.args) != 1 or call.args[0].keyword or call.args[0].star:
             raise Unfixable(
                 f"`amp.load_state_dict` at line {self._line(ref.node)} is not a statement of its own with one argument; "
@@ -690,6 +692,35 @@ class _Planner(StepRewrites, AccumulationClips, ForwardRegions):
             "the scaler state is loaded only when it has GradScaler's layout: a checkpoint saved by apex "
             "(`loss_scaler0`) resumes with the scaler at its initial scale"
         )
+
+    def _guarded_load_in_one_line_if(self, ref: AmpRef, suite: cst.SimpleStatementSuite, scaler: str) -> bool:
+        """`if "amp" in ckpt: amp.load_state_dict(ckpt["amp"])` on one line: the layout check joins
+        the `if`'s test (evaluated after it, as the load was)."""
+        call = ref.call
+        owner = self.names.parent(suite)
+        if not (
+            isinstance(owner, cst.If)
+            and owner.body is suite
+            and owner.orelse is None
+            and len(suite.body) == 1
+            and len(call.args) == 1
+            and not call.args[0].keyword
+            and not call.args[0].star
+            and _side_effect_free(call.args[0].value)
+        ):
+            return False
+        test = self.ctx.code(owner.test).strip()
+        if isinstance(owner.test, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)):
+            test = f"({test})"
+        state = self.ctx.code(call.args[0].value).strip()
+        self.builder.replace(owner.test, self.ctx.parse_expression(f"{test} and {self.ctx.string('scale').value} in {state}"))
+        self.builder.replace(call.func, self.ctx.parse_expression(f"{scaler}.load_state_dict"))
+        self.handled.add(ref.node)
+        self._note(
+            "the scaler state is loaded only when it has GradScaler's layout: a checkpoint saved by apex "
+            "(`loss_scaler0`) resumes with the scaler at its initial scale"
+        )
+        return True
 
     def _rewrite_master_params(self, ref: AmpRef) -> None:
         call = ref.call
@@ -1108,8 +1139,17 @@ def _side_effect_free(node: cst.BaseExpression) -> bool:
 
 
 def _then(line: cst.SimpleStatementLine, rest: Sequence[cst.BaseStatement]):
-    """The backward line, followed by the rest of the `with` body (one level out)."""
-    return cst.FlattenSentinel([line, *rest]) if rest else line
+    """The backward line, followed by the rest of the `with` body (one level out), as the fix has
+    changed it (an `amp.master_params` in it is rewritten too)."""
+    if not rest:
+        return line
+
+    def replacement(updated: cst.CSTNode) -> cst.CSTNode:
+        body = updated.body
+        statements = list(body.body[1:]) if isinstance(body, cst.IndentedBlock) else list(rest)
+        return cst.FlattenSentinel([line, *statements])
+
+    return replacement
 
 
 def _blocks_of(statement: cst.CSTNode) -> List[cst.BaseSuite]:

@@ -179,8 +179,11 @@ class StepRewrites:
                             inserts[point].append((optimizer, step))
                 if stop:
                     break
+        # `amp.master_params` read in the `scale_loss` body, after the backward: apex had not unscaled
+        # yet, and those statements keep running before any `unscale_` (AMP301 judges a clip there).
+        in_bodies = {id(n) for step in steps for statement in (step.rest or ()) for n in walk(statement)}
         for call, ref in master_refs.items():
-            if call in covered_master:
+            if call in covered_master or id(call) in in_bodies:
                 continue
             statement = self.names.statement_of(call)
             if any(self._reads_gradients(n) for n in walk(statement)):
