@@ -28,6 +28,7 @@ from ampmigrate.api import APEX_AMP_CAST_ANNOTATIONS, TORCH_AMP_GRAD_SCALER_SINC
 from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.context import FileContext, FixBuilder
 from ampmigrate.engine.names import Scope
+from ampmigrate.rules.apex._accumulation_clip import AccumulationClips
 from ampmigrate.rules.apex._amp_common import (
     CODE,
     HANDLE_CODE,
@@ -73,7 +74,7 @@ def _planner_for(ctx: FileContext) -> "_Planner":
     return split_planner(ctx) or _Planner(ctx)
 
 
-class _Planner(StepRewrites, ForwardRegions):
+class _Planner(StepRewrites, AccumulationClips, ForwardRegions):
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.names = ctx.names
@@ -747,13 +748,17 @@ class _Planner(StepRewrites, ForwardRegions):
         call = ref.call
         if call is None or len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
             raise Unfixable(f"`amp.master_params` at line {self._line(ref.node)} is not called with one optimizer")
-        optimizer = call.args[0].value
+        self.builder.replace(call, self._master_params_expression(ref))
+        self.handled.add(call)
+
+    def _master_params_expression(self, ref: AmpRef) -> cst.BaseExpression:
+        """`amp.master_params(opt)` -> the optimizer's own parameters."""
+        optimizer = ref.call.args[0].value
         code = self.ctx.code(optimizer).strip()
         if not isinstance(optimizer, (cst.Name, cst.Attribute)):
             code = f"({code})"
         params = self.ctx.string("params").value
-        self.builder.replace(call, self.ctx.parse_expression(f"[p for group in {code}.param_groups for p in group[{params}]]"))
-        self.handled.add(call)
+        return self.ctx.parse_expression(f"[p for group in {code}.param_groups for p in group[{params}]]")
 
     def _rewrite_disable_casts(self, ref: AmpRef) -> None:
         call = ref.call

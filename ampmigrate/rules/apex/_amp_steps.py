@@ -153,6 +153,7 @@ class StepRewrites:
     # ---- unscale_ before gradient reads
     def _plan_unscale(self, steps: List[Step]) -> None:
         inserts: Dict[cst.CSTNode, List[Tuple[str, Step]]] = {}
+        self._micro_step_clips: Dict[Step, List[cst.Call]] = {}  # see _accumulation_clip
         order: List[cst.CSTNode] = []
         master_refs = {r.call: r for r in self.refs if r.api == "master_params" and r.call is not None}
         covered_master: Set[cst.Call] = set()
@@ -168,6 +169,8 @@ class StepRewrites:
                     elif self._inactive(step, reader):
                         continue
                     point = self._insertion_point(reader, statement)
+                    if self._scaled_on_micro_steps(reader, point, step, master_refs):
+                        continue  # a torch clip on every micro-step: threshold scaled (_accumulation_clip)
                     if point not in inserts:
                         inserts[point] = []
                         order.append(point)
@@ -188,6 +191,7 @@ class StepRewrites:
                     f"`amp.master_params` at line {self._line(call)} reads gradients outside the backward/step "
                     "window the fix can follow, where `scaler.unscale_` would have to run first"
                 )
+        self._plan_micro_step_clips(inserts)
         order = self._hoist_exclusive(order, inserts)
         done: List[Tuple[cst.CSTNode, str]] = []
         for point in order:
