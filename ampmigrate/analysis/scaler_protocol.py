@@ -299,6 +299,8 @@ class EventReader:
         if any(id(arg.value) in self.refs for arg in call.args):
             return Event(OPAQUE, call, detail="the scaler is passed to a call")
         if qnames & CLIP_GRAD:
+            if self._threshold_scaled(call):
+                return None  # `max_norm * scaler.get_scale()`: clips the scaled gradients on purpose
             return Event(CLIP, call, detail=self.analyzer.code(func))
         if qnames & NORM_FUNCTIONS and call.args and self.analyzer.holds_grads(call.args[0].value):
             return Event(CLIP, call, detail="read:" + self.analyzer.code(func))
@@ -316,6 +318,19 @@ class EventReader:
         if helper is not None:
             return helper
         return None
+
+    def _threshold_scaled(self, call: cst.Call) -> bool:
+        """A clip whose threshold is multiplied by this scaler's `get_scale()`: the form the apex
+        migration writes for a clip on every micro-step of gradient accumulation (exact, since
+        clipping is homogeneous and the scale is constant until `update()`)."""
+        for arg in call.args[1:]:
+            value = arg.value
+            if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply):
+                for side in (value.left, value.right):
+                    use = self.uses.get(side) if isinstance(side, cst.Call) else None
+                    if use is not None and use.method == "get_scale":
+                        return True
+        return False
 
     def _scale_use(self, tensor: cst.BaseExpression):
         """The `scaler.scale(x)` use that `tensor` is (or a name only ever assigned from one)."""

@@ -279,7 +279,9 @@ class FixBuilder:
                 # The target itself stays, with the changes made inside it (a copy would lose them).
                 changes.append((target, _inserted_around(items, after, moved_blanks)))
                 continue
-            if replacement is not cst.RemovalSentinel.REMOVE:
+            if isinstance(replacement, cst.FlattenSentinel):
+                items.extend(replacement.nodes)  # a statement replaced by several
+            elif replacement is not cst.RemovalSentinel.REMOVE:
                 items.append(replacement)
             items.extend(after)
             changes.append((target, cst.FlattenSentinel(items)))

@@ -27,12 +27,13 @@ from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from ampmigrate.engine import collector
+from ampmigrate.engine.apex_threading import summarize_threading, threading_key
 from ampmigrate.engine.project import module_names
 from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 9
+_FORMAT = 10
 
 
 @dataclass
@@ -75,6 +76,18 @@ class ModuleSummary:
     # used otherwise: passed on, stored, returned). Whether a disabled GradScaler handed there
     # behaves as a removed one (AMP402).
     scaler_param_uses: Dict[str, Tuple[List[str], Dict[str, List[str]]]] = field(default_factory=dict)
+    # --- apex.amp split across two files (engine/apex_threading.py) ---
+    # The A side: the top-level function calling `amp.initialize` (the file's only one, and no
+    # `scale_loss`), why the split migration cannot take it ("" when it can), and the calls there
+    # passing the optimizer it returns: (callee, line, position or -1, keyword or "", how many
+    # calls of that name the file makes).
+    apex_init_function: str = ""
+    apex_init_problem: str = ""
+    apex_init_calls: List[Tuple[str, int, int, str, int]] = field(default_factory=list)
+    # The B side: top-level functions running `with amp.scale_loss(loss, <param>)` on the
+    # module's apex import: (positional parameters, the optimizer parameter, the name of the
+    # scaler parameter to add, why the split migration cannot take it or "").
+    apex_step_functions: Dict[str, Tuple[List[str], str, str, str]] = field(default_factory=dict)
 
 
 def _as_data(summary: ModuleSummary) -> dict:
@@ -97,6 +110,13 @@ def _as_data(summary: ModuleSummary) -> dict:
             name: (list(positional), {param: list(methods) for param, methods in uses.items()})
             for name, (positional, uses) in summary.scaler_param_uses.items()
         },
+        "apex_init_function": summary.apex_init_function,
+        "apex_init_problem": summary.apex_init_problem,
+        "apex_init_calls": [tuple(item) for item in summary.apex_init_calls],
+        "apex_step_functions": {
+            name: (list(positional), optimizer, scaler, problem)
+            for name, (positional, optimizer, scaler, problem) in summary.apex_step_functions.items()
+        },
     }
 
 
@@ -111,6 +131,9 @@ class ProjectIndex:
         # `from X import a, b` of every file (a byte regex): module -> the names imported from it.
         self._exports: Dict[str, Set[str]] = {}
         self._module_names: Dict[str, List[str]] = {}  # path -> module_names(path), computed once
+        # The bytes (and their digest) of the files with apex setups split across files, as read
+        # before any fix: each side plans the others' migration too (rules/apex/_cross_threading.py).
+        self.apex_sources: Dict[str, Tuple[str, bytes]] = {}
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -136,6 +159,8 @@ class ProjectIndex:
                     data = _as_data(summarize(raw, package))
             fresh[absolute] = (digest, data)
             index._add(absolute, ModuleSummary(**data))
+            if data.get("apex_step_functions") or data.get("apex_init_function"):
+                index.apex_sources[absolute] = (digest, raw)
         if cache_path is not None and fresh != cached:
             _store(cache_path, fresh)
         index._link()
@@ -168,6 +193,8 @@ class ProjectIndex:
         summary.apex_amp_passed_to = [tuple(item) for item in summary.apex_amp_passed_to]
         summary.checkpoint_savers = {k: (list(v[0]), list(v[1])) for k, v in summary.checkpoint_savers.items()}
         summary.scaler_param_uses = {k: (list(v[0]), dict(v[1])) for k, v in summary.scaler_param_uses.items()}
+        summary.apex_init_calls = [tuple(item) for item in summary.apex_init_calls]
+        summary.apex_step_functions = {k: (list(v[0]), *v[1:]) for k, v in summary.apex_step_functions.items()}
         for module, name in summary.from_imports:
             self._exports.setdefault(module, set()).add(name)
         self.modules[path] = summary
@@ -312,6 +339,9 @@ class ProjectIndex:
             parts.append(f"trained:{name}={trainer}:{self.modules[trainer].scales_loss}")
         for name, trainer in sorted(self._trained_results.get(absolute, {}).items()):
             parts.append(f"trained_result:{name}={trainer}")
+        threading = threading_key(self, absolute)
+        if threading:
+            parts.append(f"apex_threading={threading}")
         runner = self.backward_runner_imported(absolute)
         if runner:
             parts.append(f"backward_runner={runner}")
@@ -467,6 +497,7 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
             _Summarizer(summary).run(tree)
         if needs_apex:
             _summarize_apex_amp(tree, summary)
+            summarize_threading(tree, summary)
         if needs_results:
             summary.trained_results = _trained_results(tree, summary.from_imports, raw)
         if needs_savers:

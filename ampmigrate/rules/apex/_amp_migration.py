@@ -28,6 +28,7 @@ from ampmigrate.api import APEX_AMP_CAST_ANNOTATIONS, TORCH_AMP_GRAD_SCALER_SINC
 from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.context import FileContext, FixBuilder
 from ampmigrate.engine.names import Scope
+from ampmigrate.rules.apex._accumulation_clip import AccumulationClips
 from ampmigrate.rules.apex._amp_common import (
     CODE,
     HANDLE_CODE,
@@ -54,11 +55,27 @@ __all__ = ["AmpPlan", "Site", "amp_plan"]
 SCALE_LOSS_PARAMS = ("loss", "optimizers", "loss_id", "model", "delay_unscale", "delay_overflow_check")
 
 
+NO_INIT_REASON = (
+    "`amp.initialize` is not called in this file: the GradScaler has to be created where it is and passed here"
+)
+NO_STEP_REASON = (
+    "`amp.scale_loss` is not used in this file (the training step is elsewhere): create the "
+    '`torch.amp.GradScaler("cuda")` here and pass it to the code that scales the loss'
+)
+
+
 def amp_plan(ctx: FileContext) -> AmpPlan:
-    return ctx.shared("apex.amp_plan", lambda: _Planner(ctx).plan())
+    return ctx.shared("apex.amp_plan", lambda: _planner_for(ctx).plan())
 
 
-class _Planner(StepRewrites, MethodWindows, ForwardRegions):
+def _planner_for(ctx: FileContext) -> "_Planner":
+    # A file that is one side of an apex setup split across two files (_cross_threading.py).
+    from ampmigrate.rules.apex._cross_threading import split_planner
+
+    return split_planner(ctx) or _Planner(ctx)
+
+
+class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.names = ctx.names
@@ -121,10 +138,7 @@ class _Planner(StepRewrites, MethodWindows, ForwardRegions):
         inits = [r for r in self.refs if r.api in ("initialize", "init")]
         if not inits:
             if any(r.api not in (None, "disable_casts", "master_params") for r in self.refs):
-                raise Unfixable(
-                    "`amp.initialize` is not called in this file: the GradScaler has to be created where it is "
-                    "and passed here"
-                )
+                raise Unfixable(NO_INIT_REASON)
             return self._standalone_fix(plan)
         if len(inits) > 1:
             inits = self._without_inference_inits(inits)
@@ -179,11 +193,10 @@ class _Planner(StepRewrites, MethodWindows, ForwardRegions):
         steps = [self._step(r) for r in self.refs if r.api in ("scale_loss", "handle.scale_loss")]
         if not steps and not fp32 and init.api == "init":
             return self._inference_drop(init)  # the handle is not used: nothing but the call to remove
+        if not steps and self._threads_scaler_out():
+            return self._split_fix(plan)  # the training step is in another file (_cross_threading.py)
         if not steps and not fp32:
-            raise Unfixable(
-                "`amp.scale_loss` is not used in this file (the training step is elsewhere): create the "
-                '`torch.amp.GradScaler("cuda")` here and pass it to the code that scales the loss'
-            )
+            raise Unfixable(NO_STEP_REASON)
         if fp32:
             self._plan_fp32(steps)
         else:
@@ -574,8 +587,8 @@ class _Planner(StepRewrites, MethodWindows, ForwardRegions):
                 if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Global, cst.Nonlocal)):
                     return None
         inside = {id(n) for statement in rest for n in walk(statement)}
-        if any(id(ref.node) in inside for ref in self.refs):
-            return None
+        if any(id(ref.node) in inside and not (ref.api == "master_params" and ref.call is not None) for ref in self.refs):
+            return None  # `amp.master_params(opt)` may stay: it reads the (still scaled) gradients, as in apex
         return rest
 
     def _check_other_refs(self) -> None:
@@ -605,7 +618,7 @@ class _Planner(StepRewrites, MethodWindows, ForwardRegions):
         for ref in self.refs:
             if ref.api in ("state_dict", "load_state_dict") or (ref.api == "_amp_state"):
                 scaler_scopes.append(self._function_scope(ref.node))
-        self.access = ScalerAccess(self, scaler_scopes)
+        self.access = self._scaler_access(scaler_scopes)
         self.scaler_scopes = scaler_scopes
         regions: List[Tuple[Region, Step]] = []
         for step in steps:
@@ -639,6 +652,16 @@ class _Planner(StepRewrites, MethodWindows, ForwardRegions):
         self._plan_presence_tests()
         self._plan_scaler_creation()
         self.access.emit()
+
+    def _scaler_access(self, scopes: List[Scope]) -> ScalerAccess:
+        return ScalerAccess(self, scopes)
+
+    def _threads_scaler_out(self) -> bool:
+        """The scaler goes to a function of another file (the A side of _cross_threading.py)."""
+        return False
+
+    def _split_fix(self, plan: AmpPlan) -> Fix:  # pragma: no cover - only the A side plans one
+        raise Unfixable(NO_STEP_REASON)
 
     def _scaled_backward(self, step: Step):
         scaler = self.access.expression(step.with_node)
@@ -676,6 +699,8 @@ class _Planner(StepRewrites, MethodWindows, ForwardRegions):
         call = ref.call
         expr = self.names.parent(call)
         line = self.names.parent(expr) if isinstance(expr, cst.Expr) else None
+        if isinstance(line, cst.SimpleStatementSuite) and self._guarded_load_in_one_line_if(ref, line, scaler):
+            return
         if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1 or len(call.args) != 1 or call.args[0].keyword or call.args[0].star:
             raise Unfixable(
                 f"`amp.load_state_dict` at line {self._line(ref.node)} is not a statement of its own with one argument; "
@@ -700,17 +725,50 @@ class _Planner(StepRewrites, MethodWindows, ForwardRegions):
             "(`loss_scaler0`) resumes with the scaler at its initial scale"
         )
 
+    def _guarded_load_in_one_line_if(self, ref: AmpRef, suite: cst.SimpleStatementSuite, scaler: str) -> bool:
+        """`if "amp" in ckpt: amp.load_state_dict(ckpt["amp"])` on one line: the layout check joins
+        the `if`'s test (evaluated after it, as the load was)."""
+        call = ref.call
+        owner = self.names.parent(suite)
+        if not (
+            isinstance(owner, cst.If)
+            and owner.body is suite
+            and owner.orelse is None
+            and len(suite.body) == 1
+            and len(call.args) == 1
+            and not call.args[0].keyword
+            and not call.args[0].star
+            and _side_effect_free(call.args[0].value)
+        ):
+            return False
+        test = self.ctx.code(owner.test).strip()
+        if isinstance(owner.test, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)):
+            test = f"({test})"
+        state = self.ctx.code(call.args[0].value).strip()
+        self.builder.replace(owner.test, self.ctx.parse_expression(f"{test} and {self.ctx.string('scale').value} in {state}"))
+        self.builder.replace(call.func, self.ctx.parse_expression(f"{scaler}.load_state_dict"))
+        self.handled.add(ref.node)
+        self._note(
+            "the scaler state is loaded only when it has GradScaler's layout: a checkpoint saved by apex "
+            "(`loss_scaler0`) resumes with the scaler at its initial scale"
+        )
+        return True
+
     def _rewrite_master_params(self, ref: AmpRef) -> None:
         call = ref.call
         if call is None or len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
             raise Unfixable(f"`amp.master_params` at line {self._line(ref.node)} is not called with one optimizer")
-        optimizer = call.args[0].value
+        self.builder.replace(call, self._master_params_expression(ref))
+        self.handled.add(call)
+
+    def _master_params_expression(self, ref: AmpRef) -> cst.BaseExpression:
+        """`amp.master_params(opt)` -> the optimizer's own parameters."""
+        optimizer = ref.call.args[0].value
         code = self.ctx.code(optimizer).strip()
         if not isinstance(optimizer, (cst.Name, cst.Attribute)):
             code = f"({code})"
         params = self.ctx.string("params").value
-        self.builder.replace(call, self.ctx.parse_expression(f"[p for group in {code}.param_groups for p in group[{params}]]"))
-        self.handled.add(call)
+        return self.ctx.parse_expression(f"[p for group in {code}.param_groups for p in group[{params}]]")
 
     def _rewrite_disable_casts(self, ref: AmpRef) -> None:
         call = ref.call
@@ -752,7 +810,7 @@ class _Planner(StepRewrites, MethodWindows, ForwardRegions):
         if block is not self.names.parent(self.init_line) or line not in body or len(line.body) != 1:
             raise Unfixable(
                 f"`amp._amp_state` at line {self._line(ref.node)} sets the loss scale away from `amp.initialize`: "
-                "set `init_scale` of the GradScaler by hand"
+                "GradScaler takes a scale as `init_scale` or, after a step, as `scaler.update(new_scale)`; set it by hand"
             )
         between = body[body.index(self.init_line) + 1 : body.index(line)] if self.init_line in body else None
         if between is None or body.index(line) < body.index(self.init_line):
@@ -769,7 +827,8 @@ class _Planner(StepRewrites, MethodWindows, ForwardRegions):
         return True
 
     def _rewrite_loss_scale_read(self, ref: AmpRef) -> None:
-        """`amp._amp_state.loss_scalers[0].loss_scale()` -> `scaler.get_scale()`."""
+        """`amp._amp_state.loss_scalers[0].loss_scale()` (or its attribute `._loss_scale`, read)
+        -> `scaler.get_scale()` (a float, as apex's was; 1.0 where the scaler is disabled)."""
         node = ref.node
         chain = []
         current = node
@@ -778,19 +837,25 @@ class _Planner(StepRewrites, MethodWindows, ForwardRegions):
             chain.append(parent)
             current = parent
         scalers, subscript, method, call = chain
+        index = subscript.slice[0].slice if isinstance(subscript, cst.Subscript) and len(subscript.slice) == 1 else None
+        first = isinstance(index, cst.Index) and isinstance(index.value, cst.Integer) and index.value.value == "0"
         if not (
             isinstance(scalers, cst.Attribute)
             and scalers.attr.value == "loss_scalers"
-            and isinstance(subscript, cst.Subscript)
+            and first
             and isinstance(method, cst.Attribute)
-            and method.attr.value == "loss_scale"
-            and isinstance(call, cst.Call)
-            and not call.args
+            and method.value is subscript
         ):
             raise Unfixable(f"`amp._amp_state` at line {self._line(node)} is apex internals the fix cannot map")
-        scaler = self.access.expression(call)
-        self.builder.replace(call, self.ctx.parse_expression(f"{scaler}.get_scale()"))
-        self.handled.add(call)
+        if method.attr.value == "loss_scale" and isinstance(call, cst.Call) and not call.args:
+            target = call
+        elif method.attr.value == "_loss_scale" and not _is_store(self.names.parent(method), method):
+            target = method
+        else:
+            raise Unfixable(f"`amp._amp_state` at line {self._line(node)} is apex internals the fix cannot map")
+        scaler = self.access.expression(target)
+        self.builder.replace(target, self.ctx.parse_expression(f"{scaler}.get_scale()"))
+        self.handled.add(target)
 
     # ---- the scaler itself
     def _plan_scaler_creation(self) -> None:
@@ -1078,6 +1143,13 @@ def _rebinds_its_arguments(assign: cst.Assign, call: cst.Call) -> bool:
     return _shape_key(target) == given
 
 
+def _is_store(parent: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """`node` is written (an assignment target, augmented, annotated or deleted), not read."""
+    if isinstance(parent, (cst.AssignTarget, cst.Del)):
+        return True
+    return isinstance(parent, (cst.AugAssign, cst.AnnAssign)) and parent.target is node
+
+
 def _shape_key(node: cst.BaseExpression):
     """`[a, (b, c)]` -> ('a', ('b', 'c')): the names a (possibly nested) list or tuple holds."""
     if isinstance(node, (cst.Tuple, cst.List)):
@@ -1102,8 +1174,17 @@ def _side_effect_free(node: cst.BaseExpression) -> bool:
 
 
 def _then(line: cst.SimpleStatementLine, rest: Sequence[cst.BaseStatement]):
-    """The backward line, followed by the rest of the `with` body (one level out)."""
-    return cst.FlattenSentinel([line, *rest]) if rest else line
+    """The backward line, followed by the rest of the `with` body (one level out), as the fix has
+    changed it (an `amp.master_params` in it is rewritten too)."""
+    if not rest:
+        return line
+
+    def replacement(updated: cst.CSTNode) -> cst.CSTNode:
+        body = updated.body
+        statements = list(body.body[1:]) if isinstance(body, cst.IndentedBlock) else list(rest)
+        return cst.FlattenSentinel([line, *statements])
+
+    return replacement
 
 
 def _blocks_of(statement: cst.CSTNode) -> List[cst.BaseSuite]:

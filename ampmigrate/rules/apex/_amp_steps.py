@@ -155,6 +155,7 @@ class StepRewrites:
     # ---- unscale_ before gradient reads
     def _plan_unscale(self, steps: List[Step]) -> None:
         inserts: Dict[cst.CSTNode, List[Tuple[str, Step]]] = {}
+        self._micro_step_clips: Dict[Step, List[cst.Call]] = {}  # see _accumulation_clip
         order: List[cst.CSTNode] = []
         master_refs = {r.call: r for r in self.refs if r.api == "master_params" and r.call is not None}
         covered_master: Set[cst.Call] = set()
@@ -174,6 +175,8 @@ class StepRewrites:
                     elif self._inactive(step, reader):
                         continue
                     point = self._insertion_point(reader, statement)
+                    if self._scaled_on_micro_steps(reader, point, step, master_refs):
+                        continue  # a torch clip on every micro-step: threshold scaled (_accumulation_clip)
                     readers.setdefault(point, []).append(reader)
                     if point not in inserts:
                         inserts[point] = []
@@ -184,8 +187,11 @@ class StepRewrites:
                 if stop:
                     break
         self._check_helpers_covered(covered_master)
+        # `amp.master_params` read in the `scale_loss` body, after the backward: apex had not unscaled
+        # yet, and those statements keep running before any `unscale_` (AMP301 judges a clip there).
+        in_bodies = {id(n) for step in steps for statement in (step.rest or ()) for n in walk(statement)}
         for call, ref in master_refs.items():
-            if call in covered_master:
+            if call in covered_master or id(call) in in_bodies:
                 continue
             statement = self.names.statement_of(call)
             if any(self._reads_gradients(n) for n in walk(statement)):
@@ -193,6 +199,7 @@ class StepRewrites:
                     f"`amp.master_params` at line {self._line(call)} reads gradients outside the backward/step "
                     "window the fix can follow, where `scaler.unscale_` would have to run first"
                 )
+        self._plan_micro_step_clips(inserts)
         order = self._hoist_exclusive(order, inserts)
         self._drop_double_unscale(order, inserts, readers, master_refs)
         done: List[Tuple[cst.CSTNode, str]] = []

@@ -242,7 +242,8 @@ class MethodWindows:
                 shared = [o for o, _ in inserts[first] if o in [p for p, _ in inserts[later]]]
                 if not shared or self._dominates(first, later) or self._exclusive(first, later):
                     continue
-                if all(self._collects_master(r, master_refs) for r in readers.get(first, [])):
+                collected = readers.get(first, [])
+                if collected and all(self._collects_master(r, master_refs) for r in collected):
                     inserts[first] = [(o, s) for o, s in inserts[first] if o not in shared]
                     continue
                 raise Unfixable(

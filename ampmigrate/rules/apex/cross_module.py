@@ -7,7 +7,9 @@ to which function. Threading one GradScaler through both files is not done yet: 
 reported (with `amp.master_params`/`state_dict`/`load_state_dict` on the same parameter), naming
 the file the amp module comes from, and the code is left alone. A function that only this file's
 own calls hand the module to (`main()` passes the `amp` it imported to `train(..., amp)`) is the
-in-file migration's (_amp_refs.py follows the module into it), not this rule's.
+in-file migration's (_amp_refs.py follows the module into it), not this rule's. A trainer file
+that imports apex's amp itself (`amp.initialize` in another file that passes it the optimizer)
+is the split migration's (_cross_threading.py, engine/apex_threading.py).
 """
 
 from __future__ import annotations

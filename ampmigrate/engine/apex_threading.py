@@ -1,0 +1,447 @@
+"""apex.amp split across two files: the facts the project index keeps, and the one decision.
+
+The common shape of real apex code (maskrcnn-benchmark's tools/train_net.py and
+engine/trainer.py): file A calls `model, optimizer = amp.initialize(model, optimizer, ...)` in a
+function and hands the optimizer to `do_train(model, ..., optimizer, ...)` imported from module
+B; B imports apex's amp itself and runs `with amp.scale_loss(losses, optimizer) as s:
+s.backward()` then `optimizer.step()`. The migration threads one GradScaler through: A creates
+it where `initialize` was and passes `scaler=scaler`; B's function takes a new `scaler`
+parameter (rules/apex/_cross_threading.py).
+
+The two files are fixed by independent per-file runs, so both decide from the same index facts
+with `decide(index, b_path, function)`: B's function must have a shape the fix migrates and
+take the optimizer in a known parameter, and every file of the run that imports it by name must
+be an A side that migrates (one `amp.initialize` of a shape the fix takes, the function called
+only with the optimizer `initialize` returned, in the parameter B scales with). A file that
+imports B's module as a module, or calls the function without apex, makes both sides refuse.
+The facts below are read with `ast` (the index never uses LibCST); they are a conservative
+picture of what the planner takes, so that A never migrates without B, nor B without A.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
+
+if TYPE_CHECKING:
+    from ampmigrate.engine.project_index import ModuleSummary, ProjectIndex
+
+SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")  # as rules/apex/_scaler_access.py
+_SAFE_LEVELS = ("O0", "O1", "O2")
+# `amp.initialize`'s keywords: what each asks for, and whether the fix is then exact or unsafe,
+# is the planner's to say (rules/apex/_amp_options.py); the group adopts its unsafe reasons.
+_INIT_KEYWORDS = frozenset(
+    {
+        "enabled", "opt_level", "cast_model_type", "patch_torch_functions", "keep_batchnorm_fp32", "master_weights",
+        "loss_scale", "cast_model_outputs", "num_losses", "verbosity", "min_loss_scale", "max_loss_scale",
+    }
+)
+
+
+# ---------------------------------------------------------------------------------- facts
+def summarize_threading(tree: ast.Module, summary: "ModuleSummary") -> None:
+    """Fill `apex_init_function`, `apex_init_problem`, `apex_init_calls` (the A side) and
+    `apex_step_functions` (the B side) of one module."""
+    amp_names = _apex_amp_names(tree)
+    if not amp_names:
+        return
+    uses = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in amp_names
+    ]
+    apis = [node.attr for node in uses]
+    inits = [n for n in uses if n.attr in ("initialize", "init")]
+    if inits and "scale_loss" not in apis:
+        _initializer(tree, summary, amp_names, uses)
+    elif "scale_loss" in apis and not inits:
+        _step_functions(tree, summary, amp_names, uses)
+
+
+def _apex_amp_names(tree: ast.Module) -> Set[str]:
+    names: Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "apex" and not node.level:
+            names.update(a.asname or a.name for a in node.names if a.name == "amp")
+        elif isinstance(node, ast.Import):
+            names.update(a.asname for a in node.names if a.name == "apex.amp" and a.asname)
+    return names
+
+
+def _top_functions(tree: ast.Module) -> List[ast.FunctionDef]:
+    return [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+
+
+def _enclosing_top_function(tree: ast.Module, node: ast.AST) -> Optional[ast.FunctionDef]:
+    for function in _top_functions(tree):
+        if any(inner is node for inner in ast.walk(function)):
+            return function
+    return None
+
+
+def _own_nodes(root: ast.AST):
+    """The nodes of a function's body (or a module's top level), not those of functions,
+    classes or lambdas defined in it."""
+    stack = list(ast.iter_child_nodes(root))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _params(function: ast.FunctionDef) -> List[str]:
+    args = function.args
+    return [a.arg for a in [*args.posonlyargs, *args.args]]
+
+
+def _initializer(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[str], uses: List[ast.Attribute]) -> None:
+    """The A side: one `a, b = amp.initialize(model, optimizer, opt_level=...)` in a top-level
+    function (or at the top level of the module: "<module>"), and the calls there (after it)
+    that pass the optimizer it returns."""
+    init = next(n for n in uses if n.attr in ("initialize", "init"))
+    function = _enclosing_top_function(tree, init)
+    if function is None and not any(n is init for n in _own_nodes(tree)):
+        return  # a method: not this shape (the in-file reasons stand)
+    summary.apex_init_function = function.name if function is not None else "<module>"
+    function = function if function is not None else tree
+    problem = _initializer_problem(tree, function, init, uses)
+    summary.apex_init_problem = problem or ""
+    call = _parent_call(function, init)
+    assign = next((s for s in ast.walk(function) if isinstance(s, ast.Assign) and s.value is call), None)
+    target = assign.targets[0] if assign is not None and len(assign.targets) == 1 else None
+    if not (isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2 and isinstance(target.elts[1], ast.Name)):
+        return  # no optimizer name to follow (the problem says why)
+    optimizer = target.elts[1].id
+    counts: Dict[str, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            counts[node.func.id] = counts.get(node.func.id, 0) + 1
+    for node in _own_nodes(function):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.lineno > call.lineno):
+            continue
+        for position, arg in enumerate(node.args):
+            if isinstance(arg, ast.Name) and arg.id == optimizer:
+                summary.apex_init_calls.append((node.func.id, node.lineno, position, "", counts[node.func.id]))
+        for keyword in node.keywords:
+            if keyword.arg and isinstance(keyword.value, ast.Name) and keyword.value.id == optimizer:
+                summary.apex_init_calls.append((node.func.id, node.lineno, -1, keyword.arg, counts[node.func.id]))
+    summary.apex_init_calls.sort(key=lambda item: item[1])
+
+
+def _parent_call(function: ast.AST, attribute: ast.Attribute) -> Optional[ast.Call]:
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call) and node.func is attribute:
+            return node
+    return None
+
+
+def _plain(node: ast.AST) -> bool:
+    """`name` or `name.attribute` (`controller.model_main`)."""
+    return isinstance(node, ast.Name) or (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name))
+
+
+def _initializer_problem(tree, function: ast.AST, init: ast.Attribute, uses) -> Optional[str]:
+    if len([n for n in uses if n.attr in ("initialize", "init")]) != 1:
+        return "`amp.initialize` is called more than once in this file"
+    if any(n.attr not in ("initialize",) for n in uses):
+        other = next(n.attr for n in uses if n.attr != "initialize")
+        return f"the file also uses `amp.{other}`"
+    call = _parent_call(function, init)
+    if call is None:
+        return "`amp.initialize` is used without being called"
+    assign = next((s for s in ast.walk(function) if isinstance(s, ast.Assign) and s.value is call), None)
+    if (
+        assign is None
+        or len(assign.targets) != 1
+        or not isinstance(assign.targets[0], (ast.Tuple, ast.List))
+        or len(assign.targets[0].elts) != 2
+        or not all(_plain(e) for e in assign.targets[0].elts)
+        or not isinstance(assign.targets[0].elts[1], ast.Name)
+    ):
+        return "`amp.initialize` does not bind one model and one optimizer to names (`model, optimizer = amp.initialize(...)`)"
+    if len(call.args) != 2 or not all(_plain(a) for a in call.args):
+        return "`amp.initialize` is not given one model and one optimizer by name"
+    for keyword in call.keywords:
+        if keyword.arg not in _INIT_KEYWORDS:
+            return f"`amp.initialize` is given `{keyword.arg or '**'}`, which apex's signature does not have"
+        if keyword.arg == "opt_level" and isinstance(keyword.value, ast.Constant) and keyword.value.value not in _SAFE_LEVELS:
+            return f"`opt_level={keyword.value.value!r}` is not O0, O1 or O2"
+    return None
+
+
+def _step_functions(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[str], uses: List[ast.Attribute]) -> None:
+    """The B side: top-level functions running `with amp.scale_loss(loss, <parameter>) as s:
+    s.backward()` on the module's apex import; each with the problem the split migration has
+    with it ("" when none)."""
+    taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    taken |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in [*n.posonlyargs, *n.args, *n.kwonlyargs]}
+    scaler = next((name for name in SCALER_NAMES if name not in taken), "")
+    module_level_import = any(
+        isinstance(node, ast.ImportFrom) and node.module == "apex"
+        for statement in tree.body
+        for node in ([statement] if not isinstance(statement, ast.Try) else statement.body)
+    )
+    for function in _top_functions(tree):
+        scales = [
+            n for n in uses if n.attr == "scale_loss" and any(inner is n for inner in ast.walk(function))
+        ]
+        if not scales:
+            continue
+        positional = _params(function)
+        problem, optimizer = _step_problem(tree, function, scales, uses, amp_names, module_level_import)
+        if not problem and not scaler:
+            problem = "every usual name for the scaler is taken in this file"
+        summary.apex_step_functions[function.name] = (positional, optimizer, scaler, problem)
+    outside = [n for n in uses if n.attr == "scale_loss" and _enclosing_top_function(tree, n) is None]
+    if outside:
+        summary.apex_step_functions["<other>"] = ([], "", "", "`amp.scale_loss` is used outside a top-level function")
+
+
+def _step_problem(tree, function: ast.FunctionDef, scales, uses, amp_names, module_level_import) -> Tuple[str, str]:
+    local_import = any(isinstance(n, ast.ImportFrom) and n.module == "apex" for n in ast.walk(function))
+    if not (module_level_import or local_import):
+        return "apex's amp is not imported at the top of this file nor in the function", ""
+    inside = {id(n) for n in ast.walk(function)}
+    stray = sorted({n.attr for n in uses if n.attr != "scale_loss" and not (n.attr == "master_params" and id(n) in inside)})
+    if stray:
+        return f"the file also uses `amp.{stray[0]}`, which the split migration does not rewrite", ""
+    if len(scales) != 1:
+        return f"`{function.name}()` calls `amp.scale_loss` more than once", ""
+    attribute = scales[0]
+    call = _parent_call(function, attribute)
+    with_node = next(
+        (
+            w
+            for w in ast.walk(function)
+            if isinstance(w, ast.With) and len(w.items) == 1 and w.items[0].context_expr is call
+        ),
+        None,
+    )
+    if call is None or with_node is None:
+        return "`amp.scale_loss` is not the only item of a `with` statement", ""
+    target = with_node.items[0].optional_vars
+    body = with_node.body
+    if not (
+        isinstance(target, ast.Name)
+        and len(body) == 1
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Call)
+        and isinstance(body[0].value.func, ast.Attribute)
+        and body[0].value.func.attr == "backward"
+        and isinstance(body[0].value.func.value, ast.Name)
+        and body[0].value.func.value.id == target.id
+    ):
+        return "the body of `with amp.scale_loss(...)` does more than `scaled_loss.backward()`", ""
+    optimizer_node = call.args[1] if len(call.args) >= 2 else next(
+        (k.value for k in call.keywords if k.arg == "optimizers"), None
+    )
+    if len(call.args) > 2 or any(k.arg not in ("optimizers",) for k in call.keywords):
+        return "`amp.scale_loss` is given more than the loss and the optimizer", ""
+    positional = _params(function)
+    if not (isinstance(optimizer_node, ast.Name) and optimizer_node.id in positional):
+        return "the optimizer passed to `amp.scale_loss` is not a parameter of the function", ""
+    optimizer = optimizer_node.id
+    if any(isinstance(n, (ast.Assign, ast.AugAssign)) and any(
+        isinstance(t, ast.Name) and t.id == optimizer for t in ast.walk(n) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)
+    ) for n in ast.walk(function)):
+        return f"`{optimizer}` is rebound in `{function.name}()`", ""
+    steps = [
+        n
+        for n in ast.walk(function)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "step"
+        and isinstance(n.func.value, ast.Name)
+        and n.func.value.id == optimizer
+    ]
+    if not steps:
+        return f"`{optimizer}.step()` is not called in `{function.name}()`", ""
+    if not any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in positional and n.lineno < call.lineno
+        for n in ast.walk(function)
+    ):
+        return "no call of a model parameter (the forward pass) comes before the loss is scaled", ""
+    called_here = any(
+        isinstance(n, ast.Name) and n.id == function.name and isinstance(n.ctx, ast.Load) for n in ast.walk(tree)
+    )
+    if called_here:
+        return f"`{function.name}()` is also used in its own file, where no GradScaler is made", ""
+    return "", optimizer
+
+
+# ---------------------------------------------------------------------------------- the decision
+@dataclass(frozen=True)
+class Decision:
+    migrate: bool
+    reason: str = ""  # why not, when not
+    optimizer: str = ""  # B's parameter scaled with
+    scaler: str = ""  # the name of B's new parameter (and A's keyword)
+    callers: Tuple[str, ...] = ()  # relative to the run's root
+    caller_paths: Tuple[str, ...] = ()  # absolute
+
+
+def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
+    """Whether `function` of the module at `path` (a B side) and every file calling it (its A
+    sides) migrate together, by the index facts. Both sides call this, with the same index, and
+    get the same answer (rules/apex/_cross_threading.group_check then plans every side)."""
+    absolute = os.path.abspath(path)
+    summary = index.modules.get(absolute)
+    record = summary.apex_step_functions.get(function) if summary is not None else None
+    here = index.relative(absolute)
+    if record is None:
+        return Decision(False, f"`{function}()` in {here} does not scale a loss with apex's amp")
+    positional, optimizer, scaler, problem = record
+    if problem:
+        return Decision(False, f"in {here}: {problem}")
+    callers: List[str] = []
+    paths: List[str] = []
+    for other, names in _importing(index, absolute):
+        where = index.relative(other)
+        if names is None:
+            return Decision(
+                False, f"{where} imports {here} as a module (or by a name other files share), so its calls of "
+                f"`{function}()` cannot be followed"
+            )
+        if function not in names:
+            continue
+        facts = index.modules[other]
+        if not facts.apex_init_function:
+            return Decision(
+                False,
+                f"{where} imports `{function}()` and has no `amp.initialize` to create the GradScaler it would "
+                "take (every file importing it must pass one)",
+            )
+        if facts.apex_init_problem:
+            return Decision(False, f"`amp.initialize` in {where} is not migrated: {facts.apex_init_problem}")
+        calls = [c for c in facts.apex_init_calls if c[0] == function]
+        if not calls:
+            return Decision(
+                False, f"{where} does not call `{function}()` with the optimizer `amp.initialize` returns"
+            )
+        for _, line, position, keyword, total in calls:
+            given = keyword or (positional[position] if 0 <= position < len(positional) else "")
+            if given != optimizer:
+                return Decision(
+                    False,
+                    f"{where}:{line} passes the optimizer to `{function}()` as `{given or '*'}`, not as `{optimizer}`, "
+                    "the parameter it scales with",
+                )
+            if total != len(calls):
+                return Decision(
+                    False, f"{where} calls `{function}()` elsewhere than with the optimizer `amp.initialize` returns"
+                )
+        targets, stray = _targets(index, other)
+        if stray or len(targets) != 1:
+            return Decision(
+                False, stray or f"{where} hands the optimizer of `amp.initialize` to more than one training function"
+            )
+        callers.append(where)
+        paths.append(other)
+    if not callers:
+        return Decision(False, f"no file of the run calls `{function}()` from {here} after `amp.initialize`")
+    return Decision(True, "", optimizer, scaler, tuple(callers), tuple(paths))
+
+
+def _importing(index: "ProjectIndex", target: str):
+    """(file, names it imports by name from the module at `target`, or None when it imports the
+    module itself: `import pkg.trainer`, `from pkg import trainer`) for each other file of the run."""
+    spellings = set(index.module_names(target))  # what the target may be imported as
+    for other, facts in sorted(index.modules.items()):
+        if other == target:
+            continue
+        names: Optional[Set[str]] = set()
+        for module, name in facts.from_imports:
+            found = index.module_for(module)
+            if found == target:
+                names.add(name)
+            elif found is None and module in spellings:
+                names = None  # a name several files of the run have: it may be the target
+                break
+            elif index.module_for(f"{module}.{name}") == target:
+                names = None
+                break
+        if names is not None:
+            spelled = {m for m, _ in facts.from_imports} | {f"{m}.{n}" for m, n in facts.from_imports}
+            if any(index.module_for(spec) == target for spec in facts.imports if spec not in spelled):
+                names = None
+        if names is None or names:
+            yield other, names
+
+
+def _targets(index: "ProjectIndex", absolute: str) -> Tuple[List[Tuple[str, str]], Optional[str]]:
+    """The (B path, function) pairs an A side hands its optimizer to (imported by name from a
+    file of the run that scales a loss with apex), and a reason when one is no threadable function."""
+    facts = index.modules[absolute]
+    imported = {name: module for module, name in facts.from_imports}
+    targets: List[Tuple[str, str]] = []
+    for callee, *_ in facts.apex_init_calls:
+        module = imported.get(callee)
+        other = index.module_for(module) if module else None
+        if other is None or not index.modules[other].apex_step_functions:
+            continue
+        if callee not in index.modules[other].apex_step_functions:
+            return [], f"{index.relative(other)} scales a loss with apex's amp, but not in `{callee}()`"
+        if (other, callee) not in targets:
+            targets.append((other, callee))
+    return targets, None
+
+
+def initializer_targets(index: "ProjectIndex", path: str) -> Tuple[List[Tuple[str, str]], Optional[str]]:
+    """For an A side: the (B path, function) pairs its optimizer is handed to, and why they
+    cannot migrate (None when they can: then `decide` of the one target says how)."""
+    absolute = os.path.abspath(path)
+    facts = index.modules.get(absolute)
+    if facts is None or not facts.apex_init_function:
+        return [], "no `amp.initialize` of the split shape"
+    targets, stray = _targets(index, absolute)
+    if stray or not targets:
+        return [], stray
+    if facts.apex_init_problem:
+        return targets, facts.apex_init_problem
+    for other, callee in targets:
+        decision = decide(index, other, callee)
+        if not decision.migrate:
+            return targets, decision.reason
+    if len(targets) != 1:
+        return targets, "the optimizer of `amp.initialize` goes to more than one training function"
+    return targets, None
+
+
+def threading_key(index: "ProjectIndex", path: str) -> str:
+    """What of the index the split migration of the file at `path` depends on ("" if nothing):
+    every file's threading facts and by-name imports of step functions (a change in any caller
+    can flip the decision of both sides)."""
+    absolute = os.path.abspath(path)
+    facts = index.modules.get(absolute)
+    if facts is None:
+        return ""
+    involved = bool(facts.apex_step_functions or facts.apex_init_function)
+    if not involved:
+        for module, name in facts.from_imports:
+            other = index.module_for(module)
+            if other is not None and name in index.modules[other].apex_step_functions:
+                involved = True
+                break
+    if not involved:
+        return ""
+    cached = getattr(index, "_threading_digest", None)
+    if cached is None:
+        steps = {name for summary in index.modules.values() for name in summary.apex_step_functions}
+        parts = []
+        for other, summary in sorted(index.modules.items()):
+            if summary.apex_step_functions or summary.apex_init_function:
+                parts.append(
+                    repr((other, sorted(summary.apex_step_functions.items()), summary.apex_init_function,
+                          summary.apex_init_problem, summary.apex_init_calls,
+                          index.apex_sources.get(other, ("",))[0]))
+                )
+            imported = [(m, n) for m, n in summary.from_imports if n in steps or index.module_for(f"{m}.{n}")]
+            if imported:
+                parts.append(repr((other, imported, sorted(summary.imports))))
+        cached = hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest()
+        index._threading_digest = cached
+    return cached

@@ -1,0 +1,342 @@
+"""apex.amp split across two files: `amp.initialize` in A, `amp.scale_loss` in B's `do_train`
+(engine/apex_threading.py decides, rules/apex/_cross_threading.py rewrites both sides).
+
+The fixture tests/fixtures/AMP101/amp_split_init_and_step.project is the maskrcnn-benchmark
+shape (tools/train_net.py + engine/trainer.py), written from scratch. Both sides must migrate
+together or not at all: a third file calling `do_train` without apex, a caller passing the
+optimizer elsewhere, or an `amp.initialize` the split migration cannot take make both refuse.
+"""
+
+from __future__ import annotations
+
+import py_compile
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ampmigrate.engine.apex_threading import decide, initializer_targets
+from ampmigrate.engine.project_index import ProjectIndex, summarize
+
+from conftest import FIXTURES
+
+ROOT = Path(__file__).resolve().parents[1]
+SPLIT = FIXTURES / "AMP101" / "amp_split_init_and_step.project"
+
+
+def _copy(tmp_path: Path) -> Path:
+    project = tmp_path / "p"
+    shutil.copytree(SPLIT, project)
+    return project
+
+
+def _fix(project: Path, *extra: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "ampmigrate", "fix", "--no-cache", "--exit-zero", *extra, "."],
+        cwd=project,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout + done.stderr
+
+
+def _check_json(project: Path):
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-m", "ampmigrate", "check", "--no-cache", "--exit-zero", "--select", "AMP1", "--output-format", "json", "."],
+        cwd=project,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return json.loads(done.stdout)
+
+
+def _snapshot(project: Path):
+    return {p.relative_to(project).as_posix(): p.read_text() for p in sorted(project.rglob("*.py"))}
+
+
+def _compiles_and_is_stable(project: Path) -> None:
+    """Every file compiles, and a second fix changes nothing."""
+    for path in project.rglob("*.py"):
+        py_compile.compile(str(path), doraise=True)
+    before = _snapshot(project)
+    _fix(project)
+    assert _snapshot(project) == before
+
+
+def _index(project: Path) -> ProjectIndex:
+    return ProjectIndex.build(str(project), sorted(str(p) for p in project.rglob("*.py")))
+
+
+def test_index_records_both_sides():
+    a = summarize((SPLIT / "train_net.py").read_bytes(), "")
+    assert (a.apex_init_function, a.apex_init_problem) == ("train", "")
+    assert a.apex_init_calls == [("do_train", 16, 2, "", 1)]
+    b = summarize((SPLIT / "trainer.py").read_bytes(), "")
+    assert b.apex_step_functions == {"do_train": (["model", "data_loader", "optimizer", "max_iter"], "optimizer", "scaler", "")}
+    assert b.apex_init_function == ""
+
+
+def test_both_sides_decide_the_same(tmp_path):
+    project = _copy(tmp_path)
+    index = _index(project)
+    decision = decide(index, str(project / "trainer.py"), "do_train")
+    assert decision.migrate and decision.callers == ("train_net.py",) and decision.scaler == "scaler"
+    targets, reason = initializer_targets(index, str(project / "train_net.py"))
+    assert reason is None and targets == [(str(project / "trainer.py"), "do_train")]
+
+
+def test_fix_threads_one_scaler_through_both_files(tmp_path):
+    project = _copy(tmp_path)
+    _fix(project)
+    a = (project / "train_net.py").read_text()
+    b = (project / "trainer.py").read_text()
+    assert "apex" not in a and "apex" not in b
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=amp_opt_level != "O0")' in a
+    assert "do_train(model, data_loader, optimizer, cfg.max_iter, scaler=scaler)" in a
+    assert "def do_train(model, data_loader, optimizer, max_iter, scaler):" in b
+    assert 'with torch.autocast("cuda", dtype=torch.float16, enabled=scaler.is_enabled()):' in b
+    assert "scaler.scale(losses).backward()\n        scaler.step(optimizer)\n        scaler.update()\n" in b
+    assert "import torch" in b
+    _compiles_and_is_stable(project)
+
+
+def test_literal_o2_and_o0(tmp_path):
+    for level, enabled in (('"O2"', ""), ('"O0"', ", enabled=False")):
+        project = _copy(tmp_path / level.strip('"'))
+        main = project / "train_net.py"
+        main.write_text(main.read_text().replace("opt_level=amp_opt_level", f"opt_level={level}"))
+        _fix(project)
+        assert f'scaler = torch.amp.GradScaler("cuda"{enabled})' in main.read_text()
+        assert "scaler.scale(losses).backward()" in (project / "trainer.py").read_text()
+
+
+def _refused(project: Path) -> dict:
+    """Fix the project, check that no file changed, and return {file name: AMP101 reason}."""
+    before = _snapshot(project)
+    _fix(project)
+    assert _snapshot(project) == before
+    return {f["filename"].rsplit("/", 1)[-1]: f["no_fix_reason"] for f in _check_json(project) if f["code"] == "AMP101"}
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+def test_a_third_caller_without_amp_makes_both_refuse(tmp_path):
+    project = _copy(tmp_path)
+    (project / "finetune.py").write_text(
+        "from trainer import do_train\n\n\ndef finetune(model, loader, optimizer):\n    do_train(model, loader, optimizer, 10)\n"
+    )
+    reasons = _refused(project)
+    assert "finetune.py imports `do_train()` and has no `amp.initialize`" in reasons["trainer.py"]
+    assert "finetune.py imports `do_train()` and has no `amp.initialize`" in reasons["train_net.py"]
+
+
+def test_a_module_import_of_the_trainer_makes_both_refuse(tmp_path):
+    project = _copy(tmp_path)
+    (project / "other.py").write_text("import torch\nimport trainer\n\nloss = torch.zeros(1)\nloss.backward()\ntrainer.do_train(1, 2, 3, 4)\n")
+    reasons = _refused(project)
+    assert "other.py imports trainer.py as a module" in reasons["trainer.py"]
+
+
+def test_optimizer_passed_in_another_parameter_refuses(tmp_path):
+    project = _copy(tmp_path)
+    _edit(project / "train_net.py", "do_train(model, data_loader, optimizer, cfg.max_iter)", "do_train(model, optimizer, data_loader, cfg.max_iter)")
+    reasons = _refused(project)
+    assert "passes the optimizer to `do_train()` as `data_loader`, not as `optimizer`" in reasons["train_net.py"]
+
+
+def test_run_time_opt_level_migrates_with_the_o3_guard(tmp_path):
+    project = _copy(tmp_path)
+    main = project / "train_net.py"
+    _edit(main, "opt_level=amp_opt_level", "opt_level=cfg.opt_level")
+    _fix(project)
+    text = main.read_text()
+    assert 'if cfg.opt_level == "O3":\n        raise ValueError(' in text
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=cfg.opt_level != "O0")' in text
+    assert "scaler.scale(losses).backward()" in (project / "trainer.py").read_text()
+    _compiles_and_is_stable(project)
+
+
+def test_an_unsafe_side_makes_every_fix_of_the_group_unsafe(tmp_path):
+    project = _copy(tmp_path)
+    main = project / "train_net.py"
+    _edit(main, "opt_level=amp_opt_level", "opt_level=amp_opt_level, loss_scale=cfg.loss_scale")
+    before = _snapshot(project)
+    _fix(project)
+    assert _snapshot(project) == before  # a safe fix changes neither side
+    findings = [f for f in _check_json(project) if f["code"] == "AMP101"]
+    assert len(findings) == 2
+    assert all(f["fix"]["applicability"] == "unsafe" for f in findings)
+    assert all("unsafe: `loss_scale=cfg.loss_scale` is only known at run time" in f["fix"]["message"] for f in findings), findings
+    _fix(project, "--unsafe-fixes")  # both sides, or neither
+    assert "scaler = torch.amp.GradScaler(" in main.read_text()
+    assert "scaler.scale(losses).backward()" in (project / "trainer.py").read_text()
+
+
+def test_a_body_that_does_more_than_backward_makes_both_refuse(tmp_path):
+    project = _copy(tmp_path)
+    _edit(project / "trainer.py", "scaled_losses.backward()\n", "scaled_losses.backward()\n            logger.info('scaled')\n")
+    reasons = _refused(project)
+    assert "does more than `scaled_loss.backward()`" in reasons["train_net.py"]
+
+
+def test_no_caller_leaves_the_trainer_alone(tmp_path):
+    project = _copy(tmp_path)
+    (project / "train_net.py").unlink()
+    assert "no file of the run calls `do_train()`" in _refused(project)["trainer.py"]
+
+
+ENGINE = '''import torch
+
+
+def train_epoch(model, loader, optimizer, fp16=False, clip=0.0):
+    criterion = torch.nn.CrossEntropyLoss()
+    for x, y in loader:
+        output = model(x)
+        loss = criterion(output, y)
+        optimizer.zero_grad()
+        if fp16:
+            from apex import amp
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        if clip > 0:
+            if fp16:
+                torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), clip)
+            else:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+'''
+MAIN = '''import torch
+
+from pkg.engine import train_epoch
+
+try:
+    from apex import amp
+except ImportError:
+    amp = None
+
+
+def main(args):
+    model = torch.nn.Linear(4, 2).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if args.fp16:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for epoch in range(args.epochs):
+        train_epoch(model, args.loader, optimizer=optimizer, fp16=args.fp16, clip=args.clip)
+'''
+
+
+def _conditional(tmp_path: Path, engine: str = ENGINE) -> Path:
+    project = tmp_path / "c"
+    (project / "pkg").mkdir(parents=True)
+    (project / "pkg" / "__init__.py").write_text("")
+    (project / "pkg" / "engine.py").write_text(engine)
+    (project / "main.py").write_text(MAIN)
+    return project
+
+
+def test_conditional_apex_a_local_import_and_a_clip_of_master_params(tmp_path):
+    project = _conditional(tmp_path)
+    _fix(project)
+    main = (project / "main.py").read_text()
+    engine = (project / "pkg" / "engine.py").read_text()
+    assert "apex" not in main and "apex" not in engine
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)' in main  # hoisted out of the `if`
+    assert "fp16=args.fp16, clip=args.clip, scaler=scaler)" in main
+    assert "def train_epoch(model, loader, optimizer, fp16=False, clip=0.0, *, scaler):" in engine
+    assert "            scaler.scale(loss).backward()\n        else:\n            loss.backward()\n" in engine
+    assert "                scaler.unscale_(optimizer)\n                torch.nn.utils.clip_grad_norm_([p for group in" in engine
+    assert "        if fp16:\n            scaler.step(optimizer)\n            scaler.update()\n        else:\n            optimizer.step()\n" in engine
+    _compiles_and_is_stable(project)
+
+
+def test_a_side_whose_own_plan_stops_stops_the_other(tmp_path):
+    """The index facts do not see a closure passed to `optimizer.step`; B's planner refuses it,
+    and A, which plans B from the bytes the index read, refuses with the same reason."""
+    project = _conditional(tmp_path, ENGINE.replace("        optimizer.step()\n", "        optimizer.step(lambda: loss)\n"))
+    reasons = _refused(project)
+    assert "pkg/engine.py cannot be migrated with it: `optimizer.step(lambda: loss)` passes a closure" in reasons["main.py"]
+    assert "pkg/engine.py cannot be migrated with it" in reasons["engine.py"]
+
+
+def test_amp_initialize_at_module_level(tmp_path):
+    project = tmp_path / "m"
+    project.mkdir()
+    (project / "train.py").write_text(
+        "import torch\nfrom apex import amp\n\nfrom loop import fit\n\n"
+        "model = torch.nn.Linear(4, 2).cuda()\noptimizer = torch.optim.Adam(model.parameters())\n"
+        'model, optimizer = amp.initialize(model, optimizer, opt_level="O2")\n\n'
+        'if __name__ == "__main__":\n    fit(model, optimizer, [])\n'
+    )
+    (project / "loop.py").write_text(
+        "from apex import amp\n\n\ndef fit(net, opt, batches):\n    for x, y in batches:\n        opt.zero_grad()\n"
+        "        loss = (net(x) - y).pow(2).mean()\n        with amp.scale_loss(loss, opt) as scaled:\n"
+        "            scaled.backward()\n        opt.step()\n"
+    )
+    _fix(project)
+    main = (project / "train.py").read_text()
+    loop = (project / "loop.py").read_text()
+    assert 'scaler = torch.amp.GradScaler("cuda")\n' in main and "fit(model, optimizer, [], scaler=scaler)" in main
+    assert "def fit(net, opt, batches, scaler):" in loop and "scaler.step(opt)\n        scaler.update()" in loop
+    assert "apex" not in main + loop
+    _compiles_and_is_stable(project)
+
+
+def test_a_side_cached_result_follows_the_other_side(tmp_path):
+    """The closure in B changes no index fact, but B's bytes are part of A's cache key: A's
+    cached fix is not reused once B cannot be migrated."""
+    from ampmigrate.engine.cache import Cache
+    from ampmigrate.engine.runner import Job, run_files
+
+    from conftest import make_settings
+
+    project = _conditional(tmp_path)
+    cache = Cache(str(tmp_path / "cache"), "key")
+
+    def main_fix():
+        files = sorted(str(p) for p in project.rglob("*.py"))
+        index = ProjectIndex.build(str(project), files, cache_path=cache.index_path)
+        result = run_files(files, make_settings({"select": ["AMP1"]}), Job("check"), jobs=1, cache=cache, index=index)
+        return [f.fix is not None for f in result.findings if f.path.endswith("main.py") and f.code == "AMP101"]
+
+    assert main_fix() == [True]
+    assert main_fix() == [True]  # from the cache
+    _edit(project / "pkg" / "engine.py", "        optimizer.step()\n", "        optimizer.step(lambda: loss)\n")
+    assert main_fix() == [False]
+
+
+def test_the_model_may_be_an_attribute(tmp_path):
+    """`controller.model_main, optimizer = amp.initialize(controller.model_main, optimizer, ...)`
+    (Cream's CDARTS retrain.py): only the optimizer has to be a name."""
+    project = _copy(tmp_path)
+    _edit(project / "train_net.py", "    model, optimizer = amp.initialize(model, optimizer, opt_level=amp_opt_level)\n",
+          "    cfg.model, optimizer = amp.initialize(cfg.model, optimizer, opt_level=amp_opt_level)\n")
+    _fix(project)
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=amp_opt_level != "O0")' in (project / "train_net.py").read_text()
+    assert "scaler.scale(losses).backward()" in (project / "trainer.py").read_text()
+    _compiles_and_is_stable(project)
+
+
+def test_an_import_that_may_name_the_trainer_makes_both_refuse(tmp_path):
+    """`from core.trainer import do_train` where two files of the run are `core/trainer.py`: the
+    call may be one of B's, so B cannot take a new parameter."""
+    project = tmp_path / "p"
+    for side in ("a", "b"):
+        (project / side / "core").mkdir(parents=True)
+    shutil.copy(SPLIT / "trainer.py", project / "a" / "core" / "trainer.py")
+    (project / "b" / "core" / "trainer.py").write_text("def do_train(*args):\n    pass\n")
+    main = (SPLIT / "train_net.py").read_text().replace("from trainer import", "from core.trainer import")
+    (project / "a" / "train_net.py").write_text(main)
+    reasons = _refused(project)
+    assert "by a name other files share" in reasons["trainer.py"]
