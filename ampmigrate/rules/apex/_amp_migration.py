@@ -636,7 +636,7 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
                 if not self._loss_from_wrapper_caller(step):
                     raise Unfixable(f"no autocast region for `amp.scale_loss` at line {self._line(step.call)}: {exc}")
                 found = []
-            if found and self.access.detached_init is not None:
+            if found and getattr(self.access, "detached_init", None) is not None:
                 raise Unfixable(
                     f"the scaler lives on `{self.access.cls.node.name.value}`, apart from `amp.initialize`; the "
                     "autocast region here would need apex's condition"
@@ -878,7 +878,7 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
             statements.append(self.o3_guard.rstrip("\n"))
         if rebinding:
             statements.append(rebinding)
-        if creation and self.access.detached_init is not None:
+        if creation and getattr(self.access, "detached_init", None) is not None:
             self._place_detached(creation)
         elif creation and hoist is None:
             statements.append(creation)

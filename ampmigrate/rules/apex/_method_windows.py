@@ -161,7 +161,7 @@ class MethodWindows:
         """With the scaler always enabled on the wrapper, the scaled backward must run under a
         test of `self` that chooses between it and a plain backward (the test every new call then
         repeats), and the scaler's arguments must mean the same in `__init__`."""
-        if self.access.detached_init is None:
+        if getattr(self.access, "detached_init", None) is None:
             return
         if not any(self._chooses_backward(b) for b in step.branches):
             raise Unfixable(
@@ -216,7 +216,7 @@ class MethodWindows:
         return init
 
     def _disabled_default(self, torch: str) -> None:
-        init = self.access.default_init
+        init = getattr(self.access, "default_init", None)
         if init is None:
             return
         access = self.access
@@ -280,7 +280,7 @@ class MethodWindows:
         function = step.function
         if not _plain_method(function) or not isinstance(optimizer, cst.Attribute):
             return []
-        if self.access.mode != "attribute":
+        if getattr(self.access, "mode", None) != "attribute":
             return []
         self_name = _first_param(function)
         root = optimizer
