@@ -28,12 +28,13 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from ampmigrate.engine import collector
 from ampmigrate.engine.apex_threading import summarize_threading, threading_key
+from ampmigrate.engine.grad_norm_helpers import grad_norm_helpers
 from ampmigrate.engine.project import module_names
 from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 10
+_FORMAT = 11
 
 
 @dataclass
@@ -88,6 +89,10 @@ class ModuleSummary:
     # module's apex import: (positional parameters, the optimizer parameter, the name of the
     # scaler parameter to add, why the split migration cannot take it or "").
     apex_step_functions: Dict[str, Tuple[List[str], str, str, str]] = field(default_factory=dict)
+    # Top-level functions whose value is the p-norm of their parameter's gradients
+    # (engine/grad_norm_helpers.py): {name: (positional parameters, the norm-type parameter or "")}.
+    # Called on a micro-step of apex accumulation, `f(params) / scaler.get_scale()` is apex's value.
+    grad_norm_helpers: Dict[str, Tuple[List[str], str]] = field(default_factory=dict)
 
 
 def _as_data(summary: ModuleSummary) -> dict:
@@ -117,6 +122,7 @@ def _as_data(summary: ModuleSummary) -> dict:
             name: (list(positional), optimizer, scaler, problem)
             for name, (positional, optimizer, scaler, problem) in summary.apex_step_functions.items()
         },
+        "grad_norm_helpers": {name: (list(positional), norm) for name, (positional, norm) in summary.grad_norm_helpers.items()},
     }
 
 
@@ -280,6 +286,16 @@ class ProjectIndex:
         op = self.modules[path].fft_helpers.get(name)
         return (path, op) if op else None
 
+    def grad_norm_helper(self, qname: str) -> Optional[Tuple[str, Tuple[List[str], str]]]:
+        """For `utils.get_grad_norm`: (its file, (positional parameters, norm-type parameter or "")),
+        if it is a gradient-norm helper (engine/grad_norm_helpers.py)."""
+        found = self.function(qname)
+        if found is None:
+            return None
+        path, name = found
+        record = self.modules[path].grad_norm_helpers.get(name)
+        return (path, (list(record[0]), record[1])) if record else None
+
     def scales_loss(self, path: str) -> bool:
         return bool(self.modules.get(os.path.abspath(path), ModuleSummary()).scales_loss)
 
@@ -332,6 +348,8 @@ class ProjectIndex:
                     parts.append(f"{spec}:scalers={sorted(self.modules[other].scaler_param_uses.items())}")
                 if other is not None and other != absolute and self.modules[other].fft_helpers:
                     parts.append(f"{spec}:fft={sorted(self.modules[other].fft_helpers.items())}")
+                if other is not None and other != absolute and self.modules[other].grad_norm_helpers:
+                    parts.append(f"{spec}:gradnorm={sorted(self.modules[other].grad_norm_helpers.items())}")
         exported = self.imported_from(absolute)
         if exported:
             parts.append("exports=" + ",".join(sorted(exported)))
@@ -469,6 +487,8 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
             summary.backward_runners = _backward_runners(parse())
     if b"fft" in raw and not test_file:
         summary.fft_helpers = _fft_helpers(parse())
+    if b".grad" in raw and b"norm" in raw:
+        summary.grad_norm_helpers = grad_norm_helpers(parse())
     needs_savers = not test_file and b"state_dict()" in raw and _SAVES.search(raw) is not None
     needs_scaler_params = not test_file and b"caler" in raw and _SCALER_PARAM.search(raw) is not None
     if not (summary.trains or needs_ast or needs_apex or needs_savers or needs_scaler_params):
