@@ -47,6 +47,7 @@ REFUSED = {
     "not_grad": SWIN.replace("p.grad.data.norm", "p.data.norm"),
     "decorated": SWIN.replace("def get_grad_norm", "@torch.no_grad()\ndef get_grad_norm"),
     "redefined": SWIN + "\nget_grad_norm = None\n",
+    "rebound_global": SWIN + "\ndef g():\n    global get_grad_norm\n    get_grad_norm = None\n",
     "mixed_literals": "def f(ps):\n    s = 0\n    for p in ps:\n        s += p.grad.norm(2) ** 3\n    return s ** (1. / 3)\n",
 }
 

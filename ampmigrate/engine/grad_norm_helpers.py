@@ -56,6 +56,10 @@ def grad_norm_helpers(tree: Optional[ast.Module]) -> Dict[str, Record]:
     for node in tree.body:
         for name in _top_level_bindings(node):
             bound[name] = bound.get(name, 0) + 1
+    for node in ast.walk(tree):  # `global f` in a function may rebind it: not recognized
+        if isinstance(node, ast.Global):
+            for name in node.names:
+                bound[name] = bound.get(name, 0) + 1
     found: Dict[str, Record] = {}
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and bound.get(node.name) == 1:
