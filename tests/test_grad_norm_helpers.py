@@ -85,3 +85,42 @@ def test_the_index_records_them():
     data = _as_data(summary)
     assert list(data) == list(ModuleSummary.__dataclass_fields__)
     assert data["grad_norm_helpers"] == {"get_grad_norm": (["parameters", "norm_type"], "norm_type")}
+
+
+def _index(tmp_path, files):
+    from ampmigrate.engine.project_index import ProjectIndex
+
+    for rel, text in files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return ProjectIndex.build(str(tmp_path), sorted(str(p) for p in tmp_path.rglob("*.py")))
+
+
+MAIN = "from utils import get_grad_norm\nimport torch\nx = torch.zeros(1)\nx.backward()\n"
+SQUARED = REFUSED["squared"]
+
+
+def test_the_helper_beside_the_script(tmp_path):
+    index = _index(tmp_path, {"a/main.py": MAIN, "a/utils.py": SWIN, "b/utils.py": SQUARED})
+    found = index.grad_norm_helper("utils.get_grad_norm", str(tmp_path / "a" / "main.py"))
+    assert found == (str(tmp_path / "a" / "utils.py"), (["parameters", "norm_type"], "norm_type"))
+    assert index.grad_norm_helper("utils.get_grad_norm") is None  # `utils` alone is ambiguous
+    # The squared look-alike beside another script is no helper.
+    assert index.grad_norm_helper("utils.get_grad_norm", str(tmp_path / "b" / "main.py")) is None
+
+
+def test_two_candidates_that_disagree(tmp_path):
+    """`utils` names the top-level utils.py (`python -m pkg.main`) or pkg/utils.py (`python
+    pkg/main.py`): both must be the helper."""
+    index = _index(tmp_path, {"pkg/main.py": MAIN, "pkg/utils.py": SWIN, "utils.py": SQUARED})
+    assert index.grad_norm_helper("utils.get_grad_norm", str(tmp_path / "pkg" / "main.py")) is None
+    index = _index(tmp_path, {"utils.py": SWIN})
+    assert index.grad_norm_helper("utils.get_grad_norm", str(tmp_path / "pkg" / "main.py")) is not None
+
+
+def test_the_dependency_key_follows_the_helper_beside(tmp_path):
+    index = _index(tmp_path, {"a/main.py": MAIN, "a/utils.py": SWIN, "b/utils.py": SQUARED})
+    before = index.dependency_key(str(tmp_path / "a" / "main.py"))
+    index = _index(tmp_path, {"a/utils.py": SQUARED})
+    assert index.dependency_key(str(tmp_path / "a" / "main.py")) != before

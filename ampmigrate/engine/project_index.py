@@ -286,15 +286,36 @@ class ProjectIndex:
         op = self.modules[path].fft_helpers.get(name)
         return (path, op) if op else None
 
-    def grad_norm_helper(self, qname: str) -> Optional[Tuple[str, Tuple[List[str], str]]]:
-        """For `utils.get_grad_norm`: (its file, (positional parameters, norm-type parameter or "")),
-        if it is a gradient-norm helper (engine/grad_norm_helpers.py)."""
-        found = self.function(qname)
-        if found is None:
+    def grad_norm_helper(self, qname: str, importer: str = "") -> Optional[Tuple[str, Tuple[List[str], str]]]:
+        """For `utils.get_grad_norm` imported by the file `importer`: (its file, (positional
+        parameters, norm-type parameter or "")), if it is a gradient-norm helper
+        (engine/grad_norm_helpers.py). The module is the one `module_for` names and/or the file
+        beside `importer` (a script's own directory comes first on `sys.path`: Swin's forks each
+        have their own `utils.py`); where both exist, both must record the same helper."""
+        module, _, name = qname.rpartition(".")
+        if not module:
             return None
-        path, name = found
-        record = self.modules[path].grad_norm_helpers.get(name)
-        return (path, (list(record[0]), record[1])) if record else None
+        paths = {p for p in (self.module_for(module), self.sibling_module(importer, module) if importer else None) if p}
+        records = {p: self.modules[p].grad_norm_helpers.get(name) for p in paths}
+        if not records or any(not r for r in records.values()):
+            return None
+        shapes = {(tuple(r[0]), r[1]) for r in records.values()}
+        if len(shapes) != 1:
+            return None
+        path = sorted(records)[0]
+        positional, norm = next(iter(shapes))
+        return path, (list(positional), norm)
+
+    def sibling_module(self, importer: str, dotted: str) -> Optional[str]:
+        """The file of the run that `import dotted` finds in the directory of the script
+        `importer` (an absolute import only), if there is one."""
+        if not dotted or dotted.startswith("."):
+            return None
+        base = os.path.join(os.path.dirname(os.path.abspath(importer)), *dotted.split("."))
+        for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+            if candidate in self.modules:
+                return candidate
+        return None
 
     def scales_loss(self, path: str) -> bool:
         return bool(self.modules.get(os.path.abspath(path), ModuleSummary()).scales_loss)
@@ -348,8 +369,9 @@ class ProjectIndex:
                     parts.append(f"{spec}:scalers={sorted(self.modules[other].scaler_param_uses.items())}")
                 if other is not None and other != absolute and self.modules[other].fft_helpers:
                     parts.append(f"{spec}:fft={sorted(self.modules[other].fft_helpers.items())}")
-                if other is not None and other != absolute and self.modules[other].grad_norm_helpers:
-                    parts.append(f"{spec}:gradnorm={sorted(self.modules[other].grad_norm_helpers.items())}")
+                for near in sorted({other, self.sibling_module(absolute, spec)} - {None}):
+                    if near != absolute and self.modules[near].grad_norm_helpers:
+                        parts.append(f"{spec}:gradnorm={sorted(self.modules[near].grad_norm_helpers.items())}")
         exported = self.imported_from(absolute)
         if exported:
             parts.append("exports=" + ",".join(sorted(exported)))

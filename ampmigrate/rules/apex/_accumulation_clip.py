@@ -278,7 +278,7 @@ class AccumulationClips(ClipMoves):
         qnames = self.names.qualified_names(func)
         if len(qnames) != 1:
             return None
-        found = index.grad_norm_helper(next(iter(qnames)))
+        found = index.grad_norm_helper(next(iter(qnames)), self.ctx.path)
         return found[1] if found is not None else None
 
     def _divide_norm(self, call: cst.Call) -> None:
