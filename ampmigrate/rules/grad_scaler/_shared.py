@@ -50,12 +50,33 @@ def _may_hold_scaler(tree: ast.Module) -> bool:
 
 
 def _names_grad_scaler(tree: ast.Module) -> bool:
-    """Some identifier, imported name or string (an annotation) spells a GradScaler class."""
+    """Some identifier, imported name or string annotation spells a GradScaler class. (A string
+    elsewhere, a docstring or a Sphinx cross-reference, names nothing for the resolver.)"""
     return (
         any("GradScaler" in node.id for node in nodes_of(tree, ast.Name))
         or any("GradScaler" in node.attr for node in nodes_of(tree, ast.Attribute))
         or any("GradScaler" in node.name for node in nodes_of(tree, ast.alias))
-        or any(isinstance(node.value, str) and "GradScaler" in node.value for node in nodes_of(tree, ast.Constant))
+        or any(_spells_grad_scaler(annotation) for annotation in _annotations(tree))
+    )
+
+
+def _annotations(tree: ast.Module):
+    """Every annotation of the tree: parameters', annotated assignments' and return types."""
+    for argument in nodes_of(tree, ast.arg):
+        if argument.annotation is not None:
+            yield argument.annotation
+    for assign in nodes_of(tree, ast.AnnAssign):
+        yield assign.annotation
+    for kind in (ast.FunctionDef, ast.AsyncFunctionDef):
+        for function in nodes_of(tree, kind):
+            if function.returns is not None:
+                yield function.returns
+
+
+def _spells_grad_scaler(annotation: ast.AST) -> bool:
+    return any(
+        isinstance(node, ast.Constant) and isinstance(node.value, str) and "GradScaler" in node.value
+        for node in ast.walk(annotation)
     )
 
 
