@@ -327,6 +327,16 @@ def run_files(
     return result
 
 
+def import_engine() -> None:
+    """The engine (LibCST, the rules), imported once, before the workers are forked: only a run
+    with files to analyse pays for it (a cold run imports it while its project index is built,
+    engine/index_builder.py)."""
+    import ampmigrate.engine.pipeline  # noqa: F401
+    from ampmigrate.rules import rule_classes
+
+    rule_classes()
+
+
 def _run_in_workers(
     files: Sequence[str],
     todo: List[int],
@@ -339,12 +349,7 @@ def _run_in_workers(
     done: Callable[[int, Union[FileResult, workers.Failure]], None],
 ) -> None:
     """The files at the indices `todo`, in a pool of watched workers (two rounds, see above)."""
-    # The engine (LibCST, the rules) is imported here, once, before the workers are forked:
-    # only a run with files to analyse pays for it.
-    import ampmigrate.engine.pipeline  # noqa: F401
-    from ampmigrate.rules import rule_classes
-
-    rule_classes()
+    import_engine()
 
     size = 1 if len(todo) < PARALLEL_THRESHOLD else min(jobs, len(todo))
     # With one worker nothing waits on a large file: no second round.
