@@ -177,3 +177,19 @@ def test_the_screens_parse_what_they_are_given():
     for rule in all_rules():
         if rule.has_screen():
             assert rule.screen(tree) in (True, False)
+
+
+def test_the_shared_node_index_keeps_ast_walk_order():
+    """engine/ast_nodes.nodes_of indexes every node but the context and operator leaves, in
+    `ast.walk` order: the screens see the lists `ast.walk` would give them."""
+    from ampmigrate.engine.ast_nodes import _UNINDEXED_KINDS, _indexed_order
+
+    from conftest import FIXTURES
+
+    for path in sorted(FIXTURES.rglob("*.py")):
+        try:
+            tree = ast.parse(path.read_bytes())
+        except SyntaxError:
+            continue
+        expected = [id(n) for n in ast.walk(tree) if type(n) not in _UNINDEXED_KINDS]
+        assert [id(n) for n in _indexed_order(tree)] == expected, path

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import libcst as cst
 
@@ -21,7 +21,7 @@ from ampmigrate.analysis.scaler_protocol import (
     OptimizerKey,
 )
 from ampmigrate.analysis.scaler_typing import has_protocol_shape
-from ampmigrate.engine.ast_nodes import nodes_of
+from ampmigrate.engine.ast_nodes import memo, nodes_of
 from ampmigrate.engine.names import NameIndex
 from ampmigrate.api import ANY_GRAD_SCALER
 from ampmigrate.rules.base import Rule
@@ -40,13 +40,9 @@ class ProtocolRule(Rule):
         return _may_hold_scaler(tree)
 
 
-_SCREENED: List = [None, False]  # the last tree screened and its answer (five rules ask in a row)
-
-
 def _may_hold_scaler(tree: ast.Module) -> bool:
-    if _SCREENED[0] is not tree:
-        _SCREENED[:] = [tree, _names_grad_scaler(tree) or has_protocol_shape(tree)]
-    return _SCREENED[1]
+    # One answer per tree: five rules ask in a row.
+    return memo(tree, "may hold a scaler", lambda t: _names_grad_scaler(t) or has_protocol_shape(t))
 
 
 def _names_grad_scaler(tree: ast.Module) -> bool:

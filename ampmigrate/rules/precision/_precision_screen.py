@@ -24,12 +24,9 @@ either rule. `tests/test_precision_screen.py` checks this against the rules over
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Set, Tuple
 
-from ampmigrate.engine.ast_nodes import nodes_of
-
-# (the tree, its index) for the last tree asked: AMP405 and AMP406 screen the same tree.
-_last: Optional[Tuple[ast.AST, "_Index"]] = None
+from ampmigrate.engine.ast_nodes import memo, nodes_of  # memo: AMP405 and AMP406 screen one tree
 
 
 class _Index:
@@ -103,10 +100,7 @@ class _Index:
 
 def precision_may_be(tree: ast.Module, values: Tuple[object, ...]) -> bool:
     """Whether some `precision` setting of `tree` may be followed to one of `values`."""
-    global _last
-    if _last is None or _last[0] is not tree:
-        _last = (tree, _Index(tree))
-    index = _last[1]
+    index = memo(tree, "precision settings", _Index)
     wanted = set(values)
     return any(index.reaches(value, wanted) for value in index.settings)
 
