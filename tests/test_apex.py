@@ -64,11 +64,24 @@ def test_noqa_on_one_site_blocks_the_whole_migration():
 
 
 def test_unsafe_migration_needs_unsafe_fixes():
-    code = (FIXTURES / "AMP101" / "dynamic_opt_level.py").read_text(encoding="utf-8")
+    code = (FIXTURES / "AMP101" / "dynamic_opt_level_unsafe.py").read_text(encoding="utf-8")
     [finding, *_] = check(code)
     assert finding.fix is not None and finding.fix.applicability == "unsafe"
-    assert "opt_level=args.opt_level" in finding.fix.message
+    assert 'opt_level=getattr(args, "opt_level", "O1")' in finding.fix.message
     assert fix(code) == code
+
+
+def test_run_time_opt_level_is_safe_with_an_o3_guard():
+    """O0/O1/O2 keep their meaning; O3 (pure fp16) raises where amp.initialize ran."""
+    code = (FIXTURES / "AMP101" / "dynamic_opt_level.py").read_text(encoding="utf-8")
+    [finding, *_] = check(code)
+    assert finding.fix is not None and finding.fix.applicability == "safe"
+    assert "O3 (pure fp16, which torch.amp cannot do) now raises" in finding.fix.message
+    fixed = fix(code)
+    guard = 'if args.opt_level == "O3":\n        raise ValueError('
+    assert guard in fixed and fixed.index(guard) < fixed.index("scaler = torch.amp.GradScaler")
+    compile(fixed, "fixed", "exec")
+    assert fix(fixed) == fixed
 
 
 # ---------------------------------------------------------------------------------- helpers

@@ -60,6 +60,8 @@ class Recorder:
         self.scaler_used = False  # an enabled GradScaler scaled a loss
         self.scaler_calls = {"scale": 0, "unscale_": 0, "step": 0}  # calls on enabled scalers
         self.autocast_dtypes: Dict[str, None] = {}  # ordered set of "device:dtype" of enabled regions
+        self.model_dtypes: Dict[str, None] = {}  # ordered set of dtypes apex O2/O3 cast a model to
+        self.apex_scaled = False  # apex's scale_loss scaled a loss
         self.clips_on_scaled = 0  # gradient clips while a GradScaler's gradients were still scaled
         self._scaled_pending = False  # a loss was scaled since the last update() and not unscaled
         self._hook_fired = False
@@ -86,6 +88,11 @@ class Recorder:
     def on_apex_scaled(self) -> None:
         """apex's scale_loss scaled a loss (it unscales by itself when its block ends)."""
         self.scaler_used = True
+        self.apex_scaled = True
+
+    def on_model_cast(self, dtype: Any) -> None:
+        """apex O2/O3 cast a model's weights to `dtype`."""
+        self.model_dtypes.setdefault(str(dtype).replace("torch.", ""), None)
 
     def on_unscaled(self) -> None:
         self._scaled_pending = False
@@ -209,6 +216,7 @@ def install_instruments(torch: Any, recorder: Recorder) -> Callable[[], None]:
 
     observe.listen("scaled", recorder.on_apex_scaled)
     observe.listen("skipped", recorder.on_skipped)
+    observe.listen("model_cast", recorder.on_model_cast)
     clip_module = torch.nn.utils.clip_grad
     clips = []
     for name in ("clip_grad_norm_", "clip_grad_value_"):
@@ -506,6 +514,8 @@ def _collect(torch: Any, result: Dict[str, Any], recorder: Recorder, device: str
     result["grad_scaler"] = recorder.scaler_used
     result["grad_scaler_calls"] = recorder.scaler_calls
     result["autocast"] = list(recorder.autocast_dtypes)
+    result["model_cast"] = list(recorder.model_dtypes)
+    result["apex_loss_scale"] = recorder.apex_scaled
     result["clips_on_scaled_gradients"] = recorder.clips_on_scaled
     result["apex_emulation"] = modules_from([APEX_EMULATION])  # the emulated apex modules the script imported
     if device == "cuda":

@@ -54,6 +54,21 @@ class IsolationError(Exception):
 
 
 # ------------------------------------------------------------------------------ the plan (parent side)
+def with_this_ampmigrate(env: Dict[str, str]) -> Dict[str, str]:
+    """`env` for a `python -m ampmigrate.verify...` child, which must import this ampmigrate: from a
+    source tree that is not installed (the child's working directory is the user's), or from a git
+    worktree beside an installed checkout (the child would run the installed harness and emulation
+    reporting), its folder is appended to PYTHONPATH. An installed ampmigrate (site-packages) is
+    found anyway and is left out, so the user's PYTHONPATH keeps its order before the stdlib."""
+    import ampmigrate
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(ampmigrate.__file__)))
+    entries = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    if os.path.basename(root) not in ("site-packages", "dist-packages") and root not in entries:
+        env["PYTHONPATH"] = os.pathsep.join([*entries, root])
+    return env
+
+
 def choose_isolation(requested: str, notes: List[str]) -> str:
     """`--isolation`: "namespace" where the machine allows it, else (auto) the redirection inside
     Python, with a note naming what that cannot catch; ValueError when namespaces were required."""
@@ -195,6 +210,7 @@ def _probe() -> Optional[str]:
             completed = subprocess.run(
                 [sys.executable, "-m", "ampmigrate.verify.isolation", "--probe", folder],
                 capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                env=with_this_ampmigrate(dict(os.environ)),
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"the namespace probe failed: {exc}"

@@ -24,6 +24,13 @@ def loss_scaled(loss: Any, scaled: Any) -> None:
         callback()
 
 
+def model_cast(dtype: Any) -> None:
+    """apex O2/O3 converted a model's weights to `dtype` (no autocast region shows that precision)."""
+    callback = _listeners.get("model_cast")
+    if callback is not None:
+        callback(dtype)
+
+
 def step_skipped(optimizer: Any) -> None:
     """The optimizer's step was skipped for inf/NaN gradients."""
     callback = _listeners.get("skipped")

@@ -104,9 +104,16 @@ class RunResult:
             return "fp32 (AMP off)"
         short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
         kinds = sorted({short.get(entry.split(":", 1)[1], entry.split(":", 1)[1]) for entry in self.data.get("autocast", [])})
+        # apex O2/O3 cast the model's weights instead of opening autocast regions
+        kinds += [f"{short.get(dtype, dtype)} model" for dtype in self.data.get("model_cast", [])]
         label = " + ".join(kinds) if kinds else "fp32"
         if self.data.get("grad_scaler"):
-            label += " + apex loss scale" if self.apex_emulated else " + GradScaler"
+            # an after that keeps an apex import (apex.optimizers, ...) runs on the emulation too, but
+            # its loss is scaled by a GradScaler: name the scaler that scaled
+            calls = self.data.get("grad_scaler_calls") or {}
+            apex = self.data.get("apex_loss_scale", self.apex_emulated and not calls.get("scale"))
+            scalers = (["apex loss scale"] if apex else []) + (["GradScaler"] if calls.get("scale") or not apex else [])
+            label += "".join(f" + {name}" for name in scalers)
         return label
 
     @property
@@ -202,7 +209,9 @@ def execute(
     spec_path = os.path.join(workdir, "specs", f"{name}.json")
     with open(spec_path, "w", encoding="utf-8") as handle:
         json.dump(payload, handle, indent=1)
-    env = dict(os.environ)
+    from ampmigrate.verify.isolation import with_this_ampmigrate
+
+    env = with_this_ampmigrate(dict(os.environ))  # the harness and the emulation's reporting are this ampmigrate's
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ in the user's project
     env.setdefault("PYTHONHASHSEED", "0")
     if spec.device == "cpu":

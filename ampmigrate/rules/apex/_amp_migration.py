@@ -45,7 +45,7 @@ from ampmigrate.rules.apex._amp_steps import StepRewrites
 from ampmigrate.rules.apex._flow import Branch, body_of, branches, expression_key, is_pure, walk
 from ampmigrate.rules.apex._presence import Action, Unsupported, choose, presence_action, simplify, unwrap
 from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions
-from ampmigrate.rules.apex._removal import Removal, unused_after
+from ampmigrate.rules.apex._removal import Removal, none_assignments, unused_after
 from ampmigrate.rules.apex._scaler_access import ScalerAccess
 
 __all__ = ["AmpPlan", "Site", "amp_plan"]
@@ -125,6 +125,8 @@ class _Planner(StepRewrites, ForwardRegions):
                 )
             return self._standalone_fix(plan)
         if len(inits) > 1:
+            inits = self._without_inference_inits(inits)
+        if len(inits) > 1:
             inits = self._without_reinitializations(inits)
         init = inits[0]
         if init.call is None:
@@ -152,6 +154,19 @@ class _Planner(StepRewrites, ForwardRegions):
         self.spec = spec
         self.unsafe.extend(spec.unsafe)
         self.notes.extend(spec.notes)
+        self.o3_guard = None
+        if spec.o3_test is not None and not fp32:
+            # O0/O1/O2 keep their meaning (the scaler is disabled under O0); O3 would silently train
+            # another way, so it stops with an error where `amp.initialize` ran instead.
+            self.unsafe.remove(spec.o3_unsafe)
+            self.o3_guard = (
+                f"if {spec.o3_test}:\n"
+                f"    raise ValueError({self.ctx.string('apex opt_level O3 (pure fp16) has no torch.amp equivalent; use O1 or O2').value})\n"
+            )
+            self._note(
+                f"`opt_level={spec.opt_level_code}` is known only at run time: O0 disables the scaler and autocast, O1 and "
+                "O2 run fp16 autocast, and O3 (pure fp16, which torch.amp cannot do) now raises where `amp.initialize` was"
+            )
         requires = {s.code for s in plan.sites}
         self.builder = FixBuilder("", SAFE, frozenset(requires))
         self.init = init
@@ -161,10 +176,7 @@ class _Planner(StepRewrites, ForwardRegions):
             raise Unfixable("`amp.initialize` is called in a class body")
         steps = [self._step(r) for r in self.refs if r.api in ("scale_loss", "handle.scale_loss")]
         if not steps and not fp32 and init.api == "init":
-            raise Unfixable(
-                "`amp.init()` without a scaled backward is inference: wrap the inference in "
-                '`torch.autocast("cuda", dtype=torch.float16)` by hand'
-            )
+            return self._inference_drop(init)  # the handle is not used: nothing but the call to remove
         if not steps and not fp32:
             raise Unfixable(
                 "`amp.scale_loss` is not used in this file (the training step is elsewhere): create the "
@@ -180,6 +192,65 @@ class _Planner(StepRewrites, ForwardRegions):
         kind = "fp32 (O0)" if fp32 else "torch.autocast fp16 and torch.amp.GradScaler"
         return self._finish(f"Migrate apex.amp to {kind}")
 
+    def _without_inference_inits(self, inits: List[AmpRef]) -> List[AmpRef]:
+        """A file that trains (`amp.initialize(model, optimizer)`) and also initializes a model
+        without optimizers (an evaluation entry point, an EMA copy): the training call is the one
+        migrated; each inference call goes, its model then running in fp32 (the note says so)."""
+        training, inference = [], []
+        for ref in inits:
+            if ref.api != "initialize" or ref.call is None:
+                return inits
+            spec = scaler_spec(self.module, self.names, ref.call, self.ctx.quote)
+            if spec.error:
+                return inits
+            (inference if spec.optimizers is None and spec.levels != {"O0"} else training).append(ref)
+        if not training or not inference:
+            return inits
+        for ref in inference:
+            self._drop_inference_init(ref)
+        self.refs = [r for r in self.refs if r not in inference]
+        return training
+
+    def _drop_inference_init(self, ref: AmpRef) -> None:
+        """Remove `model = amp.initialize(model, ...)` (no optimizers): torch.amp has no model-level
+        conversion, so the model runs in fp32 unless its calls are under autocast."""
+        line = self._init_line(ref)
+        small = line.body[0]
+        if ref.api == "init":
+            pass  # `handle = amp.init(...)`: the handle has no use left (a use would have stopped the plan)
+        elif isinstance(small, cst.Assign) and not _rebinds_its_arguments(small, ref.call):
+            raise Unfixable(
+                f"`amp.initialize` without optimizers at line {self._line(ref.call)} binds other names than the "
+                "model it is given"
+            )
+        if not isinstance(small, (cst.Assign, cst.Expr)):
+            raise Unfixable(f"`amp.initialize` at line {self._line(ref.call)} is not a statement of its own")
+        half = self._half_cast()
+        if half is not None:
+            raise Unfixable(
+                f"`amp.{ref.api}` at line {self._line(ref.call)} ran the model in fp16, and line "
+                f"{self._line(half)} casts to half: with the call gone, the fp32 model would get fp16 inputs"
+            )
+        self.removal.remove_statement(line)
+        self.handled.add(line)
+        what, runs = (
+            ("`amp.init()`", "the models now run") if ref.api == "init" else ("`amp.initialize` without optimizers", "that model now runs")
+        )
+        self._note(
+            f"{what} at line {self._line(ref.call)} goes: {runs} in fp32; "
+            'wrap their calls in `torch.autocast("cuda", dtype=torch.float16)` for apex\'s fp16 speed'
+        )
+
+    def _half_cast(self) -> Optional[cst.CSTNode]:
+        """A `.half()` call or a float16 dtype in the file, which an fp16 model may rely on."""
+        for node in walk(self.module, into_scopes=True):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "half":
+                return node
+            if isinstance(node, cst.Attribute) and node.attr.value in ("float16", "half", "HalfTensor"):
+                if self.names.qualified_names(node) & {"torch.float16", "torch.half", "torch.cuda.HalfTensor", "torch.HalfTensor"}:
+                    return node
+        return None
+
     def _without_reinitializations(self, inits: List[AmpRef]) -> List[AmpRef]:
         """`amp.initialize` again on the same model and optimizer with the same options (a resume
         path that re-initializes before `amp.load_state_dict`, as apex's docs ask): with torch.amp
@@ -189,12 +260,15 @@ class _Planner(StepRewrites, ForwardRegions):
             raise Unfixable("`amp.initialize` is called more than once in this file")
         keys = _initialize_keys(first.call, self._init_line(first).body[0])
         repeats = inits[1:]
+        siblings = []
         for ref in repeats:
             if not keys or _initialize_key(ref.call) not in keys:
-                raise Unfixable(
-                    f"`amp.initialize` is called more than once in this file (line {self._line(ref.call)} with "
-                    "other models, optimizers or options): one GradScaler per call is not built yet"
-                )
+                if not self._sibling_initialize(first, ref):
+                    raise Unfixable(
+                        f"`amp.initialize` is called more than once in this file (line {self._line(ref.call)} with "
+                        "other models, optimizers or options): one GradScaler per call is not built yet"
+                    )
+                siblings.append(ref)
             line = self._init_line(ref)
             small = line.body[0]
             if isinstance(small, cst.Assign) and not _rebinds_its_arguments(small, ref.call):
@@ -203,13 +277,35 @@ class _Planner(StepRewrites, ForwardRegions):
                 )
             self.removal.remove_statement(line)
             self.handled.add(line)
-        self._note(
-            "`amp.initialize` of the same model and optimizer again at line "
-            + ", ".join(str(self._line(r.call)) for r in repeats)
-            + " goes (torch.amp has nothing to re-initialize)"
-        )
+        again = [r for r in repeats if r not in siblings]
+        if again:
+            self._note(
+                "`amp.initialize` of the same model and optimizer again at line "
+                + ", ".join(str(self._line(r.call)) for r in again)
+                + " goes (torch.amp has nothing to re-initialize)"
+            )
+        self.sibling_models = [bound_arguments(r.call, INITIALIZE_PARAMS)["models"].value for r in siblings]
+        if siblings:
+            self._note(
+                "one GradScaler serves the models and optimizers of `amp.initialize` at line "
+                + ", ".join(str(self._line(r.call)) for r in siblings)
+                + " too, as apex's calls shared the loss scaler the last one made"
+            )
         self.refs = [r for r in self.refs if r not in repeats]
         return [first]
+
+    def _sibling_initialize(self, first: AmpRef, other: AmpRef) -> bool:
+        """`gen, gen_opt = amp.initialize(gen, gen_opt, opt_level="O1")` then the same for the
+        discriminator, in the same block with the same options: each call replaced apex's loss
+        scalers, so every `scale_loss` used the one the last call made; one GradScaler is that."""
+        first_key, other_key = _initialize_key(first.call), _initialize_key(other.call)
+        if first_key is None or other_key is None:
+            return False
+        options = lambda key: tuple(item for item in key if item[0] not in ("models", "optimizers"))  # noqa: E731
+        if options(first_key) != options(other_key) or "optimizers" not in dict(other_key):
+            return False
+        first_line, other_line = self._init_line(first), self._init_line(other)
+        return self.names.parent(first_line) is self.names.parent(other_line)
 
     def _finish(self, message: str) -> Fix:
         """The fix, its message carrying the notes, unsafe when something changes numerics."""
@@ -248,11 +344,13 @@ class _Planner(StepRewrites, ForwardRegions):
             anchor, conditions = guard, [self.ctx.code(guard.test).strip()]
         block = self.names.parent(anchor)
         if self.names.parent(block) is not self._function_scope(init.call).node and block is not self.module:
-            raise Unfixable(why_not + " (the call is inside a block of its function)")
+            return self._inference_drop(init)  # the call is inside a block of its function
         body = list(body_of(block) or ())
         models = self._initialized_names()
         runs = self._statements_running(body[body.index(anchor) + 1 :], models)
-        if not runs or not all(c.code and is_pure(cst.parse_expression(c.code)) for c in spec.enabled):
+        if not runs:
+            return self._inference_drop(init)
+        if not all(c.code and is_pure(cst.parse_expression(c.code)) for c in spec.enabled):
             raise Unfixable(why_not)
         codes = list(dict.fromkeys([*conditions, *(c.code for c in spec.enabled if c.code != "True")]))
         enabled = " and ".join(f"({c})" if len(codes) > 1 else c for c in codes)
@@ -275,6 +373,17 @@ class _Planner(StepRewrites, ForwardRegions):
         self._emit_removals()
         self._check_nesting()
         return self._finish("Migrate inference under apex.amp to torch.autocast fp16")
+
+    def _inference_drop(self, init: AmpRef) -> Fix:
+        """No model run follows the inference `amp.initialize` in its block (the model is returned,
+        stored or run elsewhere): the call goes, and the model runs in fp32 (the fix says so)."""
+        self.unsafe, self.notes = [], []  # the opt level and loss scale no longer matter
+        self._drop_inference_init(init)
+        self._plan_presence_tests()
+        self._plan_imports()
+        self._emit_removals()
+        self._check_nesting()
+        return self._finish("Remove apex.amp's inference setup")
 
     def _initialized_names(self) -> Set[str]:
         small = self.init_line.body[0]
@@ -463,8 +572,8 @@ class _Planner(StepRewrites, ForwardRegions):
                 if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Global, cst.Nonlocal)):
                     return None
         inside = {id(n) for statement in rest for n in walk(statement)}
-        if any(id(ref.node) in inside for ref in self.refs):
-            return None
+        if any(id(ref.node) in inside and not (ref.api == "master_params" and ref.call is not None) for ref in self.refs):
+            return None  # `amp.master_params(opt)` may stay: it reads the (still scaled) gradients, as in apex
         return rest
 
     def _check_other_refs(self) -> None:
@@ -495,6 +604,7 @@ class _Planner(StepRewrites, ForwardRegions):
             if ref.api in ("state_dict", "load_state_dict") or (ref.api == "_amp_state"):
                 scaler_scopes.append(self._function_scope(ref.node))
         self.access = ScalerAccess(self, scaler_scopes)
+        self.scaler_scopes = scaler_scopes
         regions: List[Tuple[Region, Step]] = []
         for step in steps:
             self._plan_step_calls(step, steps)
@@ -556,6 +666,8 @@ class _Planner(StepRewrites, ForwardRegions):
         call = ref.call
         expr = self.names.parent(call)
         line = self.names.parent(expr) if isinstance(expr, cst.Expr) else None
+        if isinstance(line, cst.SimpleStatementSuite) and self._guarded_load_in_one_line_if(ref, line, scaler):
+            return
         if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1 or len(call.args) != 1 or call.args[0].keyword or call.args[0].star:
             raise Unfixable(
                 f"`amp.load_state_dict` at line {self._line(ref.node)} is not a statement of its own with one argument; "
@@ -579,6 +691,35 @@ class _Planner(StepRewrites, ForwardRegions):
             "the scaler state is loaded only when it has GradScaler's layout: a checkpoint saved by apex "
             "(`loss_scaler0`) resumes with the scaler at its initial scale"
         )
+
+    def _guarded_load_in_one_line_if(self, ref: AmpRef, suite: cst.SimpleStatementSuite, scaler: str) -> bool:
+        """`if "amp" in ckpt: amp.load_state_dict(ckpt["amp"])` on one line: the layout check joins
+        the `if`'s test (evaluated after it, as the load was)."""
+        call = ref.call
+        owner = self.names.parent(suite)
+        if not (
+            isinstance(owner, cst.If)
+            and owner.body is suite
+            and owner.orelse is None
+            and len(suite.body) == 1
+            and len(call.args) == 1
+            and not call.args[0].keyword
+            and not call.args[0].star
+            and _side_effect_free(call.args[0].value)
+        ):
+            return False
+        test = self.ctx.code(owner.test).strip()
+        if isinstance(owner.test, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)):
+            test = f"({test})"
+        state = self.ctx.code(call.args[0].value).strip()
+        self.builder.replace(owner.test, self.ctx.parse_expression(f"{test} and {self.ctx.string('scale').value} in {state}"))
+        self.builder.replace(call.func, self.ctx.parse_expression(f"{scaler}.load_state_dict"))
+        self.handled.add(ref.node)
+        self._note(
+            "the scaler state is loaded only when it has GradScaler's layout: a checkpoint saved by apex "
+            "(`loss_scaler0`) resumes with the scaler at its initial scale"
+        )
+        return True
 
     def _rewrite_master_params(self, ref: AmpRef) -> None:
         call = ref.call
@@ -632,7 +773,7 @@ class _Planner(StepRewrites, ForwardRegions):
         if block is not self.names.parent(self.init_line) or line not in body or len(line.body) != 1:
             raise Unfixable(
                 f"`amp._amp_state` at line {self._line(ref.node)} sets the loss scale away from `amp.initialize`: "
-                "set `init_scale` of the GradScaler by hand"
+                "GradScaler takes a scale as `init_scale` or, after a step, as `scaler.update(new_scale)`; set it by hand"
             )
         between = body[body.index(self.init_line) + 1 : body.index(line)] if self.init_line in body else None
         if between is None or body.index(line) < body.index(self.init_line):
@@ -649,7 +790,8 @@ class _Planner(StepRewrites, ForwardRegions):
         return True
 
     def _rewrite_loss_scale_read(self, ref: AmpRef) -> None:
-        """`amp._amp_state.loss_scalers[0].loss_scale()` -> `scaler.get_scale()`."""
+        """`amp._amp_state.loss_scalers[0].loss_scale()` (or its attribute `._loss_scale`, read)
+        -> `scaler.get_scale()` (a float, as apex's was; 1.0 where the scaler is disabled)."""
         node = ref.node
         chain = []
         current = node
@@ -658,19 +800,25 @@ class _Planner(StepRewrites, ForwardRegions):
             chain.append(parent)
             current = parent
         scalers, subscript, method, call = chain
+        index = subscript.slice[0].slice if isinstance(subscript, cst.Subscript) and len(subscript.slice) == 1 else None
+        first = isinstance(index, cst.Index) and isinstance(index.value, cst.Integer) and index.value.value == "0"
         if not (
             isinstance(scalers, cst.Attribute)
             and scalers.attr.value == "loss_scalers"
-            and isinstance(subscript, cst.Subscript)
+            and first
             and isinstance(method, cst.Attribute)
-            and method.attr.value == "loss_scale"
-            and isinstance(call, cst.Call)
-            and not call.args
+            and method.value is subscript
         ):
             raise Unfixable(f"`amp._amp_state` at line {self._line(node)} is apex internals the fix cannot map")
-        scaler = self.access.expression(call)
-        self.builder.replace(call, self.ctx.parse_expression(f"{scaler}.get_scale()"))
-        self.handled.add(call)
+        if method.attr.value == "loss_scale" and isinstance(call, cst.Call) and not call.args:
+            target = call
+        elif method.attr.value == "_loss_scale" and not _is_store(self.names.parent(method), method):
+            target = method
+        else:
+            raise Unfixable(f"`amp._amp_state` at line {self._line(node)} is apex internals the fix cannot map")
+        scaler = self.access.expression(target)
+        self.builder.replace(target, self.ctx.parse_expression(f"{scaler}.get_scale()"))
+        self.handled.add(target)
 
     # ---- the scaler itself
     def _plan_scaler_creation(self) -> None:
@@ -688,6 +836,8 @@ class _Planner(StepRewrites, ForwardRegions):
         rebinding = self._rebinding()
         hoist = self.access.hoist_before if creation else None
         statements: List[str] = []
+        if getattr(self, "o3_guard", None):
+            statements.append(self.o3_guard.rstrip("\n"))
         if rebinding:
             statements.append(rebinding)
         if creation and hoist is None:
@@ -750,11 +900,12 @@ class _Planner(StepRewrites, ForwardRegions):
         until it is known which statements go anyway."""
         refs = self.presence_refs
         self.presence_actions: List[Action] = []
+        present = self._presence_as_enabled() if any(r.api is None for r in self.refs) else None
         for ref in self.refs:
             if ref.api is not None:
                 continue
             try:
-                action = presence_action(self.names, ref.node, refs)
+                action = presence_action(self.names, ref.node, refs, present)
             except Unsupported as exc:
                 raise Unfixable(f"`{self.ctx.code(ref.node)}` at line {self._line(ref.node)} is {exc}")
             if action.kind == "remove":
@@ -762,6 +913,48 @@ class _Planner(StepRewrites, ForwardRegions):
             else:
                 self.presence_actions.append(action)
             self.handled.add(action.node)
+
+    def _presence_as_enabled(self):
+        """`if cond: from apex import amp ... else: amp = None`: there `amp` is None where fp16 is off,
+        not where apex is missing, so `if amp:` becomes `if scaler.is_enabled():` (when `cond` is part
+        of the scaler's `enabled`), not `if True:` (which would run the fp16 arm in fp32 too)."""
+        tests = [t for t in map(self._none_unless, self.usage.import_bindings) if t is not None]
+        if not tests:
+            return None
+        access = getattr(self, "access", None)
+        if access is None or getattr(self, "fp32", False):
+            raise Unfixable(
+                f"`amp` is None where `{self.ctx.code(tests[0]).strip()}` is false, and tests of it cannot be mapped here"
+            )
+        for test in tests:
+            if (expression_key(test), True) not in access.enabled_keys:
+                raise Unfixable(
+                    f"`amp` is None where `{self.ctx.code(test).strip()}` is false, which is not the condition "
+                    "the GradScaler is enabled under"
+                )
+        served = {id(scope.node) for scope in getattr(self, "scaler_scopes", ())}
+
+        def present(ref: cst.CSTNode) -> cst.BaseExpression:
+            if id(self._function_scope(ref).node) not in served:
+                raise Unfixable(
+                    f"`{self.ctx.code(ref).strip()}` at line {self._line(ref)} tests whether fp16 is on (apex.amp is "
+                    "None otherwise) in a function the GradScaler is not passed to"
+                )
+            return self.ctx.parse_expression(f"{access.expression(ref)}.is_enabled()")
+
+        return present
+
+    def _none_unless(self, binding) -> Optional[cst.BaseExpression]:
+        """The test of `if test: from apex import amp ... else: amp = None`, for this import binding."""
+        child: cst.CSTNode = binding.node
+        for ancestor in self.names.ancestors(binding.node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Try)):
+                return None
+            if isinstance(ancestor, cst.If) and child is ancestor.body and isinstance(ancestor.orelse, cst.Else):
+                if none_assignments(body_of(ancestor.orelse.body) or (), {binding.name}):
+                    return ancestor.test
+            child = ancestor
+        return None
 
     def _branches(self, node: cst.CSTNode, stop: cst.CSTNode) -> List[Branch]:
         """`branches`, with tests of apex's presence folded (`amp is not None` is now True): a
@@ -899,14 +1092,29 @@ def _initialize_keys(call: cst.Call, small: cst.BaseSmallStatement) -> list:
 
 
 def _rebinds_its_arguments(assign: cst.Assign, call: cst.Call) -> bool:
-    """`self.model, self.optimizer = amp.initialize(self.model, self.optimizer, ...)`."""
+    """`self.model, self.optimizer = amp.initialize(self.model, self.optimizer, ...)`, also with
+    lists (`[model] = amp.initialize([model], ...)`)."""
     bound = bound_arguments(call, INITIALIZE_PARAMS) or {}
     values = [bound[n].value for n in ("models", "optimizers") if n in bound]
-    target = assign.targets[0].target if len(assign.targets) == 1 else None
-    targets = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
-    return len(targets) == len(values) and all(
-        t is not None and expression_key(t) == expression_key(v) for t, v in zip(targets, values)
-    )
+    if len(assign.targets) != 1 or not values:
+        return False
+    target = assign.targets[0].target
+    given = _shape_key(values[0]) if len(values) == 1 else tuple(_shape_key(v) for v in values)
+    return _shape_key(target) == given
+
+
+def _is_store(parent: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """`node` is written (an assignment target, augmented, annotated or deleted), not read."""
+    if isinstance(parent, (cst.AssignTarget, cst.Del)):
+        return True
+    return isinstance(parent, (cst.AugAssign, cst.AnnAssign)) and parent.target is node
+
+
+def _shape_key(node: cst.BaseExpression):
+    """`[a, (b, c)]` -> ('a', ('b', 'c')): the names a (possibly nested) list or tuple holds."""
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return tuple(_shape_key(e.value) for e in node.elements)
+    return expression_key(node)
 
 
 def _side_effect_free(node: cst.BaseExpression) -> bool:
@@ -926,8 +1134,17 @@ def _side_effect_free(node: cst.BaseExpression) -> bool:
 
 
 def _then(line: cst.SimpleStatementLine, rest: Sequence[cst.BaseStatement]):
-    """The backward line, followed by the rest of the `with` body (one level out)."""
-    return cst.FlattenSentinel([line, *rest]) if rest else line
+    """The backward line, followed by the rest of the `with` body (one level out), as the fix has
+    changed it (an `amp.master_params` in it is rewritten too)."""
+    if not rest:
+        return line
+
+    def replacement(updated: cst.CSTNode) -> cst.CSTNode:
+        body = updated.body
+        statements = list(body.body[1:]) if isinstance(body, cst.IndentedBlock) else list(rest)
+        return cst.FlattenSentinel([line, *statements])
+
+    return replacement
 
 
 def _blocks_of(statement: cst.CSTNode) -> List[cst.BaseSuite]:

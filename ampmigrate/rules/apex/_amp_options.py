@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from ampmigrate.engine.names import NameIndex
-from ampmigrate.rules.apex._flow import expression_key
+from ampmigrate.rules.apex._flow import expression_key, is_pure
 
 # amp.initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model_type=None, ...)
 INITIALIZE_PARAMS = (
@@ -63,6 +63,10 @@ class ScalerSpec:
     unsafe: List[str] = field(default_factory=list)  # why the rewrite changes numerics
     notes: List[str] = field(default_factory=list)  # said in the fix message
     error: Optional[str] = None  # the call cannot be migrated at all
+    # A run-time opt level: the test for O3 (pure fp16, which torch.amp cannot do), and the unsafe
+    # reason that a guard raising on it makes moot.
+    o3_test: Optional[str] = None
+    o3_unsafe: Optional[str] = None
     models: Optional[cst.BaseExpression] = None
     optimizers: Optional[cst.BaseExpression] = None
 
@@ -225,13 +229,20 @@ def scaler_spec(
                     f"`opt_level={code(level_node).strip()}` is only known at run time; the rewrite assumes O1 or O2 "
                     "(under O0 the scaler and autocast are disabled; O3, pure fp16, would change)"
                 )
+                if is_pure(level_node):
+                    spec.o3_test = f"{_operand(level_node, code)} == {quote}O3{quote}"
+                    spec.o3_unsafe = spec.unsafe[-1]
             else:
                 spec.levels = levels
             if "O0" in spec.levels and spec.levels & {"O1", "O2"}:
                 # O0 is fp32: the scaler (and autocast) are enabled only for the other levels.
                 spec.opt_level_code = code(level_node).strip()
-                condition = f"{_operand(level_node, code)} != {quote}O0{quote}"
-                spec.add_enabled(condition, cst.parse_expression(condition))
+                chosen = _fp16_arm_test(level_node, code)
+                if chosen is not None:  # `"O1" if args.fp16 else "O0"`: enabled=args.fp16
+                    spec.add_enabled(*chosen)
+                else:
+                    condition = f"{_operand(level_node, code)} != {quote}O0{quote}"
+                    spec.add_enabled(condition, cst.parse_expression(condition))
     # ---- enabled
     enabled = value("enabled")
     if enabled is not None:
@@ -308,6 +319,23 @@ def scaler_spec(
     if value("num_losses") is not None:
         spec.notes.append("one GradScaler serves every loss (`num_losses` and `loss_id` go)")
     return spec
+
+
+def _fp16_arm_test(node: cst.BaseExpression, code) -> Optional[Tuple[str, cst.BaseExpression, bool]]:
+    """`"O1" if flag else "O0"` -> (`flag`, its node, taken); `"O0" if flag else "O2"` -> `not flag`."""
+    if not isinstance(node, cst.IfExp):
+        return None
+    try:
+        body, orelse = literal_value(node.body), literal_value(node.orelse)
+    except ValueError:
+        return None
+    test = code(node.test).strip()
+    if orelse == "O0" and body in ("O1", "O2"):
+        return test, node.test, True
+    if body == "O0" and orelse in ("O1", "O2"):
+        atomic = isinstance(node.test, (cst.Name, cst.Attribute, cst.Subscript, cst.Call))
+        return (f"not {test}" if atomic else f"not ({test})"), node.test, False
+    return None
 
 
 def _operand(node: cst.BaseExpression, code) -> str:

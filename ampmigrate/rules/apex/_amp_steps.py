@@ -20,6 +20,7 @@ import libcst as cst
 
 from ampmigrate.api import CLIP_GRAD
 from ampmigrate.rules.apex._amp_common import Step, Unfixable
+from ampmigrate.rules.apex._presence import Unsupported, simplify
 from ampmigrate.rules.apex._flow import (
     Branch,
     body_of,
@@ -175,8 +176,11 @@ class StepRewrites:
                             inserts[point].append((optimizer, step))
                 if stop:
                     break
+        # `amp.master_params` read in the `scale_loss` body, after the backward: apex had not unscaled
+        # yet, and those statements keep running before any `unscale_` (AMP301 judges a clip there).
+        in_bodies = {id(n) for step in steps for statement in (step.rest or ()) for n in walk(statement)}
         for call, ref in master_refs.items():
-            if call in covered_master:
+            if call in covered_master or id(call) in in_bodies:
                 continue
             statement = self.names.statement_of(call)
             if any(self._reads_gradients(n) for n in walk(statement)):
@@ -313,4 +317,18 @@ class StepRewrites:
             if node is earlier:
                 return True
             node = self.names.parent(node)
+        # In the body of `if amp is not None:` (now `if scaler.is_enabled():`): where the scaler is
+        # enabled that body runs, and where it is not `unscale_` does nothing, so the `if` counts.
+        owner = self.names.parent(block)
+        if isinstance(owner, cst.If) and owner.body is block and self._tests_presence(owner.test):
+            return self._dominates(owner, later)
         return False
+
+    def _tests_presence(self, test: cst.BaseExpression) -> bool:
+        presence = self.presence_refs
+        if not presence or not any(n in presence for n in walk(test)):
+            return False
+        try:
+            return simplify(test, presence) is True
+        except Unsupported:
+            return False

@@ -195,6 +195,14 @@ def is_pure(expression: cst.CSTNode) -> bool:
         return is_pure(expression.expression)
     if isinstance(expression, cst.BooleanOperation):
         return is_pure(expression.left) and is_pure(expression.right)
+    if isinstance(expression, cst.IfExp):
+        return is_pure(expression.test) and is_pure(expression.body) and is_pure(expression.orelse)
+    if isinstance(expression, cst.FormattedString):  # f"O{level}": str() of pure parts
+        return all(
+            is_pure(part.expression) and part.format_spec is None and part.conversion is None
+            for part in expression.parts
+            if isinstance(part, cst.FormattedStringExpression)
+        )
     return False
 
 

@@ -24,32 +24,38 @@ class Unsupported(Exception):
     pass
 
 
-def _atom_value(node: cst.CSTNode, refs: Set[cst.CSTNode]) -> Optional[bool]:
+# What a test of apex's presence becomes for one reference: None when apex's presence is now
+# simply True, else the expression that is true exactly where apex was bound (`scaler.is_enabled()`
+# where `amp = None` stood for "fp16 off", not for "apex missing").
+Present = Optional[Callable[[cst.CSTNode], cst.BaseExpression]]
+
+
+def _atom_value(node: cst.CSTNode, refs: Set[cst.CSTNode], present: Present = None) -> Optional[Folded]:
     """The value of `amp is None` / `amp is not None` / a bare `amp` once apex is replaced."""
     if isinstance(node, cst.Comparison) and node.left in refs and len(node.comparisons) == 1:
         target = node.comparisons[0]
         if isinstance(target.comparator, cst.Name) and target.comparator.value == "None":
             if isinstance(target.operator, cst.IsNot):
-                return True
+                return True if present is None else present(node.left)
             if isinstance(target.operator, cst.Is):
-                return False
+                return False if present is None else cst.UnaryOperation(cst.Not(), present(node.left))
         raise Unsupported("compared to something other than None")
     if node in refs:
-        return True
+        return True if present is None else present(node)
     return None
 
 
-def simplify(expression: cst.BaseExpression, refs: Set[cst.CSTNode]) -> Folded:
-    value = _atom_value(expression, refs)
+def simplify(expression: cst.BaseExpression, refs: Set[cst.CSTNode], present: Present = None) -> Folded:
+    value = _atom_value(expression, refs, present)
     if value is not None:
         return value
     if isinstance(expression, cst.UnaryOperation) and isinstance(expression.operator, cst.Not):
-        inner = simplify(expression.expression, refs)
+        inner = simplify(expression.expression, refs, present)
         if isinstance(inner, bool):
             return not inner
         return expression.with_changes(expression=inner)
     if isinstance(expression, cst.BooleanOperation):
-        left, right = simplify(expression.left, refs), simplify(expression.right, refs)
+        left, right = simplify(expression.left, refs, present), simplify(expression.right, refs, present)
         is_and = isinstance(expression.operator, cst.And)
         absorbing = not is_and  # False absorbs `and`, True absorbs `or`
         if isinstance(left, bool):
@@ -75,7 +81,7 @@ class Action:
     new: Optional[cst.CSTNode] = None
 
 
-def presence_action(names: NameIndex, ref: cst.CSTNode, refs: Set[cst.CSTNode]) -> Action:
+def presence_action(names: NameIndex, ref: cst.CSTNode, refs: Set[cst.CSTNode], present: Present = None) -> Action:
     """What to do about one presence test; raises Unsupported when it is used otherwise."""
     top: cst.CSTNode = ref
     parent = names.parent(top)
@@ -91,7 +97,7 @@ def presence_action(names: NameIndex, ref: cst.CSTNode, refs: Set[cst.CSTNode]) 
     if bare and not in_test:
         # `f(amp)`, `x = amp or y`: the module itself is the value, not a test of it.
         raise Unsupported("used as a value")
-    value = simplify(top, refs)
+    value = simplify(top, refs, present)
     if isinstance(parent, cst.Assert) and parent.test is top:
         if value is True:
             return Action("remove", names.parent(parent) if _alone(names, parent) else parent)

@@ -63,12 +63,12 @@ class Removal:
                 break
             if isinstance(ancestor, cst.If) and child is ancestor.body and isinstance(ancestor.orelse, cst.Else):
                 # `if use_apex: from apex import amp ... else: amp = None`
-                found.extend(_none_assignments(body_of(ancestor.orelse.body) or (), bound))
+                found.extend(none_assignments(body_of(ancestor.orelse.body) or (), bound))
             child = ancestor
             if not isinstance(ancestor, cst.Try):
                 continue
             for handler in ancestor.handlers:
-                found.extend(_none_assignments(body_of(handler.body) or (), bound))
+                found.extend(none_assignments(body_of(handler.body) or (), bound))
             break
         return found
 
@@ -245,7 +245,7 @@ def unused_after(names: NameIndex, binding: Binding, handled: Iterable[cst.CSTNo
     return True
 
 
-def _none_assignments(statements: Iterable[cst.CSTNode], bound: Set[str]) -> List[cst.CSTNode]:
+def none_assignments(statements: Iterable[cst.CSTNode], bound: Set[str]) -> List[cst.CSTNode]:
     """`name = None` / `name = False` small statements of `statements` for the names in `bound`."""
     found: List[cst.CSTNode] = []
     for statement in statements:

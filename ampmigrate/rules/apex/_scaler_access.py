@@ -248,6 +248,8 @@ class ScalerAccess:
                 add(node.func.value)  # amp.initialize(model.cuda(), ...)
 
         add(spec.models)
+        for models in getattr(self.p, "sibling_models", ()):  # other `amp.initialize` calls the scaler serves
+            add(models)
         small = self.p.init_line.body[0]
         if isinstance(small, cst.Assign):
             target = small.targets[0].target

@@ -92,6 +92,8 @@ def initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model
         for model in model_list:
             _convert_model(model, props.cast_model_type, bool(props.keep_batchnorm_fp32))
             _patch_forward(model, props.cast_model_type, props.cast_model_outputs or torch.float32)
+        if _observe is not None and props.cast_model_type != torch.float32:
+            _observe.model_cast(props.cast_model_type)
     for optimizer in optimizer_list:
         _process_optimizer(optimizer, bool(props.master_weights))
     if props.patch_torch_functions:
