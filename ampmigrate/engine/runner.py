@@ -15,6 +15,7 @@ at a time, atomically.
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 from dataclasses import dataclass, field
@@ -359,16 +360,22 @@ def _run_in_workers(
     chunks = [numbered[start : start + chunksize] for start in range(0, len(numbered), chunksize)]
     deferred: List[Tuple[int, int, _Deferred]] = []  # (size, index, round one's answer)
     pool = workers.WorkerPool(size, _init_worker, (settings, cache, project, index, job), _worker_item, limits(settings))
-    with pool:
-        for index, outcome in pool.run(chunks):
-            if isinstance(outcome, _Deferred):
-                deferred.append((outcome.size, index, outcome))
-            else:
+    # What the workers inherit (the engine's modules, the project index) is frozen out of the
+    # cyclic collector's reach: a worker's collections never walk it, nor copy its pages.
+    gc.freeze()
+    try:
+        with pool:
+            for index, outcome in pool.run(chunks):
+                if isinstance(outcome, _Deferred):
+                    deferred.append((outcome.size, index, outcome))
+                else:
+                    done(index, outcome)
+            deferred.sort(key=lambda item: (-item[0], item[1]))  # largest first
+            second = [[(index, (files[index], False, screened))] for _, index, screened in deferred]
+            for index, outcome in pool.run(second):
                 done(index, outcome)
-        deferred.sort(key=lambda item: (-item[0], item[1]))  # largest first
-        second = [[(index, (files[index], False, screened))] for _, index, screened in deferred]
-        for index, outcome in pool.run(second):
-            done(index, outcome)
+    finally:
+        gc.unfreeze()  # collectable again in this process (a long-lived one: watch, server)
 
 
 def write_changes(result: RunResult) -> List[FileError]:
