@@ -17,7 +17,7 @@ from ampmigrate.engine.apex_checkpoint import decide_state, state_helpers_called
 from ampmigrate.engine.project_index import summarize
 
 from conftest import FIXTURES
-from test_apex_threading import _compiles_and_is_stable, _edit, _fix, _index, _refused
+from test_apex_threading import _compiles_and_is_stable, _edit, _fix, _index, _refused, _snapshot
 
 HELPERS = FIXTURES / "AMP101" / "apex_checkpoint_helpers.project"
 
@@ -122,3 +122,15 @@ def test_helper_passed_as_a_value_refuses(tmp_path):
     assert "main.py uses `save_checkpoint()` otherwise than by calling it" in reasons["utils.py"]
 
 
+
+
+def test_an_unsafe_caller_makes_the_helper_unsafe(tmp_path):
+    """`loss_scale=` makes the caller's fix unsafe: a safe fix changes neither file, an unsafe one both."""
+    project = _copy(tmp_path)
+    _edit(project / "main.py", "opt_level=cfg.opt_level)", "opt_level=cfg.opt_level, loss_scale=cfg.loss_scale)")
+    before = _snapshot(project)
+    _fix(project)
+    assert _snapshot(project) == before
+    _fix(project, "--unsafe-fixes")
+    assert "scaler=scaler" in (project / "main.py").read_text()
+    assert "scaler.state_dict()" in (project / "utils.py").read_text()
