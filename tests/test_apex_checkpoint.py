@@ -134,3 +134,22 @@ def test_an_unsafe_caller_makes_the_helper_unsafe(tmp_path):
     _fix(project, "--unsafe-fixes")
     assert "scaler=scaler" in (project / "main.py").read_text()
     assert "scaler.state_dict()" in (project / "utils.py").read_text()
+
+
+def test_split_initializer_passes_its_scaler_to_a_helper(tmp_path):
+    """The A side of a split setup (engine/apex_threading.py) also calls a checkpoint helper."""
+    project = tmp_path / "p"
+    shutil.copytree(FIXTURES / "AMP101" / "amp_split_init_and_step.project", project)
+    (project / "checkpoint.py").write_text(
+        "import torch\nfrom apex import amp\n\n\ndef save(model, path):\n"
+        "    torch.save({\"model\": model.state_dict(), \"amp\": amp.state_dict()}, path)\n"
+    )
+    _edit(project / "train_net.py", "from trainer import do_train\n", "from checkpoint import save\nfrom trainer import do_train\n")
+    _edit(project / "train_net.py", "    return model\n", "    save(model, cfg.output)\n    return model\n")
+    _fix(project)
+    a = (project / "train_net.py").read_text()
+    assert "do_train(model, data_loader, optimizer, cfg.max_iter, scaler=scaler)" in a
+    assert "save(model, cfg.output, scaler=scaler)" in a
+    c = (project / "checkpoint.py").read_text()
+    assert "def save(model, path, scaler):" in c and '"amp": scaler.state_dict()' in c and "apex" not in c
+    _compiles_and_is_stable(project)
