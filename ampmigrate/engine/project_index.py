@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from ampmigrate.engine import collector
+from ampmigrate.engine.apex_checkpoint import state_key, summarize_checkpoint
 from ampmigrate.engine.apex_threading import summarize_threading, threading_key
 from ampmigrate.engine.grad_norm_helpers import grad_norm_helpers
 from ampmigrate.engine.project import module_names
@@ -34,7 +35,7 @@ from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 11
+_FORMAT = 12
 
 
 @dataclass
@@ -89,6 +90,13 @@ class ModuleSummary:
     # module's apex import: (positional parameters, the optimizer parameter, the name of the
     # scaler parameter to add, why the split migration cannot take it or "").
     apex_step_functions: Dict[str, Tuple[List[str], str, str, str]] = field(default_factory=dict)
+    # --- apex.amp checkpoint helpers in another file (engine/apex_checkpoint.py) ---
+    # A helper's file (apex's amp used only for `state_dict`/`load_state_dict`): its top-level
+    # functions using it: (positional parameters, the scaler parameter to add, problem or "").
+    apex_state_functions: Dict[str, Tuple[List[str], str, str]] = field(default_factory=dict)
+    # A caller's file: how many `amp.initialize` uses, and per name imported by name: (calls, other uses).
+    apex_initializes: int = 0
+    apex_name_uses: Dict[str, Tuple[int, int]] = field(default_factory=dict)
     # Top-level functions whose value is the p-norm of their parameter's gradients
     # (engine/grad_norm_helpers.py): {name: (positional parameters, the norm-type parameter or "")}.
     # Called on a micro-step of apex accumulation, `f(params) / scaler.get_scale()` is apex's value.
@@ -122,6 +130,12 @@ def _as_data(summary: ModuleSummary) -> dict:
             name: (list(positional), optimizer, scaler, problem)
             for name, (positional, optimizer, scaler, problem) in summary.apex_step_functions.items()
         },
+        "apex_state_functions": {
+            name: (list(positional), scaler, problem)
+            for name, (positional, scaler, problem) in summary.apex_state_functions.items()
+        },
+        "apex_initializes": summary.apex_initializes,
+        "apex_name_uses": {name: tuple(uses) for name, uses in summary.apex_name_uses.items()},
         "grad_norm_helpers": {name: (list(positional), norm) for name, (positional, norm) in summary.grad_norm_helpers.items()},
     }
 
@@ -165,7 +179,12 @@ class ProjectIndex:
                     data = _as_data(summarize(raw, package))
             fresh[absolute] = (digest, data)
             index._add(absolute, ModuleSummary(**data))
-            if data.get("apex_step_functions") or data.get("apex_init_function"):
+            if (
+                data.get("apex_step_functions")
+                or data.get("apex_init_function")
+                or data.get("apex_state_functions")
+                or data.get("apex_initializes")
+            ):
                 index.apex_sources[absolute] = (digest, raw)
         if cache_path is not None and fresh != cached:
             _store(cache_path, fresh)
@@ -201,6 +220,8 @@ class ProjectIndex:
         summary.scaler_param_uses = {k: (list(v[0]), dict(v[1])) for k, v in summary.scaler_param_uses.items()}
         summary.apex_init_calls = [tuple(item) for item in summary.apex_init_calls]
         summary.apex_step_functions = {k: (list(v[0]), *v[1:]) for k, v in summary.apex_step_functions.items()}
+        summary.apex_state_functions = {k: (list(v[0]), *v[1:]) for k, v in summary.apex_state_functions.items()}
+        summary.apex_name_uses = {k: tuple(v) for k, v in summary.apex_name_uses.items()}
         for module, name in summary.from_imports:
             self._exports.setdefault(module, set()).add(name)
         self.modules[path] = summary
@@ -382,6 +403,9 @@ class ProjectIndex:
         threading = threading_key(self, absolute)
         if threading:
             parts.append(f"apex_threading={threading}")
+        helpers = state_key(self, absolute)
+        if helpers:
+            parts.append("apex_checkpoint=" + hashlib.blake2b(helpers.encode(), digest_size=8).hexdigest())
         runner = self.backward_runner_imported(absolute)
         if runner:
             parts.append(f"backward_runner={runner}")
@@ -540,6 +564,7 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
         if needs_apex:
             _summarize_apex_amp(tree, summary)
             summarize_threading(tree, summary)
+            summarize_checkpoint(tree, summary)
         if needs_results:
             summary.trained_results = _trained_results(tree, summary.from_imports, raw)
         if needs_savers:
