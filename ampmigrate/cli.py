@@ -195,12 +195,16 @@ def _run(
         project_files = discover(scope, settings).files
         project = ProjectImports.scan(root or settings.root, [*project_files, *found.files], settings.max_file_size * READ_LIMIT_FACTOR)
     # What each file of the run does for training, for rules that look across files.
-    index = ProjectIndex.build(
-        root or _project_root(settings) or settings.root,
-        found.files,
-        cache_path=cache.index_path if cache is not None else None,
-        max_size=settings.max_file_size,
-    )
+    index_root = root or _project_root(settings) or settings.root
+    index_cache = cache.index_path if cache is not None else None
+    if index_cache is None or not os.path.exists(index_cache):
+        # A cold run: the engine will be needed; it is imported while a child builds the index.
+        from ampmigrate.engine.index_builder import build_beside
+        from ampmigrate.engine.runner import import_engine
+
+        index = build_beside(import_engine, index_root, found.files, index_cache, settings.max_file_size)
+    else:
+        index = ProjectIndex.build(index_root, found.files, cache_path=index_cache, max_size=settings.max_file_size)
     progress = _Progress(found.files)
     try:
         result = run_files(

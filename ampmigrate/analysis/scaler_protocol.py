@@ -314,10 +314,23 @@ class EventReader:
                 return Event(ZERO_GRAD, call)
             if method == "step" and self.analyzer.is_optimizer(func.value, self.owner):
                 return Event(PLAIN_STEP, call, optimizer_key(names, func.value), func.value)
+        if self._value_divided_by_scale(call):
+            return None  # `get_grad_norm(params) / scaler.get_scale()`: reads the scaled gradients on purpose
         helper = self.analyzer.helper_effect(call, self.scalers)
         if helper is not None:
             return helper
         return None
+
+    def _value_divided_by_scale(self, call: cst.Call) -> bool:
+        """`f(...) / scaler.get_scale()` with this scaler: the form the apex migration writes for a
+        gradient-norm helper on every micro-step of gradient accumulation (a p-norm scales with
+        the gradients, rules/apex/_accumulation_clip.py)."""
+        parent = self.names.parent(call)
+        if not (isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Divide) and parent.left is call):
+            return False
+        right = parent.right
+        use = self.uses.get(right) if isinstance(right, cst.Call) else None
+        return use is not None and use.method == "get_scale"
 
     def _threshold_scaled(self, call: cst.Call) -> bool:
         """A clip whose threshold is multiplied by this scaler's `get_scale()`: the form the apex

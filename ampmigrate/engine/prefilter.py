@@ -26,6 +26,7 @@ import re
 from typing import AbstractSet, Dict, List, Optional, Sequence, Tuple
 
 from ampmigrate.engine import collector
+from ampmigrate.engine.ast_nodes import release
 from ampmigrate.engine.fast_regex import compile_trigger
 from ampmigrate.engine.prescreen import QualifiedNameScreen, parse
 from ampmigrate.rules.base import Rule
@@ -88,8 +89,15 @@ class Prefilter:
             tree = parse(text)
             if tree is None:  # `ast` cannot parse it: let LibCST decide (and report)
                 return rules
-            reachable = self._screen.reachable_in(tree, text) if by_names and self._screen is not None else None
-            return [rule for rule in rules if self._may_report(rule, tree, reachable)]
+            reachable = None
+            if by_names and self._screen is not None:
+                needed = [frozenset(rule.qualified_prefixes) for rule in rules if rule.qualified_prefixes is not None]
+                reachable = self._screen.reachable_in(tree, text, needed)
+            kept = [rule for rule in rules if self._may_report(rule, tree, reachable)]
+            # The tree goes before the collector runs again: freed, not walked by a collection.
+            del tree
+            release()
+        return kept
 
     @staticmethod
     def _may_report(rule: Rule, tree: ast.Module, reachable) -> bool:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import ast
 import re
 import warnings
-from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from ampmigrate.api import STAR_EXPORTS
 from ampmigrate.engine.ast_nodes import nodes_of
@@ -87,10 +87,15 @@ class QualifiedNameScreen:
         tree = parse(text)
         return None if tree is None else self.reachable_in(tree, text)
 
-    def reachable_in(self, tree: ast.Module, text: str) -> Optional[FrozenSet[str]]:
-        """The prefixes the file `text`, parsed as `tree`, can reach (None: too deep to follow)."""
+    def reachable_in(
+        self, tree: ast.Module, text: str, needed: Sequence[FrozenSet[str]] = ()
+    ) -> Optional[FrozenSet[str]]:
+        """The prefixes the file `text`, parsed as `tree`, can reach (None: too deep to follow).
+        With `needed` (the prefix sets of the rules asking), the search may stop as soon as each
+        set has a reachable prefix: the answer is then only part of what the file reaches, but
+        the same for every question of the form "does it reach one of these?" over `needed`."""
         try:
-            return _Search(self, tree, text).run()
+            return _Search(self, tree, text, needed).run()
         except (RecursionError, MemoryError):
             return None  # e.g. an attribute chain thousands deep: let LibCST decide
 
@@ -112,7 +117,8 @@ class QualifiedNameScreen:
 
 
 class _Search:
-    def __init__(self, screen: QualifiedNameScreen, tree: ast.Module, text: str) -> None:
+    def __init__(self, screen: QualifiedNameScreen, tree: ast.Module, text: str, needed: Sequence[FrozenSet[str]] = ()) -> None:
+        self.needed = needed
         self.screen = screen
         self.tree = tree
         self.text = text
@@ -124,16 +130,23 @@ class _Search:
         self.statements: List[ast.stmt] = []
         self.aliases: List[Tuple[str, str, ast.AST]] = []  # ("name"|"attr", target, value)
 
+    def _enough(self) -> bool:
+        """Every rule asking (`needed`) reaches one of its prefixes already."""
+        return bool(self.needed) and all(not prefixes.isdisjoint(self.found) for prefixes in self.needed)
+
     def run(self) -> FrozenSet[str]:
         self._collect_statements()
-        if len(self.found) == len(self.screen.prefixes) or not self.names:
+        if len(self.found) == len(self.screen.prefixes) or not self.names or self._enough():
             # Nothing imported on the way to a prefix: no expression can get there either.
             return frozenset(self.found)
         self._propagate_aliases()
         memo: Dict[int, _Names] = {}
         for node in self._attribute_chains():
+            before = len(self.found)
             self._qualified(node, memo)
-        if len(self.found) < len(self.screen.prefixes):
+            if len(self.found) > before and self._enough():
+                return frozenset(self.found)
+        if len(self.found) < len(self.screen.prefixes) and not self._enough():
             for node in self._text_annotation_chains():
                 self._qualified(node, memo)
         return frozenset(self.found)

@@ -27,13 +27,15 @@ from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from ampmigrate.engine import collector
+from ampmigrate.engine.apex_checkpoint import state_key, summarize_checkpoint
 from ampmigrate.engine.apex_threading import summarize_threading, threading_key
+from ampmigrate.engine.grad_norm_helpers import grad_norm_helpers
 from ampmigrate.engine.project import module_names
 from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 10
+_FORMAT = 12
 
 
 @dataclass
@@ -88,6 +90,17 @@ class ModuleSummary:
     # module's apex import: (positional parameters, the optimizer parameter, the name of the
     # scaler parameter to add, why the split migration cannot take it or "").
     apex_step_functions: Dict[str, Tuple[List[str], str, str, str]] = field(default_factory=dict)
+    # --- apex.amp checkpoint helpers in another file (engine/apex_checkpoint.py) ---
+    # A helper's file (apex's amp used only for `state_dict`/`load_state_dict`): its top-level
+    # functions using it: (positional parameters, the scaler parameter to add, problem or "").
+    apex_state_functions: Dict[str, Tuple[List[str], str, str]] = field(default_factory=dict)
+    # A caller's file: how many `amp.initialize` uses, and per name imported by name: (calls, other uses).
+    apex_initializes: int = 0
+    apex_name_uses: Dict[str, Tuple[int, int]] = field(default_factory=dict)
+    # Top-level functions whose value is the p-norm of their parameter's gradients
+    # (engine/grad_norm_helpers.py): {name: (positional parameters, the norm-type parameter or "")}.
+    # Called on a micro-step of apex accumulation, `f(params) / scaler.get_scale()` is apex's value.
+    grad_norm_helpers: Dict[str, Tuple[List[str], str]] = field(default_factory=dict)
 
 
 def _as_data(summary: ModuleSummary) -> dict:
@@ -117,6 +130,13 @@ def _as_data(summary: ModuleSummary) -> dict:
             name: (list(positional), optimizer, scaler, problem)
             for name, (positional, optimizer, scaler, problem) in summary.apex_step_functions.items()
         },
+        "apex_state_functions": {
+            name: (list(positional), scaler, problem)
+            for name, (positional, scaler, problem) in summary.apex_state_functions.items()
+        },
+        "apex_initializes": summary.apex_initializes,
+        "apex_name_uses": {name: tuple(uses) for name, uses in summary.apex_name_uses.items()},
+        "grad_norm_helpers": {name: (list(positional), norm) for name, (positional, norm) in summary.grad_norm_helpers.items()},
     }
 
 
@@ -159,7 +179,12 @@ class ProjectIndex:
                     data = _as_data(summarize(raw, package))
             fresh[absolute] = (digest, data)
             index._add(absolute, ModuleSummary(**data))
-            if data.get("apex_step_functions") or data.get("apex_init_function"):
+            if (
+                data.get("apex_step_functions")
+                or data.get("apex_init_function")
+                or data.get("apex_state_functions")
+                or data.get("apex_initializes")
+            ):
                 index.apex_sources[absolute] = (digest, raw)
         if cache_path is not None and fresh != cached:
             _store(cache_path, fresh)
@@ -195,6 +220,8 @@ class ProjectIndex:
         summary.scaler_param_uses = {k: (list(v[0]), dict(v[1])) for k, v in summary.scaler_param_uses.items()}
         summary.apex_init_calls = [tuple(item) for item in summary.apex_init_calls]
         summary.apex_step_functions = {k: (list(v[0]), *v[1:]) for k, v in summary.apex_step_functions.items()}
+        summary.apex_state_functions = {k: (list(v[0]), *v[1:]) for k, v in summary.apex_state_functions.items()}
+        summary.apex_name_uses = {k: tuple(v) for k, v in summary.apex_name_uses.items()}
         for module, name in summary.from_imports:
             self._exports.setdefault(module, set()).add(name)
         self.modules[path] = summary
@@ -280,6 +307,37 @@ class ProjectIndex:
         op = self.modules[path].fft_helpers.get(name)
         return (path, op) if op else None
 
+    def grad_norm_helper(self, qname: str, importer: str = "") -> Optional[Tuple[str, Tuple[List[str], str]]]:
+        """For `utils.get_grad_norm` imported by the file `importer`: (its file, (positional
+        parameters, norm-type parameter or "")), if it is a gradient-norm helper
+        (engine/grad_norm_helpers.py). The module is the one `module_for` names and/or the file
+        beside `importer` (a script's own directory comes first on `sys.path`: Swin's forks each
+        have their own `utils.py`); where both exist, both must record the same helper."""
+        module, _, name = qname.rpartition(".")
+        if not module:
+            return None
+        paths = {p for p in (self.module_for(module), self.sibling_module(importer, module) if importer else None) if p}
+        records = {p: self.modules[p].grad_norm_helpers.get(name) for p in paths}
+        if not records or any(not r for r in records.values()):
+            return None
+        shapes = {(tuple(r[0]), r[1]) for r in records.values()}
+        if len(shapes) != 1:
+            return None
+        path = sorted(records)[0]
+        positional, norm = next(iter(shapes))
+        return path, (list(positional), norm)
+
+    def sibling_module(self, importer: str, dotted: str) -> Optional[str]:
+        """The file of the run that `import dotted` finds in the directory of the script
+        `importer` (an absolute import only), if there is one."""
+        if not dotted or dotted.startswith("."):
+            return None
+        base = os.path.join(os.path.dirname(os.path.abspath(importer)), *dotted.split("."))
+        for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+            if candidate in self.modules:
+                return candidate
+        return None
+
     def scales_loss(self, path: str) -> bool:
         return bool(self.modules.get(os.path.abspath(path), ModuleSummary()).scales_loss)
 
@@ -332,6 +390,9 @@ class ProjectIndex:
                     parts.append(f"{spec}:scalers={sorted(self.modules[other].scaler_param_uses.items())}")
                 if other is not None and other != absolute and self.modules[other].fft_helpers:
                     parts.append(f"{spec}:fft={sorted(self.modules[other].fft_helpers.items())}")
+                for near in sorted({other, self.sibling_module(absolute, spec)} - {None}):
+                    if near != absolute and self.modules[near].grad_norm_helpers:
+                        parts.append(f"{spec}:gradnorm={sorted(self.modules[near].grad_norm_helpers.items())}")
         exported = self.imported_from(absolute)
         if exported:
             parts.append("exports=" + ",".join(sorted(exported)))
@@ -342,6 +403,9 @@ class ProjectIndex:
         threading = threading_key(self, absolute)
         if threading:
             parts.append(f"apex_threading={threading}")
+        helpers = state_key(self, absolute)
+        if helpers:
+            parts.append("apex_checkpoint=" + hashlib.blake2b(helpers.encode(), digest_size=8).hexdigest())
         runner = self.backward_runner_imported(absolute)
         if runner:
             parts.append(f"backward_runner={runner}")
@@ -469,6 +533,8 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
             summary.backward_runners = _backward_runners(parse())
     if b"fft" in raw and not test_file:
         summary.fft_helpers = _fft_helpers(parse())
+    if b".grad" in raw and b"norm" in raw:
+        summary.grad_norm_helpers = grad_norm_helpers(parse())
     needs_savers = not test_file and b"state_dict()" in raw and _SAVES.search(raw) is not None
     needs_scaler_params = not test_file and b"caler" in raw and _SCALER_PARAM.search(raw) is not None
     if not (summary.trains or needs_ast or needs_apex or needs_savers or needs_scaler_params):
@@ -498,6 +564,7 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
         if needs_apex:
             _summarize_apex_amp(tree, summary)
             summarize_threading(tree, summary)
+            summarize_checkpoint(tree, summary)
         if needs_results:
             summary.trained_results = _trained_results(tree, summary.from_imports, raw)
         if needs_savers:

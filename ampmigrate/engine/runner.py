@@ -15,6 +15,7 @@ at a time, atomically.
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 from dataclasses import dataclass, field
@@ -327,6 +328,16 @@ def run_files(
     return result
 
 
+def import_engine() -> None:
+    """The engine (LibCST, the rules), imported once, before the workers are forked: only a run
+    with files to analyse pays for it (a cold run imports it while its project index is built,
+    engine/index_builder.py)."""
+    import ampmigrate.engine.pipeline  # noqa: F401
+    from ampmigrate.rules import rule_classes
+
+    rule_classes()
+
+
 def _run_in_workers(
     files: Sequence[str],
     todo: List[int],
@@ -339,12 +350,7 @@ def _run_in_workers(
     done: Callable[[int, Union[FileResult, workers.Failure]], None],
 ) -> None:
     """The files at the indices `todo`, in a pool of watched workers (two rounds, see above)."""
-    # The engine (LibCST, the rules) is imported here, once, before the workers are forked:
-    # only a run with files to analyse pays for it.
-    import ampmigrate.engine.pipeline  # noqa: F401
-    from ampmigrate.rules import rule_classes
-
-    rule_classes()
+    import_engine()
 
     size = 1 if len(todo) < PARALLEL_THRESHOLD else min(jobs, len(todo))
     # With one worker nothing waits on a large file: no second round.
@@ -354,16 +360,22 @@ def _run_in_workers(
     chunks = [numbered[start : start + chunksize] for start in range(0, len(numbered), chunksize)]
     deferred: List[Tuple[int, int, _Deferred]] = []  # (size, index, round one's answer)
     pool = workers.WorkerPool(size, _init_worker, (settings, cache, project, index, job), _worker_item, limits(settings))
-    with pool:
-        for index, outcome in pool.run(chunks):
-            if isinstance(outcome, _Deferred):
-                deferred.append((outcome.size, index, outcome))
-            else:
+    # What the workers inherit (the engine's modules, the project index) is frozen out of the
+    # cyclic collector's reach: a worker's collections never walk it, nor copy its pages.
+    gc.freeze()
+    try:
+        with pool:
+            for index, outcome in pool.run(chunks):
+                if isinstance(outcome, _Deferred):
+                    deferred.append((outcome.size, index, outcome))
+                else:
+                    done(index, outcome)
+            deferred.sort(key=lambda item: (-item[0], item[1]))  # largest first
+            second = [[(index, (files[index], False, screened))] for _, index, screened in deferred]
+            for index, outcome in pool.run(second):
                 done(index, outcome)
-        deferred.sort(key=lambda item: (-item[0], item[1]))  # largest first
-        second = [[(index, (files[index], False, screened))] for _, index, screened in deferred]
-        for index, outcome in pool.run(second):
-            done(index, outcome)
+    finally:
+        gc.unfreeze()  # collectable again in this process (a long-lived one: watch, server)
 
 
 def write_changes(result: RunResult) -> List[FileError]:

@@ -15,18 +15,23 @@ so the clip stays where it is with its threshold multiplied by `scaler.get_scale
 disabled scaler), and a norm it returns is divided by it. On inf/NaN gradients the clip yields
 non-finite gradients and `scaler.step` skips the step, as apex skipped it.
 
-Only torch's own `clip_grad_norm_`/`clip_grad_value_` (resolved by qualified name) qualify; any
-other read of the gradients on a micro-step (a helper of the program, an all-reduce) stays a
-refusal that says so.
+Only torch's own `clip_grad_norm_`/`clip_grad_value_` (resolved by qualified name) qualify, and
+a gradient-norm helper of the program that engine/grad_norm_helpers.py recognizes by its structure
+(`grad_norm = get_grad_norm(amp.master_params(opt))` in Swin-Transformer): a p-norm scales with
+the gradients, so its value divided by `scaler.get_scale()` is apex's. Any other read of the
+gradients on a micro-step (another helper, an all-reduce) stays a refusal that says so.
 
 A mixin of the planner (`_amp_migration._Planner`), called from `_amp_steps._plan_unscale`.
 """
 
 from __future__ import annotations
 
+import ast
 from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
+
+from ampmigrate.engine.grad_norm_helpers import grad_norm_call_ok, grad_norm_helpers
 
 from ampmigrate.rules.apex._amp_common import Step, Unfixable
 from ampmigrate.rules.apex._flow import is_pure
@@ -160,11 +165,18 @@ class AccumulationClips(ClipMoves):
         except Unfixable as refusal:
             clip = self._torch_clip(reader, master_refs)
             if clip is None:
+                norm = self._grad_norm_call(reader, master_refs)
+                if norm is not None:  # a gradient-norm helper of the program: its value divided by the scale
+                    norms = self._micro_step_norms
+                    if not any(norm in calls for calls in norms.values()):
+                        norms.setdefault(step, []).append(norm)
+                    return True
                 outer = self._outer_call(reader, master_refs)
                 raise Unfixable(
                     f"{refusal}. `{self.ctx.code(outer.func).strip()}(...)` is not torch's `clip_grad_norm_`/"
                     "`clip_grad_value_` (those stay exact on every micro-step with their threshold multiplied by "
-                    "`scaler.get_scale()`), so what it reads there would be multiplied by the loss scale"
+                    "`scaler.get_scale()`) nor a helper recognized as a p-norm of the gradients (whose value is divided "
+                    "by it), so what it reads there would be multiplied by the loss scale"
                 ) from None
             self._bound_clip(clip)  # refuses what cannot be kept exact
             if not any(clip in clips for clips in self._micro_step_clips.values()):
@@ -179,20 +191,25 @@ class AccumulationClips(ClipMoves):
         reasoning about which of the two runs first."""
         for point, items in inserts.items():
             for _, step in items:
-                clips = self._micro_step_clips.get(step)
+                clips = self._micro_step_clips.get(step) or self._micro_step_norms.get(step)
                 if clips:
                     raise Unfixable(
                         f"the gradients are clipped on every micro-step (line {self._line(clips[0])}) and read "
                         f"again at line {self._line(point)}, where `unscale_` would have to run once per step: "
                         "migrate this accumulation by hand"
                     )
+        norms = self._micro_step_norms
         for step, clips in self._micro_step_clips.items():
-            moves = self._moves(step, clips) if self.ctx.settings.unsafe_fixes else None
+            # A norm helper on the micro-steps reads the gradients the clip leaves: the clip stays.
+            moves = self._moves(step, clips) if self.ctx.settings.unsafe_fixes and step not in norms else None
             if moves is not None:
                 self._move_clips(step, clips, moves)
                 continue
             for clip in clips:
                 self._scale_threshold(clip)
+        for calls in norms.values():
+            for call in calls:
+                self._divide_norm(call)
 
     # ---- the clip
     def _outer_call(self, reader: cst.CSTNode, master_refs) -> cst.Call:
@@ -211,6 +228,81 @@ class AccumulationClips(ClipMoves):
         if reader is not call and (not call.args or call.args[0].value is not reader):
             return None  # `amp.master_params(opt)` is not the clip's parameters
         return call
+
+    # ---- a gradient-norm helper of the program (engine/grad_norm_helpers.py)
+    def _grad_norm_call(self, reader: cst.CSTNode, master_refs) -> Optional[cst.Call]:
+        """`f(amp.master_params(opt))` whose value is used, with `f` a recognized gradient-norm
+        helper: defined at the top of this file, or imported by name from a file of the run whose
+        index summary records it. None for anything else (the read stays refused)."""
+        if reader not in master_refs:
+            return None
+        call = self._outer_call(reader, master_refs)
+        if call is reader or not isinstance(call, cst.Call) or not isinstance(call.func, cst.Name):
+            return None
+        first = call.args[0] if call.args else None
+        if first is None or first.value is not reader or first.keyword is not None or first.star:
+            return None
+        if isinstance(self.names.parent(call), cst.Expr):
+            return None  # its value is discarded: nothing to divide (and nothing apex-specific to keep)
+        record = self._grad_norm_record(call.func)
+        if record is None:
+            return None
+        args = []
+        for arg in call.args:
+            value = None
+            if not arg.star:
+                try:
+                    value = ast.parse(self.ctx.code(arg.value).strip(), mode="eval").body
+                except (SyntaxError, ValueError, RecursionError):
+                    value = None
+            args.append((arg.keyword.value if arg.keyword is not None else None, value))
+        return call if grad_norm_call_ok(record, args) else None
+
+    def _grad_norm_record(self, func: cst.Name):
+        bindings = self.names.bindings_of(func)
+        if len(bindings) != 1:
+            return None
+        binding = bindings[0]
+        if binding.kind == "def" and binding.scope.kind == "module":
+            helpers = self.__dict__.get("_file_grad_norm_helpers")
+            if helpers is None:
+                try:
+                    helpers = grad_norm_helpers(ast.parse(self.module.code))
+                except (SyntaxError, ValueError, RecursionError, MemoryError):
+                    helpers = {}
+                self._file_grad_norm_helpers = helpers
+            return helpers.get(func.value)
+        index = self.ctx.project_index
+        if binding.kind != "from-import" or index is None:
+            return None
+        qnames = self.names.qualified_names(func)
+        if len(qnames) != 1:
+            return None
+        found = index.grad_norm_helper(next(iter(qnames)), self.ctx.path)
+        return found[1] if found is not None else None
+
+    def _divide_norm(self, call: cst.Call) -> None:
+        statement = self.names.statement_of(call)
+        scaler = self.access.expression(statement)
+        self._divide_by_scale(call, scaler)
+        self._note(
+            f"`{self.ctx.code(call.func).strip()}(...)` at line {self._line(call)} computes a norm of the gradients on "
+            f"every micro-step while the optimizer steps every few: GradScaler keeps them scaled until the step, so "
+            f"its value is divided by `{scaler}.get_scale()` (a p-norm scales with the gradients: apex's value)"
+        )
+
+    def _divide_by_scale(self, call: cst.Call, scaler: str) -> None:
+        """`call` -> `call / scaler.get_scale()` (parenthesized where the context needs it)."""
+        divisor = self.ctx.parse_expression(f"{scaler}.get_scale()")
+        bare = isinstance(self.names.parent(call), _BARE_CONTEXTS)
+
+        def divided(updated: cst.Call, divisor=divisor, bare=bare) -> cst.BaseExpression:
+            new = cst.BinaryOperation(updated, cst.Divide(), divisor)
+            if not bare:
+                new = new.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+            return new
+
+        self.builder.replace(call, divided)
 
     def _bound_clip(self, clip: cst.Call) -> cst.Arg:
         """The clip's threshold argument; Unfixable where scaling it would not keep apex's clip."""
@@ -247,16 +339,7 @@ class AccumulationClips(ClipMoves):
         self.builder.replace(value, self.ctx.parse_expression(f"{code} * {scaler}.get_scale()"))
         self.handled.add(value)
         if kind == _NORM and not isinstance(self.names.parent(clip), cst.Expr):
-            divisor = self.ctx.parse_expression(f"{scaler}.get_scale()")
-            bare = isinstance(self.names.parent(clip), _BARE_CONTEXTS)
-
-            def divided(updated: cst.Call, divisor=divisor, bare=bare) -> cst.BaseExpression:
-                new = cst.BinaryOperation(updated, cst.Divide(), divisor)
-                if not bare:
-                    new = new.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-                return new
-
-            self.builder.replace(clip, divided)
+            self._divide_by_scale(clip, scaler)
         self._note(
             f"the clip at line {self._line(clip)} runs on every micro-step while the optimizer steps every few: "
             f"GradScaler keeps the gradients scaled until the step, so its threshold is multiplied by "

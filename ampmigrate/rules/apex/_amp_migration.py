@@ -70,9 +70,10 @@ def amp_plan(ctx: FileContext) -> AmpPlan:
 
 def _planner_for(ctx: FileContext) -> "_Planner":
     # A file that is one side of an apex setup split across two files (_cross_threading.py).
+    from ampmigrate.rules.apex._checkpoint_threading import checkpoint_planner
     from ampmigrate.rules.apex._cross_threading import split_planner
 
-    return split_planner(ctx) or _Planner(ctx)
+    return split_planner(ctx) or checkpoint_planner(ctx) or _Planner(ctx)
 
 
 class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
@@ -324,6 +325,9 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
 
     def _finish(self, message: str) -> Fix:
         """The fix, its message carrying the notes, unsafe when something changes numerics."""
+        from ampmigrate.rules.apex._checkpoint_threading import check_passed
+
+        check_passed(self)  # no call of a checkpoint helper of another file left without its scaler
         details = self.notes + ([f"unsafe: {'; '.join(self.unsafe)}"] if self.unsafe else [])
         if details:
             message += " (" + "; ".join(details) + ")"
@@ -618,8 +622,13 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
         for ref in self.refs:
             if ref.api in ("state_dict", "load_state_dict") or (ref.api == "_amp_state"):
                 scaler_scopes.append(self._function_scope(ref.node))
+        from ampmigrate.rules.apex._checkpoint_threading import helper_calls, pass_scaler
+
+        helpers = helper_calls(self)  # checkpoint helpers of other files taking the scaler
+        scaler_scopes.extend(self._function_scope(call) for call, _, _ in helpers)
         self.access = self._scaler_access(scaler_scopes)
         self.scaler_scopes = scaler_scopes
+        pass_scaler(self, helpers)
         regions: List[Tuple[Region, Step]] = []
         for step in steps:
             self._plan_step_calls(step, steps)

@@ -156,6 +156,7 @@ class StepRewrites:
     def _plan_unscale(self, steps: List[Step]) -> None:
         inserts: Dict[cst.CSTNode, List[Tuple[str, Step]]] = {}
         self._micro_step_clips: Dict[Step, List[cst.Call]] = {}  # see _accumulation_clip
+        self._micro_step_norms: Dict[Step, List[cst.Call]] = {}  # gradient-norm helpers, ditto
         order: List[cst.CSTNode] = []
         master_refs = {r.call: r for r in self.refs if r.api == "master_params" and r.call is not None}
         covered_master: Set[cst.Call] = set()

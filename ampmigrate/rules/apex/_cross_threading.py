@@ -62,9 +62,9 @@ def group_check(ctx: FileContext, path: str, function: str) -> Tuple[Optional[st
     return memo[key]
 
 
-def _plan_elsewhere(ctx: FileContext, path: str) -> Tuple[Optional[str], List[str]]:
-    """(why the split planner finds no fix for the file at `path`, as the index read it; what
-    makes its fix unsafe)."""
+def _plan_elsewhere(ctx: FileContext, path: str, factory=None) -> Tuple[Optional[str], List[str]]:
+    """(why the split planner (or `factory`'s) finds no fix for the file at `path`, as the index
+    read it; what makes its fix unsafe)."""
     index = ctx.project_index
     source = index.apex_sources.get(path)
     if source is None:
@@ -78,7 +78,7 @@ def _plan_elsewhere(ctx: FileContext, path: str) -> Tuple[Optional[str], List[st
     other.project_index = index
     other.imported_elsewhere = frozenset(index.imported_from(path))
     other.imports_scanned = ctx.imports_scanned
-    planner = split_planner(other)
+    planner = (factory or split_planner)(other)
     if planner is None:
         return "it is not a side of this setup", []
     planner.verify = False
@@ -248,6 +248,11 @@ class _InitSide(_Planner):
         self.unsafe.extend(u for u in unsafe if u not in self.unsafe)
         self.access = _InitAccess(self, [])
         self.scaler_scopes = [self.home]  # tests of apex's presence here become `scaler.is_enabled()`
+        from ampmigrate.rules.apex._checkpoint_threading import helper_calls, pass_scaler
+
+        helpers = helper_calls(self)  # checkpoint helpers (engine/apex_checkpoint.py)
+        if any(self._function_scope(call) is not self.home for call, _, _ in helpers):
+            raise Unfixable(f"{NO_STEP_REASON} (a checkpoint helper is called outside the function calling `amp.initialize`)")
         self._plan_presence_tests()
         self._plan_scaler_creation()
         for call in self.calls:
@@ -259,6 +264,7 @@ class _InitSide(_Planner):
             )
             self.builder.replace(call, rebuild_args(call, [*call.args, arg]))
             self.handled.add(call)
+        pass_scaler(self, helpers)
         self._plan_imports()
         self._emit_removals()
         self._check_nesting()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import libcst as cst
 
@@ -21,7 +21,7 @@ from ampmigrate.analysis.scaler_protocol import (
     OptimizerKey,
 )
 from ampmigrate.analysis.scaler_typing import has_protocol_shape
-from ampmigrate.engine.ast_nodes import nodes_of
+from ampmigrate.engine.ast_nodes import memo, nodes_of
 from ampmigrate.engine.names import NameIndex
 from ampmigrate.api import ANY_GRAD_SCALER
 from ampmigrate.rules.base import Rule
@@ -40,22 +40,39 @@ class ProtocolRule(Rule):
         return _may_hold_scaler(tree)
 
 
-_SCREENED: List = [None, False]  # the last tree screened and its answer (five rules ask in a row)
-
-
 def _may_hold_scaler(tree: ast.Module) -> bool:
-    if _SCREENED[0] is not tree:
-        _SCREENED[:] = [tree, _names_grad_scaler(tree) or has_protocol_shape(tree)]
-    return _SCREENED[1]
+    # One answer per tree: five rules ask in a row.
+    return memo(tree, "may hold a scaler", lambda t: _names_grad_scaler(t) or has_protocol_shape(t))
 
 
 def _names_grad_scaler(tree: ast.Module) -> bool:
-    """Some identifier, imported name or string (an annotation) spells a GradScaler class."""
+    """Some identifier, imported name or string annotation spells a GradScaler class. (A string
+    elsewhere, a docstring or a Sphinx cross-reference, names nothing for the resolver.)"""
     return (
         any("GradScaler" in node.id for node in nodes_of(tree, ast.Name))
         or any("GradScaler" in node.attr for node in nodes_of(tree, ast.Attribute))
         or any("GradScaler" in node.name for node in nodes_of(tree, ast.alias))
-        or any(isinstance(node.value, str) and "GradScaler" in node.value for node in nodes_of(tree, ast.Constant))
+        or any(_spells_grad_scaler(annotation) for annotation in _annotations(tree))
+    )
+
+
+def _annotations(tree: ast.Module):
+    """Every annotation of the tree: parameters', annotated assignments' and return types."""
+    for argument in nodes_of(tree, ast.arg):
+        if argument.annotation is not None:
+            yield argument.annotation
+    for assign in nodes_of(tree, ast.AnnAssign):
+        yield assign.annotation
+    for kind in (ast.FunctionDef, ast.AsyncFunctionDef):
+        for function in nodes_of(tree, kind):
+            if function.returns is not None:
+                yield function.returns
+
+
+def _spells_grad_scaler(annotation: ast.AST) -> bool:
+    return any(
+        isinstance(node, ast.Constant) and isinstance(node.value, str) and "GradScaler" in node.value
+        for node in ast.walk(annotation)
     )
 
 

@@ -1,8 +1,11 @@
 """AMP207: `torch.autocast("cuda", False)`: the second positional parameter became `dtype` in 1.11."""
 
+import ast
+
 import libcst as cst
 
 from ampmigrate.api import AUTOCAST
+from ampmigrate.engine.ast_nodes import nodes_of
 from ampmigrate.rules.base import Rule
 
 _NO_SPACE = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
@@ -12,6 +15,14 @@ class AutocastPositionalEnabled(Rule):
     code = "AMP207"
     triggers = (r"autocast",)
     qualified_prefixes = tuple(sorted(AUTOCAST))
+
+    def screen(self, tree: ast.Module) -> bool:
+        """Some call's second positional argument (stars aside) is `True` or `False`."""
+        for call in nodes_of(tree, ast.Call):
+            positional = [a for a in call.args if not isinstance(a, ast.Starred)]
+            if len(positional) >= 2 and isinstance(positional[1], ast.Constant) and isinstance(positional[1].value, bool):
+                return True
+        return False
 
     def check(self, ctx) -> None:
         for ref, _ in ctx.names.find(AUTOCAST):

@@ -12,8 +12,8 @@ from ampmigrate.rules.precision._lightning import (
     bf16_mixed,
     precision_settings,
     setting_named,
-    spells_a_value,
 )
+from ampmigrate.rules.precision._precision_screen import precision_may_be
 from ampmigrate.api import LIGHTNING_FABRIC, LIGHTNING_TRAINER
 
 
@@ -28,7 +28,7 @@ class LightningFp16Precision(Rule):
     qualified_prefixes = tuple(sorted(LIGHTNING_TRAINER | LIGHTNING_FABRIC))
 
     def screen(self, tree) -> bool:
-        return spells_a_value(tree, FP16_MIXED)  # the precision is followed to such a literal
+        return precision_may_be(tree, FP16_MIXED)  # a `precision` followed to such a literal
 
     def applies_to(self, path, settings) -> bool:
         return recommends_bf16_at(path, settings)

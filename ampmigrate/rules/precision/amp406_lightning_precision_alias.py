@@ -6,7 +6,8 @@ from __future__ import annotations
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.precision._common import recommends_bf16
 from ampmigrate.rules.precision._frameworks import follow_setting, respell_sources
-from ampmigrate.rules.precision._lightning import FP16_ALIASES, precision_settings, spells_a_value
+from ampmigrate.rules.precision._lightning import FP16_ALIASES, precision_settings
+from ampmigrate.rules.precision._precision_screen import precision_may_be
 from ampmigrate.api import LIGHTNING_FABRIC, LIGHTNING_TRAINER
 
 
@@ -17,7 +18,7 @@ class LightningPrecisionAlias(Rule):
     qualified_prefixes = tuple(sorted(LIGHTNING_TRAINER | LIGHTNING_FABRIC))
 
     def screen(self, tree) -> bool:
-        return spells_a_value(tree, (*FP16_ALIASES, "bf16"))  # an alias, followed to its literal
+        return precision_may_be(tree, (*FP16_ALIASES, "bf16"))  # a `precision` followed to an alias
 
     def check(self, ctx) -> None:
         aliases = {"bf16": "bf16-mixed"}

@@ -8,12 +8,14 @@ or `TrainingArguments(deepspeed=...)`, or holding DeepSpeed-only keys (`zero_opt
 
 from __future__ import annotations
 
+import ast
 from typing import Dict, List, Optional
 
 import libcst as cst
 
 from ampmigrate.analysis.values import literal_value, respell_string
 from ampmigrate.api import DEEPSPEED_INITIALIZE, HF_TRAINING_ARGUMENTS
+from ampmigrate.engine.ast_nodes import nodes_of
 from ampmigrate.engine.context import without_items
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.precision._common import AMPERE, in_bf16_choice, recommends_bf16_at
@@ -40,6 +42,9 @@ class DeepSpeedFp16Config(Rule):
     code = "AMP408"
     # A quoted "fp16"; the look-behind keeps the literal first (a fast scan).
     triggers = (r"fp16(?<=[\"']fp16)[\"']",)
+
+    def screen(self, tree: ast.Module) -> bool:
+        return any(_enables_fp16(display) for display in nodes_of(tree, ast.Dict))
 
     def applies_to(self, path, settings) -> bool:
         return recommends_bf16_at(path, settings)
@@ -96,6 +101,20 @@ class DeepSpeedFp16Config(Rule):
         note = f" (drops {', '.join(s.name for s in dropped)}: bf16 needs no loss scaling)" if dropped else ""
         fix = ctx.fix(f'Use a "bf16" section{note}').replace(fp16.item, new_item)
         ctx.report(fp16.anchor, message, fix=fix.build())
+
+
+def _enables_fp16(display: ast.Dict) -> bool:
+    """The `ast` twin of what `check` reports at: a dict display with a string key "fp16" whose
+    value is a dict display with "enabled" set to `True` (a superset: `ast` joins "fp" "16")."""
+    for key, value in zip(display.keys, display.values):
+        if _is_key(key, "fp16") and isinstance(value, ast.Dict):
+            if any(_is_key(k, "enabled") and isinstance(v, ast.Constant) and v.value is True for k, v in zip(value.keys, value.values)):
+                return True
+    return False
+
+
+def _is_key(key: Optional[ast.AST], name: str) -> bool:
+    return isinstance(key, ast.Constant) and key.value == name
 
 
 def _dict_displays(ctx) -> List[cst.Dict]:

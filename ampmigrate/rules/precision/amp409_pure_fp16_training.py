@@ -365,6 +365,7 @@ class _Group:
         self.names_passed: Set[str] = set()  # names given to a call (an optimizer given params?)
         self.returns = False  # a `return` with a value: a builder handing a conversion to its caller?
         self.explicit = False  # a conversion spelled `.half()` / `.to(torch.float16)`: another file may train it
+        self.top_level = False  # a function of the module body: only such a builder is followed into other files
 
 
 def _may_train_a_conversion(tree: ast.Module) -> bool:
@@ -377,10 +378,12 @@ def _may_train_a_conversion(tree: ast.Module) -> bool:
     groups = [_Group()]
     parameter_names: Set[str] = set()  # names assigned something holding `.parameters()`
     stack: List[Tuple[ast.AST, Tuple[_Group, ...]]] = [(tree, (groups[0],))]
+    top_level = {id(statement) for statement in tree.body}
     while stack:
         node, owners = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             inner = _Group()
+            inner.top_level = id(node) in top_level
             groups.append(inner)
             stack.extend((statement, (inner,)) for statement in node.body)
             stack.extend((part, owners + (inner,)) for part in (*node.decorator_list, node.args, node.returns) if part)
@@ -409,8 +412,9 @@ def _may_train_a_conversion(tree: ast.Module) -> bool:
     if any(g.conversion and t for g, t in zip(groups, trains)):
         return True
     # A builder that converts and returns, trained by another function of the file, or (an
-    # explicit conversion) by another file of the run.
-    return any(g.conversion and g.returns and (g.explicit or any(trains)) for g in groups)
+    # explicit conversion in a function of the module body: `_trained_in_other_files`) by
+    # another file of the run.
+    return any(g.conversion and g.returns and ((g.explicit and g.top_level) or any(trains)) for g in groups)
 
 
 def _explicit_fp16(call: ast.AST) -> bool:

@@ -1,0 +1,180 @@
+"""apex.amp checkpoint helpers in another file: the facts the project index keeps, and the decision.
+
+The common shape (Swin-Transformer and its forks): `utils.py` has `try: from apex import amp
+except ImportError: amp = None` and `load_checkpoint(config, model, optimizer, ...)` running
+`amp.load_state_dict(checkpoint['amp'])`, `save_checkpoint(...)` running `save_state['amp'] =
+amp.state_dict()`; `main.py` calls `amp.initialize` (its in-file migration creates the GradScaler)
+and calls both helpers. The migration threads that scaler in: each helper takes a new `scaler`
+parameter (`scaler.state_dict()`, the load guarded by GradScaler's layout), and every call of it
+passes `scaler=<the scaler as the caller's plan spells it there>`
+(rules/apex/_checkpoint_threading.py).
+
+Both files are fixed by independent runs, so both decide from the same index facts with
+`decide_state(index, path, function)`: the helper's file uses apex's amp only for
+`amp.state_dict()` / `amp.load_state_dict(x)` (and tests of whether it imported), each such use in
+a top-level function not called in its own file; every file of the run importing the helper by
+name calls `amp.initialize` itself and only calls the helper (never hands it on). A module import
+of the helper's file, or a caller without `amp.initialize`, makes both sides refuse; so does a
+caller whose own plan stops (each side also plans the others from the bytes the index read).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Dict, List, Set, Tuple
+
+from ampmigrate.engine.apex_threading import SCALER_NAMES, _apex_amp_names, _enclosing_top_function, _importing, _params
+
+if TYPE_CHECKING:
+    from ampmigrate.engine.project_index import ModuleSummary, ProjectIndex
+
+STATE_APIS = ("state_dict", "load_state_dict")
+
+
+# ---------------------------------------------------------------------------------- facts
+def summarize_checkpoint(tree: ast.Module, summary: "ModuleSummary") -> None:
+    """Fill `apex_state_functions` (a helper's file) and `apex_initializes` /
+    `apex_name_uses` (a caller's file) of one module."""
+    amp_names = _apex_amp_names(tree)
+    if not amp_names:
+        return
+    uses = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in amp_names
+    ]
+    apis = {node.attr for node in uses}
+    inits = [n for n in uses if n.attr in ("initialize", "init")]
+    if inits:
+        summary.apex_initializes = len(inits)
+        imported = {
+            a.asname or a.name
+            for node in tree.body
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+            for a in node.names
+        }
+        counts: Dict[str, List[int]] = {}
+        calls = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in imported:
+                entry = counts.setdefault(node.id, [0, 0])
+                entry[0 if id(node) in calls else 1] += 1
+        summary.apex_name_uses = {name: (c, o) for name, (c, o) in sorted(counts.items())}
+        return
+    if not apis or not apis <= set(STATE_APIS):
+        return
+    taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    taken |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in [*n.posonlyargs, *n.args, *n.kwonlyargs]}
+    scaler = next((name for name in SCALER_NAMES if name not in taken), "")
+    loads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    functions: Dict[str, Tuple[List[str], str, str]] = {}
+    for node in uses:
+        function = _enclosing_top_function(tree, node)
+        if function is None:
+            summary.apex_state_functions["<other>"] = ([], "", f"`amp.{node.attr}` is used outside a top-level function")
+            return
+        if function.name in functions:
+            continue
+        problem = ""
+        if function.name in loads:
+            problem = f"`{function.name}()` is also used in its own file, where no GradScaler is made"
+        elif not scaler:
+            problem = "every usual name for the scaler is taken in this file"
+        elif function.args.vararg is not None or function.args.kwarg is not None:
+            problem = f"`{function.name}()` takes `*args` or `**kwargs`"
+        functions[function.name] = (_params(function), scaler, problem)
+    summary.apex_state_functions.update(functions)
+
+
+# ---------------------------------------------------------------------------------- the decision
+@dataclass(frozen=True)
+class StateDecision:
+    migrate: bool
+    reason: str = ""
+    scaler: str = ""  # the helper's new parameter (the callers' keyword)
+    callers: Tuple[str, ...] = ()  # relative to the run's root
+    caller_paths: Tuple[str, ...] = ()
+
+
+def decide_state(index: "ProjectIndex", path: str, function: str) -> StateDecision:
+    """Whether checkpoint helper `function` of the module at `path` and every file calling it
+    migrate together, by the index facts alone (both sides call this and get the same answer)."""
+    absolute = os.path.abspath(path)
+    summary = index.modules.get(absolute)
+    here = index.relative(absolute)
+    records = summary.apex_state_functions if summary is not None else {}
+    if "<other>" in records:
+        return StateDecision(False, f"in {here}: {records['<other>'][2]}")
+    record = records.get(function)
+    if record is None:
+        return StateDecision(False, f"`{function}()` in {here} does not save or load apex's amp state")
+    _, scaler, problem = record
+    if problem:
+        return StateDecision(False, f"in {here}: {problem}")
+    callers: List[str] = []
+    paths: List[str] = []
+    for other, names in _importing(index, absolute):
+        where = index.relative(other)
+        if names is None:
+            return StateDecision(
+                False, f"{where} imports {here} as a module (or by a name other files share), so its calls of "
+                f"`{function}()` cannot be followed"
+            )
+        if function not in names:
+            continue
+        facts = index.modules[other]
+        if not facts.apex_initializes:
+            return StateDecision(
+                False,
+                f"{where} calls `{function}()` and has no `amp.initialize` to create the GradScaler it would take "
+                "(every caller must pass one)",
+            )
+        called, other_uses = facts.apex_name_uses.get(function, (0, 0))
+        if other_uses:
+            return StateDecision(False, f"{where} uses `{function}()` otherwise than by calling it")
+        if called:
+            callers.append(where)
+            paths.append(other)
+    if not callers:
+        return StateDecision(False, f"no file of the run with `amp.initialize` calls `{function}()` from {here}")
+    return StateDecision(True, "", scaler, tuple(callers), tuple(paths))
+
+
+def state_helpers_called(index: "ProjectIndex", path: str) -> Dict[str, Tuple[str, str]]:
+    """For a caller's file: {local name: (helper's path, helper's name)} of the checkpoint helpers
+    it imports by name (`from utils import load_checkpoint`)."""
+    absolute = os.path.abspath(path)
+    facts = index.modules.get(absolute)
+    found: Dict[str, Tuple[str, str]] = {}
+    if facts is None:
+        return found
+    for module, name in facts.from_imports:
+        other = index.module_for(module)
+        if other is None or other == absolute:
+            continue
+        if name in index.modules[other].apex_state_functions:
+            found[name] = (other, name)
+    return found
+
+
+def state_key(index: "ProjectIndex", path: str) -> str:
+    """What of the index the checkpoint threading of the file at `path` depends on ("" if
+    nothing): the helpers' and the callers' facts, and the bytes of each side."""
+    absolute = os.path.abspath(path)
+    facts = index.modules.get(absolute)
+    if facts is None:
+        return ""
+    if not (facts.apex_state_functions or state_helpers_called(index, absolute)):
+        return ""
+    parts: List[str] = []
+    helpers: Set[str] = {absolute} if facts.apex_state_functions else set()
+    helpers |= {p for p, _ in state_helpers_called(index, absolute).values()}
+    for helper in sorted(helpers):
+        parts.append(repr((helper, sorted(index.modules[helper].apex_state_functions.items()), index.apex_sources.get(helper, ("",))[0])))
+        for other, names in _importing(index, helper):
+            summary = index.modules[other]
+            parts.append(repr((other, sorted(names) if names is not None else None, summary.apex_initializes,
+                               sorted(summary.apex_name_uses.items()), index.apex_sources.get(other, ("",))[0])))
+    return "|".join(parts)

@@ -1,0 +1,81 @@
+"""engine/index_builder.py: on a cold run the project index is built in a forked child while the
+parent imports the engine. The index must be the one `ProjectIndex.build` makes here, the
+preparation must have run, and a child that fails costs only time."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from ampmigrate.engine import index_builder
+from ampmigrate.engine.project_index import ProjectIndex
+
+from conftest import FIXTURES
+
+
+def _files():
+    return sorted(str(p) for p in FIXTURES.rglob("*.py"))
+
+
+def _same(a: ProjectIndex, b: ProjectIndex) -> None:
+    assert a.root == b.root
+    assert a.modules == b.modules
+    for path in a.modules:
+        assert a.dependency_key(path) == b.dependency_key(path)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child is forked on Linux only")
+def test_the_index_built_beside_is_the_index_built_here(tmp_path):
+    files = _files()
+    assert len(files) >= index_builder.MIN_FILES
+    prepared = []
+    cache = tmp_path / "project-index.json"
+    beside = index_builder.build_beside(lambda: prepared.append(os.getpid()), str(FIXTURES), files, str(cache), 1 << 20)
+    assert prepared == [os.getpid()]  # run here, once
+    assert cache.exists()  # the child wrote the index's cache
+    _same(beside, ProjectIndex.build(str(FIXTURES), files, max_size=1 << 20))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child is forked on Linux only")
+def test_a_child_that_fails_costs_only_time(monkeypatch):
+    files = _files()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no pickle today")
+
+    monkeypatch.setattr(index_builder.pickle, "dumps", broken)  # inherited by the forked child
+    index = index_builder.build_beside(lambda: None, str(FIXTURES), files, None, 1 << 20)
+    _same(index, ProjectIndex.build(str(FIXTURES), files, max_size=1 << 20))
+
+
+def test_few_files_are_indexed_here(monkeypatch):
+    files = _files()[:3]
+    monkeypatch.setattr(index_builder.multiprocessing, "get_context", None)  # would fail if called
+    order = []
+    index = index_builder.build_beside(lambda: order.append("prepared"), str(FIXTURES), files, None, 1 << 20)
+    assert order == ["prepared"]
+    assert set(index.modules) == {os.path.abspath(f) for f in files}
+
+
+def test_a_cold_cli_run_and_a_warm_one_find_the_same(tmp_path):
+    """Cold (index built beside the import) and warm (built here from its cache) agree."""
+    from click.testing import CliRunner
+
+    from ampmigrate.cli import main
+
+    tree = tmp_path / "tree"
+    for i, path in enumerate(_files()[:80]):
+        target = tree / f"d{i}" / Path(path).name
+        target.parent.mkdir(parents=True)
+        target.write_bytes(Path(path).read_bytes())
+    cache = tmp_path / "cache"
+    args = ["check", str(tree), "--cache-dir", str(cache), "--output-format", "concise", "--exit-zero", "-j", "1"]
+    cold = CliRunner().invoke(main, args)
+    assert list(cache.rglob("project-index.json"))
+    warm = CliRunner().invoke(main, args)
+    assert cold.exit_code == warm.exit_code == 0, cold.output
+    assert cold.output == warm.output
+    assert ": AMP" in cold.output
