@@ -14,7 +14,6 @@ import types
 
 import pytest
 import torch
-
 from conftest import fix
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "AMP101"
