@@ -239,7 +239,9 @@ class MethodWindows:
         yet), it goes and the later one stays; otherwise the migration is refused."""
         for index, first in enumerate(order):
             for later in order[index + 1:]:
-                shared = [o for o, _ in inserts[first] if o in [p for p, _ in inserts[later]]]
+                # The same optimizer before the same step (reads before two different steps, even in
+                # two functions, each get their own `unscale_`).
+                shared = [o for o, s in inserts[first] if (o, s) in [(p, t) for p, t in inserts[later]]]
                 if not shared or self._dominates(first, later) or self._exclusive(first, later):
                     continue
                 collected = readers.get(first, [])
