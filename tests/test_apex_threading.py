@@ -328,9 +328,10 @@ def test_the_model_may_be_an_attribute(tmp_path):
     _compiles_and_is_stable(project)
 
 
-def test_an_import_that_may_name_the_trainer_makes_both_refuse(tmp_path):
-    """`from core.trainer import do_train` where two files of the run are `core/trainer.py`: the
-    call may be one of B's, so B cannot take a new parameter."""
+def test_a_trainer_of_another_sub_project_is_not_confused(tmp_path):
+    """`from core.trainer import do_train` in `a/train_net.py` where `a/core/trainer.py` and
+    `b/core/trainer.py` are both in the run: Python finds the one under `a/` (the script's folder
+    or a folder above it; engine/import_resolution.py), so the pair migrates."""
     project = tmp_path / "p"
     for side in ("a", "b"):
         (project / side / "core").mkdir(parents=True)
@@ -338,5 +339,23 @@ def test_an_import_that_may_name_the_trainer_makes_both_refuse(tmp_path):
     (project / "b" / "core" / "trainer.py").write_text("def do_train(*args):\n    pass\n")
     main = (SPLIT / "train_net.py").read_text().replace("from trainer import", "from core.trainer import")
     (project / "a" / "train_net.py").write_text(main)
+    _fix(project)
+    assert "scaler=scaler" in (project / "a" / "train_net.py").read_text()
+    assert "scaler.scale(losses).backward()" in (project / "a" / "core" / "trainer.py").read_text()
+    assert (project / "b" / "core" / "trainer.py").read_text() == "def do_train(*args):\n    pass\n"
+    _compiles_and_is_stable(project)
+
+
+def test_an_import_that_may_name_the_trainer_makes_both_refuse(tmp_path):
+    """`from core.trainer import do_train` in `a/x/train_net.py` where `a/x/core/trainer.py` and
+    `a/core/trainer.py` are both in the run: run as a script it finds the first, run as
+    `python -m x.train_net` from `a/` the second; B cannot take a new parameter."""
+    project = tmp_path / "p"
+    (project / "a" / "x" / "core").mkdir(parents=True)
+    (project / "a" / "core").mkdir(parents=True)
+    shutil.copy(SPLIT / "trainer.py", project / "a" / "core" / "trainer.py")
+    (project / "a" / "x" / "core" / "trainer.py").write_text("def do_train(*args):\n    pass\n")
+    main = (SPLIT / "train_net.py").read_text().replace("from trainer import", "from core.trainer import")
+    (project / "a" / "x" / "train_net.py").write_text(main)
     reasons = _refused(project)
-    assert "by a name other files share" in reasons["trainer.py"]
+    assert "a/x/train_net.py imports `core.trainer`, which may be a/core/trainer.py or another file of the run" in reasons["trainer.py"]

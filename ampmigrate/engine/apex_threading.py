@@ -26,6 +26,9 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
+from ampmigrate.engine.import_resolution import importers, resolve
+from ampmigrate.engine.import_resolution import key as resolution_key
+
 if TYPE_CHECKING:
     from ampmigrate.engine.project_index import ModuleSummary, ProjectIndex
 
@@ -303,8 +306,7 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
         where = index.relative(other)
         if names is None:
             return Decision(
-                False, f"{where} imports {here} as a module (or by a name other files share), so its calls of "
-                f"`{function}()` cannot be followed"
+                False, f"{where} {_how(index, other, absolute)}, so its calls of `{function}()` cannot be followed"
             )
         if function not in names:
             continue
@@ -348,28 +350,27 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
 
 def _importing(index: "ProjectIndex", target: str):
     """(file, names it imports by name from the module at `target`, or None when it imports the
-    module itself: `import pkg.trainer`, `from pkg import trainer`) for each other file of the run."""
-    spellings = set(index.module_names(target))  # what the target may be imported as
-    for other, facts in sorted(index.modules.items()):
-        if other == target:
+    module itself: `import pkg.trainer`, `from pkg import trainer`, `from trainer import *`, or by a
+    name that may be another file's) for each other file of the run that may import it
+    (engine/import_resolution.py: the folders Python would look in from that file)."""
+    for other, how in importers(index, target):
+        if how.ambiguous or how.module or how.star:
+            yield other, None
+        else:
+            yield other, set(how.names)
+
+
+def _how(index: "ProjectIndex", other: str, target: str) -> str:
+    """How `other` imports `target` when not by name: the words of a refusal."""
+    for candidate, how in importers(index, target):
+        if candidate != other:
             continue
-        names: Optional[Set[str]] = set()
-        for module, name in facts.from_imports:
-            found = index.module_for(module)
-            if found == target:
-                names.add(name)
-            elif found is None and module in spellings:
-                names = None  # a name several files of the run have: it may be the target
-                break
-            elif index.module_for(f"{module}.{name}") == target:
-                names = None
-                break
-        if names is not None:
-            spelled = {m for m, _ in facts.from_imports} | {f"{m}.{n}" for m, n in facts.from_imports}
-            if any(index.module_for(spec) == target for spec in facts.imports if spec not in spelled):
-                names = None
-        if names is None or names:
-            yield other, names
+        if how.ambiguous:
+            return f"imports `{how.ambiguous[0]}`, which may be {index.relative(target)} or another file of the run"
+        if how.star:
+            return f"imports `*` from {index.relative(target)}"
+        return f"imports {index.relative(target)} as a module (`{how.module[0]}`)"
+    return f"imports {index.relative(target)} as a module"
 
 
 def _targets(index: "ProjectIndex", absolute: str) -> Tuple[List[Tuple[str, str]], Optional[str]]:
@@ -380,7 +381,7 @@ def _targets(index: "ProjectIndex", absolute: str) -> Tuple[List[Tuple[str, str]
     targets: List[Tuple[str, str]] = []
     for callee, *_ in facts.apex_init_calls:
         module = imported.get(callee)
-        other = index.module_for(module) if module else None
+        other = resolve(index, absolute, module) if module else None
         if other is None or not index.modules[other].apex_step_functions:
             continue
         if callee not in index.modules[other].apex_step_functions:
@@ -422,7 +423,7 @@ def threading_key(index: "ProjectIndex", path: str) -> str:
     involved = bool(facts.apex_step_functions or facts.apex_init_function)
     if not involved:
         for module, name in facts.from_imports:
-            other = index.module_for(module)
+            other = resolve(index, absolute, module)
             if other is not None and name in index.modules[other].apex_step_functions:
                 involved = True
                 break
@@ -431,7 +432,9 @@ def threading_key(index: "ProjectIndex", path: str) -> str:
     cached = getattr(index, "_threading_digest", None)
     if cached is None:
         steps = {name for summary in index.modules.values() for name in summary.apex_step_functions}
-        parts = []
+        step_files = [p for p, summary in index.modules.items() if summary.apex_step_functions]
+        spelled = {name for p in step_files for name in index.module_names(p)}
+        parts = [resolution_key(index, step_files)]
         for other, summary in sorted(index.modules.items()):
             if summary.apex_step_functions or summary.apex_init_function:
                 parts.append(
@@ -439,9 +442,10 @@ def threading_key(index: "ProjectIndex", path: str) -> str:
                           summary.apex_init_problem, summary.apex_init_calls,
                           index.apex_sources.get(other, ("",))[0]))
                 )
-            imported = [(m, n) for m, n in summary.from_imports if n in steps or index.module_for(f"{m}.{n}")]
-            if imported:
-                parts.append(repr((other, imported, sorted(summary.imports))))
+            imported = [(m, n) for m, n in summary.from_imports if n in steps or f"{m}.{n}" in spelled]
+            plain = [m for m in (*summary.module_imports, *summary.star_imports) if m in spelled]
+            if imported or plain:
+                parts.append(repr((other, imported, plain, summary.edits_sys_path)))
         cached = hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest()
         index._threading_digest = cached
     return cached

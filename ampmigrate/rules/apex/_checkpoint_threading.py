@@ -114,9 +114,9 @@ def helper_calls(planner: _Planner) -> List[Tuple[cst.Call, Tuple[str, str], Sta
     found = []
     decisions: Dict[str, StateDecision] = {}
     for node in walk(planner.module, into_scopes=True):
-        if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in helpers):
+        name = _spelled(node.func) if isinstance(node, cst.Call) else ""
+        if name not in helpers:
             continue
-        name = node.func.value
         path, function = helpers[name]
         if name not in decisions:
             decisions[name] = _decide(planner, path, function)
@@ -132,6 +132,18 @@ def helper_calls(planner: _Planner) -> List[Tuple[cst.Call, Tuple[str, str], Sta
             raise Unfixable(f"the call of `{name}()` at line {planner._line(node)} already passes `{decision.scaler}` or unpacks arguments")
         found.append((node, (os.path.abspath(path), function), decision))
     return found
+
+
+def _spelled(node: cst.BaseExpression) -> str:
+    """`save_checkpoint`, `utils.save_checkpoint`: a callee as the index's caller facts spell it ("" otherwise)."""
+    parts: List[str] = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return ""
+    parts.append(node.value)
+    return ".".join(reversed(parts))
 
 
 def pass_scaler(planner: _Planner, calls) -> None:
@@ -163,8 +175,8 @@ def check_passed(planner: _Planner) -> None:
         return
     passed = getattr(planner, "helpers_passed", set())
     for node in walk(planner.module, into_scopes=True):
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in helpers:
-            path, function = helpers[node.func.value]
+        if isinstance(node, cst.Call) and _spelled(node.func) in helpers:
+            path, function = helpers[_spelled(node.func)]
             if (os.path.abspath(path), function) not in passed and decide_state(planner.ctx.project_index, path, function).migrate:
                 raise Unfixable(
                     f"`{function}()` ({planner.ctx.project_index.relative(path)}) saves or loads apex's amp state, and "
