@@ -150,3 +150,12 @@ def test_an_edited_sys_path_keeps_the_loose_resolution(tmp_path):
     reasons = _refused(project)
     assert "darts/core/augment.py imports `utils`, which may be swin/utils.py or another file of the run" in reasons["utils.py"]
     assert "darts/core/augment.py imports `utils`" in reasons["main.py"]
+
+
+def test_a_re_export_of_the_helper_refuses(tmp_path):
+    """`from utils import *` in a module others import `store` from: their calls are not followed."""
+    project = _copy(tmp_path)
+    (project / "swin" / "common.py").write_text("from utils import *  # noqa: F403\n")
+    (project / "swin" / "export.py").write_text("from common import store\n\n\ndef export(args, net):\n    store(args, 0, net, None, None)\n")
+    reasons = _refused(project)
+    assert "swin/common.py re-exports `store()`" in reasons["utils.py"]

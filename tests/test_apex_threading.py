@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ampmigrate.engine.apex_threading import decide, initializer_targets
 from ampmigrate.engine.project_index import ProjectIndex, summarize
 
@@ -136,15 +138,32 @@ def test_a_third_caller_without_amp_makes_both_refuse(tmp_path):
         "from trainer import do_train\n\n\ndef finetune(model, loader, optimizer):\n    do_train(model, loader, optimizer, 10)\n"
     )
     reasons = _refused(project)
-    assert "finetune.py imports `do_train()` and has no `amp.initialize`" in reasons["trainer.py"]
-    assert "finetune.py imports `do_train()` and has no `amp.initialize`" in reasons["train_net.py"]
+    assert "finetune.py calls `do_train()` and has no `amp.initialize`" in reasons["trainer.py"]
+    assert "finetune.py calls `do_train()` and has no `amp.initialize`" in reasons["train_net.py"]
 
 
-def test_a_module_import_of_the_trainer_makes_both_refuse(tmp_path):
+def test_a_module_import_calling_the_trainer_without_amp_makes_both_refuse(tmp_path):
+    """`import trainer` then `trainer.do_train(...)` in a plain script is a call of B (engine/caller_uses.py)."""
     project = _copy(tmp_path)
-    (project / "other.py").write_text("import torch\nimport trainer\n\nloss = torch.zeros(1)\nloss.backward()\ntrainer.do_train(1, 2, 3, 4)\n")
+    (project / "other.py").write_text("import trainer\n\ntrainer.do_train(1, 2, 3, 4)\n")
     reasons = _refused(project)
-    assert "other.py imports trainer.py as a module" in reasons["trainer.py"]
+    assert "other.py calls `do_train()` and has no `amp.initialize`" in reasons["trainer.py"]
+    assert "other.py calls `do_train()` and has no `amp.initialize`" in reasons["train_net.py"]
+
+
+@pytest.mark.parametrize(
+    "imports, call",
+    [("import trainer", "trainer.do_train"), ("import trainer as T", "T.do_train"), ("from trainer import do_train as run", "run")],
+)
+def test_the_initializer_may_call_the_trainer_through_its_module(tmp_path, imports, call):
+    project = _copy(tmp_path)
+    _edit(project / "train_net.py", "from trainer import do_train", imports)
+    _edit(project / "train_net.py", "    do_train(", f"    {call}(")
+    (project / "other.py").write_text("import trainer\n\nprint(trainer.__doc__)\n")  # imports B, never calls it
+    _fix(project)
+    assert f"{call}(model, data_loader, optimizer, cfg.max_iter, scaler=scaler)" in (project / "train_net.py").read_text()
+    assert "scaler.scale(losses).backward()" in (project / "trainer.py").read_text()
+    _compiles_and_is_stable(project)
 
 
 def test_optimizer_passed_in_another_parameter_refuses(tmp_path):

@@ -142,6 +142,10 @@ def decide_state(index: "ProjectIndex", path: str, function: str) -> StateDecisi
             )
         if found.other:
             return StateDecision(False, f"{where} uses `{function}()` otherwise than by calling it")
+        if function in found.spellings and function in index.imported_from(other):
+            return StateDecision(
+                False, f"{where} re-exports `{function}()` (other files import it from there), so its calls cannot be followed"
+            )
         if not found.calls:
             continue
         facts = index.modules[other]

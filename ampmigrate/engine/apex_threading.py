@@ -26,6 +26,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
+from ampmigrate.engine.caller_uses import dotted as _callee
+from ampmigrate.engine.caller_uses import uses
 from ampmigrate.engine.import_resolution import importers, resolve
 from ampmigrate.engine.import_resolution import key as resolution_key
 
@@ -121,17 +123,19 @@ def _initializer(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[str]
     optimizer = target.elts[1].id
     counts: Dict[str, int] = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            counts[node.func.id] = counts.get(node.func.id, 0) + 1
+        if isinstance(node, ast.Call) and _callee(node.func):
+            counts[_callee(node.func)] = counts.get(_callee(node.func), 0) + 1
     for node in _own_nodes(function):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.lineno > call.lineno):
+        # `do_train(...)`, or `trainer.do_train(...)` after `import trainer` (engine/caller_uses.py)
+        if not (isinstance(node, ast.Call) and _callee(node.func) and node.lineno > call.lineno):
             continue
+        callee = _callee(node.func)
         for position, arg in enumerate(node.args):
             if isinstance(arg, ast.Name) and arg.id == optimizer:
-                summary.apex_init_calls.append((node.func.id, node.lineno, position, "", counts[node.func.id]))
+                summary.apex_init_calls.append((callee, node.lineno, position, "", counts[callee]))
         for keyword in node.keywords:
             if keyword.arg and isinstance(keyword.value, ast.Name) and keyword.value.id == optimizer:
-                summary.apex_init_calls.append((node.func.id, node.lineno, -1, keyword.arg, counts[node.func.id]))
+                summary.apex_init_calls.append((callee, node.lineno, -1, keyword.arg, counts[callee]))
     summary.apex_init_calls.sort(key=lambda item: item[1])
 
 
@@ -302,24 +306,30 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
         return Decision(False, f"in {here}: {problem}")
     callers: List[str] = []
     paths: List[str] = []
-    for other, names in _importing(index, absolute):
+    for other, how in importers(index, absolute):
         where = index.relative(other)
-        if names is None:
+        if how.ambiguous:
             return Decision(
                 False, f"{where} {_how(index, other, absolute)}, so its calls of `{function}()` cannot be followed"
             )
-        if function not in names:
+        if function not in how.names and not how.module and not how.star:
             continue
+        found = uses(index, other, absolute, function)
+        refusal = _use_refusal(index, other, absolute, function, found)
+        if refusal:
+            return Decision(False, refusal)
+        if not found.calls and function not in how.names:
+            continue  # imports the module and never names `function`
         facts = index.modules[other]
         if not facts.apex_init_function:
             return Decision(
                 False,
-                f"{where} imports `{function}()` and has no `amp.initialize` to create the GradScaler it would "
-                "take (every file importing it must pass one)",
+                f"{where} {'calls' if found.calls else 'imports'} `{function}()` and has no `amp.initialize` to "
+                "create the GradScaler it would take (every file importing it must pass one)",
             )
         if facts.apex_init_problem:
             return Decision(False, f"`amp.initialize` in {where} is not migrated: {facts.apex_init_problem}")
-        calls = [c for c in facts.apex_init_calls if c[0] == function]
+        calls = [c for c in facts.apex_init_calls if c[0] in found.spellings]
         if not calls:
             return Decision(
                 False, f"{where} does not call `{function}()` with the optimizer `amp.initialize` returns"
@@ -332,10 +342,10 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
                     f"{where}:{line} passes the optimizer to `{function}()` as `{given or '*'}`, not as `{optimizer}`, "
                     "the parameter it scales with",
                 )
-            if total != len(calls):
-                return Decision(
-                    False, f"{where} calls `{function}()` elsewhere than with the optimizer `amp.initialize` returns"
-                )
+        if len({c[1] for c in calls}) != len(found.calls):
+            return Decision(
+                False, f"{where} calls `{function}()` elsewhere than with the optimizer `amp.initialize` returns"
+            )
         targets, stray = _targets(index, other)
         if stray or len(targets) != 1:
             return Decision(
@@ -348,16 +358,38 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
     return Decision(True, "", optimizer, scaler, tuple(callers), tuple(paths))
 
 
-def _importing(index: "ProjectIndex", target: str):
-    """(file, names it imports by name from the module at `target`, or None when it imports the
-    module itself: `import pkg.trainer`, `from pkg import trainer`, `from trainer import *`, or by a
-    name that may be another file's) for each other file of the run that may import it
-    (engine/import_resolution.py: the folders Python would look in from that file)."""
-    for other, how in importers(index, target):
-        if how.ambiguous or how.module or how.star:
-            yield other, None
-        else:
-            yield other, set(how.names)
+def _use_refusal(index: "ProjectIndex", other: str, target: str, function: str, found) -> str:
+    """Why the calls of `function` (of `target`) in `other` cannot be followed ("" when they can)."""
+    where, here = index.relative(other), index.relative(target)
+    if found is None:
+        return f"{where} imports {here} and cannot be read again"
+    if found.escapes:
+        return (
+            f"{where} uses the module `{found.escapes}` ({here}) otherwise than through its attributes, so its "
+            f"calls of `{function}()` cannot be followed"
+        )
+    if found.rebound:
+        return f"{where} imports `*` from {here} and binds `{function}` itself: which one its calls see is unsure"
+    if found.other:
+        return f"{where} uses `{function}()` otherwise than by calling it"
+    return ""
+
+
+def _step_spellings(index: "ProjectIndex", absolute: str) -> Dict[str, Tuple[str, str]]:
+    """{a step function as the file at `absolute` spells it (`do_train`, `trainer.do_train`):
+    (B path, function)} for the step functions of files it imports (by name, as a module, `*`)."""
+    found: Dict[str, Tuple[str, str]] = {}
+    for other, summary in sorted(index.modules.items()):
+        if not summary.apex_step_functions or other == absolute:
+            continue
+        for importer, how in importers(index, other):
+            if importer != absolute or how.ambiguous:
+                continue
+            for function in summary.apex_step_functions:
+                known = uses(index, absolute, other, function)
+                for spelling in known.spellings if known is not None else ():
+                    found[spelling] = (other, function)
+    return found
 
 
 def _how(index: "ProjectIndex", other: str, target: str) -> str:
@@ -378,16 +410,20 @@ def _targets(index: "ProjectIndex", absolute: str) -> Tuple[List[Tuple[str, str]
     file of the run that scales a loss with apex), and a reason when one is no threadable function."""
     facts = index.modules[absolute]
     imported = {name: module for module, name in facts.from_imports}
+    spelled = _step_spellings(index, absolute) if facts.apex_init_calls else {}
     targets: List[Tuple[str, str]] = []
     for callee, *_ in facts.apex_init_calls:
-        module = imported.get(callee)
-        other = resolve(index, absolute, module) if module else None
-        if other is None or not index.modules[other].apex_step_functions:
-            continue
-        if callee not in index.modules[other].apex_step_functions:
-            return [], f"{index.relative(other)} scales a loss with apex's amp, but not in `{callee}()`"
-        if (other, callee) not in targets:
-            targets.append((other, callee))
+        pair = spelled.get(callee)
+        if pair is None:
+            module = imported.get(callee)
+            other = resolve(index, absolute, module) if module and "." not in callee else None
+            if other is None or not index.modules[other].apex_step_functions:
+                continue
+            if callee not in index.modules[other].apex_step_functions:
+                return [], f"{index.relative(other)} scales a loss with apex's amp, but not in `{callee}()`"
+            pair = (other, callee)
+        if pair not in targets:
+            targets.append(pair)
     return targets, None
 
 
@@ -445,7 +481,7 @@ def threading_key(index: "ProjectIndex", path: str) -> str:
             imported = [(m, n) for m, n in summary.from_imports if n in steps or f"{m}.{n}" in spelled]
             plain = [m for m in (*summary.module_imports, *summary.star_imports) if m in spelled]
             if imported or plain:
-                parts.append(repr((other, imported, plain, summary.edits_sys_path)))
+                parts.append(repr((other, imported, plain, summary.edits_sys_path, index.digests.get(other))))
         cached = hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest()
         index._threading_digest = cached
     return cached

@@ -118,7 +118,8 @@ def binds(sig: Signature, call: Call, added: str) -> bool:
     return True
 
 
-def _dotted(node: ast.AST) -> str:
+def dotted(node: ast.AST) -> str:
+    """`name` or `a.b.name` as written; "" for any other expression."""
     parts: List[str] = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
@@ -194,11 +195,11 @@ def _uses(index: "ProjectIndex", importer: str, target: str, function: str) -> O
     for node in ast.walk(tree):
         if not isinstance(node, (ast.Name, ast.Attribute)) or not isinstance(getattr(node, "ctx", None), ast.Load):
             continue
-        dotted = _dotted(node)
-        if not dotted:
+        spelled = dotted(node)
+        if not spelled:
             continue
         parent = parents.get(id(node))
-        if dotted in spellings:
+        if spelled in spellings:
             if isinstance(parent, ast.Call) and parent.func is node:
                 calls.append(
                     Call(
@@ -210,8 +211,8 @@ def _uses(index: "ProjectIndex", importer: str, target: str, function: str) -> O
                 )
             else:
                 other += 1
-        elif dotted in modules and not escapes and not (isinstance(parent, ast.Attribute) and parent.value is node):
-            escapes = dotted
+        elif spelled in modules and not escapes and not (isinstance(parent, ast.Attribute) and parent.value is node):
+            escapes = spelled
     return Uses(frozenset(spellings), tuple(sorted(calls, key=lambda c: c.line)), other, escapes, rebound, shadowed)
 
 

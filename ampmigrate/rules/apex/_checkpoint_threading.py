@@ -28,7 +28,7 @@ from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._amp_common import AmpPlan, Unfixable
 from ampmigrate.rules.apex._amp_migration import NO_INIT_REASON, _Planner
-from ampmigrate.rules.apex._cross_threading import _check_min_torch, _ParameterAccess, _plan_elsewhere
+from ampmigrate.rules.apex._cross_threading import _check_min_torch, _ParameterAccess, _plan_elsewhere, _spelled
 from ampmigrate.rules.apex._flow import walk
 
 if TYPE_CHECKING:
@@ -132,18 +132,6 @@ def helper_calls(planner: _Planner) -> List[Tuple[cst.Call, Tuple[str, str], Sta
             raise Unfixable(f"the call of `{name}()` at line {planner._line(node)} already passes `{decision.scaler}` or unpacks arguments")
         found.append((node, (os.path.abspath(path), function), decision))
     return found
-
-
-def _spelled(node: cst.BaseExpression) -> str:
-    """`save_checkpoint`, `utils.save_checkpoint`: a callee as the index's caller facts spell it ("" otherwise)."""
-    parts: List[str] = []
-    while isinstance(node, cst.Attribute):
-        parts.append(node.attr.value)
-        node = node.value
-    if not isinstance(node, cst.Name):
-        return ""
-    parts.append(node.value)
-    return ".".join(reversed(parts))
 
 
 def pass_scaler(planner: _Planner, calls) -> None:

@@ -29,6 +29,7 @@ import libcst as cst
 from ampmigrate.api import TORCH_AMP_GRAD_SCALER_SINCE, format_version
 from ampmigrate.diagnostics import SAFE, Fix
 from ampmigrate.engine.apex_threading import Decision, decide, initializer_targets
+from ampmigrate.engine.caller_uses import uses
 from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._amp_common import AmpPlan, Unfixable
@@ -231,11 +232,11 @@ class _InitSide(_Planner):
         if self.home.kind != "module" and (self.home.kind != "function" or self.home.parent is not self.names.module_scope):
             raise Unfixable(NO_STEP_REASON)
         _check_min_torch(self)
-        decisions = {callee: decision}
+        # `do_train(...)`, `trainer.do_train(...)`, `T.do_train(...)`: as this file spells it
+        found = uses(index, os.path.abspath(self.ctx.path), other, callee)
+        spellings = found.spellings if found is not None else frozenset()
         self.calls = [
-            node
-            for node in walk(self.home.node)
-            if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in decisions
+            node for node in walk(self.home.node) if isinstance(node, cst.Call) and _spelled(node.func) in spellings
         ]
         if not self.calls or any(self._function_scope(c) is not self.home for c in self.calls):
             where = f"`{self.home.node.name.value}()`" if self.home.kind == "function" else "the module's top level"
@@ -256,7 +257,7 @@ class _InitSide(_Planner):
         self._plan_presence_tests()
         self._plan_scaler_creation()
         for call in self.calls:
-            keyword = decisions[call.func.value].scaler
+            keyword = decision.scaler
             arg = cst.Arg(
                 cst.Name(self.access.name),
                 keyword=cst.Name(keyword),
@@ -278,6 +279,18 @@ class _InitAccess(ScalerAccess):
 
     def _home_uses(self) -> List[cst.CSTNode]:
         return list(self.p.calls)
+
+
+def _spelled(node: cst.BaseExpression) -> str:
+    """`save_checkpoint`, `utils.save_checkpoint`: a callee as the index's caller facts spell it ("" otherwise)."""
+    parts: List[str] = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return ""
+    parts.append(node.value)
+    return ".".join(reversed(parts))
 
 
 def _check_min_torch(planner: _Planner) -> None:
