@@ -457,8 +457,15 @@ def threading_key(index: "ProjectIndex", path: str) -> str:
     if facts is None:
         return ""
     involved = bool(facts.apex_step_functions or facts.apex_init_function)
-    if not involved:
+    step_names = index.__dict__.get("_apex_step_names")
+    if step_names is None:
+        step_names = index.__dict__["_apex_step_names"] = frozenset(
+            name for summary in index.modules.values() for name in summary.apex_step_functions
+        )
+    if not involved and step_names:
         for module, name in facts.from_imports:
+            if name not in step_names:
+                continue
             other = resolve(index, absolute, module)
             if other is not None and name in index.modules[other].apex_step_functions:
                 involved = True

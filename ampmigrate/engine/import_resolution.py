@@ -90,8 +90,8 @@ def _graph(index: "ProjectIndex") -> Dict[str, Set[str]]:
         for path, summary in index.modules.items():
             folders = _ancestors(index, path)
             for spec in set(_specs(summary)):
-                if not spec or spec.startswith("."):
-                    continue
+                if not spec or spec.startswith(".") or spec not in index._by_name:
+                    continue  # no file of the run ends so (`import torch`): nothing to look for
                 for target in _under(index, folders, spec):
                     if target != path:
                         graph.setdefault(target, set()).add(path)
@@ -136,6 +136,9 @@ def candidates(index: "ProjectIndex", importer: str, dotted: str) -> List[str]:
     memo = _state(index)["cand"]
     key = (importer, dotted)
     if key not in memo:
+        if dotted not in index._by_name:
+            memo[key] = []
+            return []
         folders, loose = roots(index, importer)
         found = set(_under(index, folders, dotted))
         if loose:
