@@ -211,6 +211,8 @@ def test_a_body_that_does_more_than_backward_makes_both_refuse(tmp_path):
 def test_no_caller_leaves_the_trainer_alone(tmp_path):
     project = _copy(tmp_path)
     (project / "train_net.py").unlink()
+    assert "no file of the run imports trainer.py, so the `amp.initialize`" in _refused(project)["trainer.py"]
+    (project / "evaluate.py").write_text("import trainer\n\nprint(trainer.__doc__)\n")
     assert "no file of the run calls `do_train()`" in _refused(project)["trainer.py"]
 
 

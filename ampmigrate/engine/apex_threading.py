@@ -353,6 +353,11 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
             )
         callers.append(where)
         paths.append(other)
+    if not callers and not any(True for _ in importers(index, absolute)):
+        return Decision(
+            False, f"no file of the run imports {here}, so the `amp.initialize` whose GradScaler `{function}()` would "
+            "take is not in the run"
+        )
     if not callers:
         return Decision(False, f"no file of the run calls `{function}()` from {here} after `amp.initialize`")
     return Decision(True, "", optimizer, scaler, tuple(callers), tuple(paths))
