@@ -159,3 +159,19 @@ def test_a_re_export_of_the_helper_refuses(tmp_path):
     (project / "swin" / "export.py").write_text("from common import store\n\n\ndef export(args, net):\n    store(args, 0, net, None, None)\n")
     reasons = _refused(project)
     assert "swin/common.py re-exports `store()`" in reasons["utils.py"]
+
+
+def test_a_script_importing_a_path_setup_module_is_loose(tmp_path):
+    """`import _init_paths` (a module that inserts a folder into `sys.path`) then `from utils import
+    store`: the script may reach `swin/utils.py` (or darts's `utils`) from another folder: the
+    group refuses."""
+    project = _copy(tmp_path)
+    (project / "tools").mkdir()
+    (project / "tools" / "_init_paths.py").write_text("import os\nimport sys\n\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'swin'))\n")
+    (project / "tools" / "export.py").write_text(
+        "import _init_paths  # noqa: F401\nfrom utils import store\n\n\ndef export(args, net):\n    store(args, 0, net, None, None)\n"
+    )
+    index = _index(project)
+    assert str(project / "swin" / "utils.py") in candidates(index, str(project / "tools" / "export.py"), "utils")
+    reasons = _refused(project)
+    assert "tools/export.py imports `utils`, which may be swin/utils.py or another file of the run" in reasons["utils.py"]

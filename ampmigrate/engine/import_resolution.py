@@ -8,8 +8,9 @@ directory above it up to the run's root, and the roots of every file importing F
 never a sibling folder. Two `utils.py` of two sub-projects of one repository (`MiniViT/Mini-Swin/
 utils.py`, `CDARTS/benchmark201/utils/utils.py`) are then never confused.
 
-A file that may edit `sys.path` (or any file importing it does) can reach other folders: its
-imports may name every file of the run whose dotted names end so (the index's loose matching,
+A file that may edit `sys.path` (or imports one that does, as `tools/_init_paths.py`; or a file
+importing it does) can reach other folders: its imports may name every file of the run whose
+dotted names end so (the index's loose matching,
 `ProjectIndex._by_name`). Relative imports are already absolute from the run's root in the index
 (`from . import utils` in `a/b/c.py` is `a.b.utils`), which the root finds.
 
@@ -87,15 +88,22 @@ def _graph(index: "ProjectIndex") -> Dict[str, Set[str]]:
     state = _state(index)
     if state["graph"] is None:
         graph: Dict[str, Set[str]] = {}
+        edits: Set[str] = set()  # files that edit `sys.path` or import one that does (`_init_paths.py`)
         for path, summary in index.modules.items():
             folders = _ancestors(index, path)
+            if summary.edits_sys_path:
+                edits.add(path)
             for spec in set(_specs(summary)):
                 if not spec or spec.startswith(".") or spec not in index._by_name:
                     continue  # no file of the run ends so (`import torch`): nothing to look for
                 for target in _under(index, folders, spec):
                     if target != path:
                         graph.setdefault(target, set()).add(path)
+        for path, summary in index.modules.items():
+            if summary.edits_sys_path:
+                edits.update(graph.get(path, ()))
         state["graph"] = graph
+        state["edits"] = edits
     return state["graph"]
 
 
@@ -119,11 +127,10 @@ def roots(index: "ProjectIndex", path: str) -> Tuple[Tuple[str, ...], bool]:
     memo = state["roots"]
     if path not in memo:
         folders: List[str] = []
-        loose = False
-        for member in sorted(_closure(index, path)):
+        closure = _closure(index, path)
+        loose = bool(closure & state["edits"])
+        for member in sorted(closure):
             folders.extend(f for f in _ancestors(index, member) if f not in folders)
-            summary = index.modules.get(member)
-            loose = loose or bool(summary is not None and summary.edits_sys_path)
         memo[path] = (tuple(folders), loose)
     return memo[path]
 
