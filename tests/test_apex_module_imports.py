@@ -175,3 +175,15 @@ def test_a_script_importing_a_path_setup_module_is_loose(tmp_path):
     assert str(project / "swin" / "utils.py") in candidates(index, str(project / "tools" / "export.py"), "utils")
     reasons = _refused(project)
     assert "tools/export.py imports `utils`, which may be swin/utils.py or another file of the run" in reasons["utils.py"]
+
+
+@pytest.mark.parametrize("spelling", ["from . import utils as ckpt", "import swin.utils as ckpt", "from swin import utils as ckpt"])
+def test_package_spellings_of_the_module(tmp_path, spelling):
+    """`swin` as a package run with `python -m swin.main`: relative and dotted module imports."""
+    project = _copy(tmp_path)
+    (project / "swin" / "__init__.py").write_text("")
+    _edit(project / "swin" / "main.py", "import utils as ckpt\nfrom utils import build_logger", f"{spelling}\nfrom .utils import build_logger")
+    _fix(project)
+    assert "first = ckpt.restore(args, net, optimizer, logger, scaler=scaler)" in (project / "swin" / "main.py").read_text()
+    assert "def store(args, epoch, net, optimizer, logger, scaler):" in (project / "swin" / "utils.py").read_text()
+    _compiles_and_is_stable(project)
