@@ -187,3 +187,18 @@ def test_package_spellings_of_the_module(tmp_path, spelling):
     assert "first = ckpt.restore(args, net, optimizer, logger, scaler=scaler)" in (project / "swin" / "main.py").read_text()
     assert "def store(args, epoch, net, optimizer, logger, scaler):" in (project / "swin" / "utils.py").read_text()
     _compiles_and_is_stable(project)
+
+
+def test_binds():
+    """A call binds unless it lacks a required argument or names a keyword the function has not
+    (and that is not the parameter the fix adds): those raise `TypeError` before and after."""
+    from ampmigrate.engine.caller_uses import Call, Signature, binds
+
+    sig = Signature(("cfg", "model", "optimizer", "logger", "ema"), 4, ("tag",), (), False, False)
+    assert binds(sig, Call(1, 4, frozenset(), False), "scaler")
+    assert binds(sig, Call(1, 2, frozenset({"optimizer", "logger"}), False), "scaler")
+    assert binds(sig, Call(1, 6, frozenset(), False), "scaler")  # one too many: binds `scaler` after
+    assert binds(sig, Call(1, 1, frozenset(), True), "scaler")  # unpacked: may bind
+    assert binds(sig, Call(1, 4, frozenset({"scaler"}), False), "scaler")
+    assert not binds(sig, Call(1, 2, frozenset(), False), "scaler")
+    assert not binds(sig, Call(1, 4, frozenset({"epochs"}), False), "scaler")

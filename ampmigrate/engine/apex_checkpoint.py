@@ -12,9 +12,12 @@ passes `scaler=<the scaler as the caller's plan spells it there>`
 Both files are fixed by independent runs, so both decide from the same index facts with
 `decide_state(index, path, function)`: the helper's file uses apex's amp only for
 `amp.state_dict()` / `amp.load_state_dict(x)` (and tests of whether it imported), each such use in
-a top-level function not called in its own file; every file of the run importing the helper by
-name calls `amp.initialize` itself and only calls the helper (never hands it on). A module import
-of the helper's file, or a caller without `amp.initialize`, makes both sides refuse; so does a
+a top-level function not called in its own file; every file of the run calling the helper, however
+it spells it (`save_checkpoint(...)`, `utils.save_checkpoint(...)`, after `from utils import *`:
+engine/caller_uses.py), calls `amp.initialize` itself and only calls the helper (never hands it,
+or the module, on). A caller without `amp.initialize` makes both sides refuse, unless each of its
+calls lacks a required argument (a `TypeError` before and after); so does an import that may be
+the helper's file or another (engine/import_resolution.py), a re-export of the helper, and a
 caller whose own plan stops (each side also plans the others from the bytes the index read).
 """
 

@@ -10,10 +10,12 @@ parameter (rules/apex/_cross_threading.py).
 
 The two files are fixed by independent per-file runs, so both decide from the same index facts
 with `decide(index, b_path, function)`: B's function must have a shape the fix migrates and
-take the optimizer in a known parameter, and every file of the run that imports it by name must
-be an A side that migrates (one `amp.initialize` of a shape the fix takes, the function called
-only with the optimizer `initialize` returned, in the parameter B scales with). A file that
-imports B's module as a module, or calls the function without apex, makes both sides refuse.
+take the optimizer in a known parameter, and every file of the run that imports it by name or
+calls it (`trainer.do_train(...)` after `import trainer`: engine/caller_uses.py) must be an A side
+that migrates (one `amp.initialize` of a shape the fix takes, the function called only with the
+optimizer `initialize` returned, in the parameter B scales with). A file that calls the function
+without apex, hands it (or B's module) on, or has an import that may be B or another file
+(engine/import_resolution.py: imports resolve as Python finds them), makes both sides refuse.
 The facts below are read with `ast` (the index never uses LibCST); they are a conservative
 picture of what the planner takes, so that A never migrates without B, nor B without A.
 """
@@ -310,7 +312,8 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
         where = index.relative(other)
         if how.ambiguous:
             return Decision(
-                False, f"{where} {_how(index, other, absolute)}, so its calls of `{function}()` cannot be followed"
+                False, f"{where} imports `{how.ambiguous[0]}`, which may be {here} or another file of the run, so its "
+                f"calls of `{function}()` cannot be followed"
             )
         if function not in how.names and not how.module and not how.star:
             continue
@@ -395,19 +398,6 @@ def _step_spellings(index: "ProjectIndex", absolute: str) -> Dict[str, Tuple[str
                 for spelling in known.spellings if known is not None else ():
                     found[spelling] = (other, function)
     return found
-
-
-def _how(index: "ProjectIndex", other: str, target: str) -> str:
-    """How `other` imports `target` when not by name: the words of a refusal."""
-    for candidate, how in importers(index, target):
-        if candidate != other:
-            continue
-        if how.ambiguous:
-            return f"imports `{how.ambiguous[0]}`, which may be {index.relative(target)} or another file of the run"
-        if how.star:
-            return f"imports `*` from {index.relative(target)}"
-        return f"imports {index.relative(target)} as a module (`{how.module[0]}`)"
-    return f"imports {index.relative(target)} as a module"
 
 
 def _targets(index: "ProjectIndex", absolute: str) -> Tuple[List[Tuple[str, str]], Optional[str]]:
