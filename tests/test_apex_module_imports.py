@@ -202,3 +202,40 @@ def test_binds():
     assert binds(sig, Call(1, 4, frozenset({"scaler"}), False), "scaler")
     assert not binds(sig, Call(1, 2, frozenset(), False), "scaler")
     assert not binds(sig, Call(1, 4, frozenset({"epochs"}), False), "scaler")
+
+
+def _fixable(project: Path, cache) -> list:
+    """Check with the cache: (file name, whether its AMP101 findings carry a fix)."""
+    from conftest import make_settings
+
+    from ampmigrate.engine.project_index import ProjectIndex
+    from ampmigrate.engine.runner import Job, run_files
+
+    files = sorted(str(p) for p in project.rglob("*.py"))
+    index = ProjectIndex.build(str(project), files, cache_path=cache.index_path)
+    result = run_files(files, make_settings({"select": ["AMP1"]}), Job("check"), jobs=1, cache=cache, index=index)
+    return sorted({(Path(f.path).name, f.fix is not None) for f in result.findings if f.code == "AMP101"})
+
+
+@pytest.mark.parametrize("case", ["checkpoint", "split"])
+def test_a_cached_result_follows_a_new_call_through_the_module(tmp_path, case):
+    """A plain script's new call through a module it already imported (`utils.restore(...)`,
+    `trainer.do_train(...)`) flips the group: the cached results of both sides are not reused
+    (the importers' bytes are in their keys)."""
+    from ampmigrate.engine.cache import Cache
+
+    cache = Cache(str(tmp_path / "cache"), "key")
+    if case == "checkpoint":
+        project = _copy(tmp_path)
+        script, old, new = project / "swin" / "evaluate.py", 'utils.restore(net, "weights.pth")', "utils.restore(None, net, None, None)"
+        sides = ("main.py", "utils.py")
+    else:
+        project = tmp_path / "p"
+        shutil.copytree(FIXTURES / "AMP101" / "amp_split_init_and_step.project", project)
+        script, old, new = project / "other.py", "print(trainer.__doc__)", "trainer.do_train(1, 2, 3, 4)"
+        script.write_text(f"import trainer\n\n{old}\n")
+        sides = ("train_net.py", "trainer.py")
+    assert _fixable(project, cache) == [(sides[0], True), (sides[1], True)]
+    assert _fixable(project, cache) == [(sides[0], True), (sides[1], True)]  # from the cache
+    _edit(script, old, new)
+    assert _fixable(project, cache) == [(sides[0], False), (sides[1], False)]
