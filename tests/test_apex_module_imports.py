@@ -144,6 +144,7 @@ def test_an_edited_sys_path_keeps_the_loose_resolution(tmp_path):
     it imports) may name any file of the run that ends so, and the group refuses."""
     project = _copy(tmp_path)
     _edit(project / "darts" / "search.py", "from core.augment", "import sys\n\nsys.path.insert(0, '../swin')\nfrom core.augment")
+    _edit(project / "darts" / "core" / "augment.py", "from utils import meters", "from utils import meters, store as save")
     index = _index(project)
     augment = str(project / "darts" / "core" / "augment.py")
     assert str(project / "swin" / "utils.py") in candidates(index, augment, "utils")
@@ -239,3 +240,14 @@ def test_a_cached_result_follows_a_new_call_through_the_module(tmp_path, case):
     assert _fixable(project, cache) == [(sides[0], True), (sides[1], True)]  # from the cache
     _edit(script, old, new)
     assert _fixable(project, cache) == [(sides[0], False), (sides[1], False)]
+
+
+def test_an_ambiguous_from_import_of_another_name_does_not_block(tmp_path):
+    """Where `sys.path` may be edited, darts's `from utils import meters` may be swin's utils.py:
+    it brings `meters`, not a helper, so the helpers still migrate; `from utils import store` there
+    would not."""
+    project = _copy(tmp_path)
+    _edit(project / "darts" / "search.py", "from core.augment", "import sys\n\nsys.path.insert(0, '.')\nfrom core.augment")
+    _fix(project)
+    assert "scaler.state_dict()" in (project / "swin" / "utils.py").read_text()
+    _compiles_and_is_stable(project)

@@ -124,9 +124,9 @@ def decide_state(index: "ProjectIndex", path: str, function: str) -> StateDecisi
     sig = signature(index, absolute, function)
     for other, how in importers(index, absolute):
         where = index.relative(other)
-        if how.ambiguous:
+        if how.ambiguity(function):
             return StateDecision(
-                False, f"{where} imports `{how.ambiguous[0]}`, which may be {here} or another file of the run, so its "
+                False, f"{where} imports `{how.ambiguity(function)}`, which may be {here} or another file of the run, so its "
                 f"calls of `{function}()` cannot be followed"
             )
         if function not in how.names and not how.module and not how.star:
@@ -218,7 +218,7 @@ def state_key(index: "ProjectIndex", path: str) -> str:
         parts.append(repr((helper, sorted(index.modules[helper].apex_state_functions.items()), index.digests.get(helper))))
         for other, how in _helper_importers(index).get(helper, ()):
             summary = index.modules[other]
-            parts.append(repr((other, sorted(how.names), how.module, how.star, how.ambiguous, summary.apex_initializes,
+            parts.append(repr((other, sorted(how.names), how.module, how.star, how.ambiguous, sorted(how.ambiguous_names.items()), summary.apex_initializes,
                                index.digests.get(other))))
     parts.append(resolution_key(index, helpers))
     return "|".join(parts)

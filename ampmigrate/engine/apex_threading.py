@@ -310,9 +310,9 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
     paths: List[str] = []
     for other, how in importers(index, absolute):
         where = index.relative(other)
-        if how.ambiguous:
+        if how.ambiguity(function):
             return Decision(
-                False, f"{where} imports `{how.ambiguous[0]}`, which may be {here} or another file of the run, so its "
+                False, f"{where} imports `{how.ambiguity(function)}`, which may be {here} or another file of the run, so its "
                 f"calls of `{function}()` cannot be followed"
             )
         if function not in how.names and not how.module and not how.star:

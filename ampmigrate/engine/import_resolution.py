@@ -37,10 +37,18 @@ class Importing:
     names: Set[str] = field(default_factory=set)  # `from target import name`
     module: List[str] = field(default_factory=list)  # `import target` / `from pkg import target`: as spelled
     star: bool = False  # `from target import *` (or a from-line the index cannot split)
-    ambiguous: List[str] = field(default_factory=list)  # imports that may name target or another file
+    ambiguous: List[str] = field(default_factory=list)  # module or `*` imports that may name target or another file
+    # `from m import name` where `m` may be target or another file: {name: m}
+    ambiguous_names: Dict[str, str] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.names or self.module or self.star or self.ambiguous)
+        return bool(self.names or self.module or self.star or self.ambiguous or self.ambiguous_names)
+
+    def ambiguity(self, function: str) -> str:
+        """The import that may bring `function` of target or something of another file ("" if none)."""
+        if self.ambiguous:
+            return self.ambiguous[0]
+        return self.ambiguous_names.get(function, "")
 
 
 def _state(index: "ProjectIndex") -> Dict[str, object]:
@@ -177,7 +185,10 @@ def importers(index: "ProjectIndex", target: str) -> Iterator[Tuple[str, Importi
         for module, name in summary.from_imports:
             found, several = hits(other, module)
             if found:
-                (how.ambiguous.append(module) if several else how.names.add(name))
+                if several:
+                    how.ambiguous_names.setdefault(name, module)
+                else:
+                    how.names.add(name)
             found, several = hits(other, f"{module}.{name}")
             if found:
                 (how.ambiguous if several else how.module).append(f"{module}.{name}")
