@@ -47,6 +47,8 @@ class StepRewrites:
             if not calls:
                 calls = self._sibling_steps(step, optimizer)
             if not calls:
+                calls = self._caller_steps(step, optimizer)
+            if not calls:
                 raise Unfixable(
                     f"no `{self.ctx.code(optimizer).strip()}.step()` follows `amp.scale_loss` at line "
                     f"{self._line(step.call)} in the same function; it must become `scaler.step(...)` + "
@@ -151,6 +153,34 @@ class StepRewrites:
         the fp32 path of `if fp16: <scaled backward> else: loss.backward()`."""
         here = {b.key for b in self._branches(node, self._stop_node(step, node))}
         return any((b.key[0], not b.taken) in here for b in step.branches if self._chooses_backward(b))
+
+    # ---- a plain backward inside the window
+    def _check_plain_backwards(self, steps: List[Step]) -> None:
+        """A plain `x.backward()` between the scaled backward and the step (a regularization loss)
+        added its gradients after apex had unscaled; GradScaler keeps the gradients scaled until
+        the step, which would then divide those by the loss scale."""
+        scaled = [step.with_node for step in steps]
+        for step in steps:
+            step_lines = {self._step_line(c) for c in step.steps}
+            for statement in self._window_statements(step):
+                stop = any(any(n is line for n in walk(statement)) for line in step_lines)
+                for node in walk(statement):
+                    if not (
+                        isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+                        and node.func.attr.value == "backward"
+                    ):
+                        continue
+                    if any(a is w for a in self.names.ancestors(node) for w in scaled):
+                        continue  # another `amp.scale_loss` block (several losses, one step)
+                    if (stop and not self._before_any(node, step_lines)) or self._inactive(step, node):
+                        continue
+                    raise Unfixable(
+                        f"`{self.ctx.code(node.func).strip()}()` at line {self._line(node)} adds gradients after "
+                        f"the scaled backward at line {self._line(step.call)} and before the step: apex had "
+                        "unscaled by then, GradScaler has not, so they would be divided by the loss scale"
+                    )
+                if stop:
+                    break
 
     # ---- unscale_ before gradient reads
     def _plan_unscale(self, steps: List[Step]) -> None:
