@@ -114,7 +114,9 @@ def _class_record(cls: ast.ClassDef, loads: Set[str], scaler: str, attributes: S
     """A checkpoint saver class (`TrainingRestorer(opts, model, optimizer)` whose `save()` runs
     `amp.state_dict()`): its constructor takes the scaler as a new parameter, stored first thing
     in `__init__` as `self.<scaler>`, and its methods read it there. The record is the helper's:
-    (the constructor's parameters, the scaler's name, why not)."""
+    (the constructor's parameters, the scaler's name, why not). Beside `*args` / `**kwargs` the
+    scaler is a keyword-only parameter: every call of the run passes it by keyword, and none
+    unpacks arguments (rules/apex/_checkpoint_threading.py `helper_calls`)."""
     init = class_init(cls)
     params = _params(init)[1:] if init is not None else []
     problem = ""
@@ -126,8 +128,8 @@ def _class_record(cls: ast.ClassDef, loads: Set[str], scaler: str, attributes: S
         problem = f"`{cls.name}` has base classes, a metaclass or decorators, so its construction cannot be followed"
     elif init is None or not init.args.args:
         problem = f"`{cls.name}` has no `__init__` of its own to take the scaler"
-    elif init.args.vararg is not None or init.args.kwarg is not None or init.args.posonlyargs:
-        problem = f"`{cls.name}.__init__` takes `*args`, `**kwargs` or positional-only parameters"
+    elif init.args.posonlyargs or scaler in {a.arg for a in (init.args.vararg, init.args.kwarg) if a is not None}:
+        problem = f"`{cls.name}.__init__` takes positional-only parameters or `*{scaler}`"
     else:
         for statement in cls.body:
             if isinstance(statement, (ast.Assign, ast.AnnAssign)) and "__slots__" in ast.dump(statement):
