@@ -28,7 +28,9 @@ def optimizers_unused(planner: "_Planner", init: "AmpRef") -> bool:
     """Whether `init` is `a, b = amp.initialize(a, b, ...)` whose optimizer name `b` nothing reads
     afterwards: in its function (not in a loop, so no earlier line runs again after it), nor in
     another function (a global), nor in another file (imported from here); and the file scales
-    no loss with apex."""
+    no loss with apex. The optimizer must be made in that function (not a parameter: the caller
+    would hold it too), and reach nothing before the call either, but a value nothing reads (a
+    trainer built before `amp.initialize` and run after it holds the same, patched, object)."""
     if any(r.api not in (None, "initialize") for r in planner.refs):
         return False
     call = init.call
@@ -55,6 +57,9 @@ def optimizers_unused(planner: "_Planner", init: "AmpRef") -> bool:
         if isinstance(ancestor, (cst.For, cst.While)):
             return False
     after = planner.ctx.position(line).end.line  # past the statement (its own arguments read the name)
+    if home.kind == "function" and name in {p.name.value for p in _params(home.node)}:
+        return False  # the caller holds the optimizer too, and may train with it
+    made = False
     for node in walk(root, into_scopes=True):
         if isinstance(node, (cst.Global, cst.Nonlocal)) and any(n.name.value == name for n in node.names):
             return False
@@ -64,4 +69,42 @@ def optimizers_unused(planner: "_Planner", init: "AmpRef") -> bool:
             return False  # read (or bound again) after the call: its use may be training
         if planner._function_scope(node) is not home:
             return False  # a function or lambda of its own may read it later
+        if any(a is line for a in planner.names.ancestors(node)):
+            continue  # an argument of `amp.initialize` itself
+        parent = planner.names.parent(node)
+        if isinstance(parent, cst.AssignTarget) and isinstance(planner.names.parent(parent), cst.Assign):
+            made = True  # `optimizer = build_optimizer(...)`
+            continue
+        if not _dead_argument(planner, root, node):
+            return False  # handed to something that may keep it (a trainer built before `initialize`)
+    if not made:
+        return False
+    planner._note(f"`{name}`, which `amp.initialize` returned, is not used again: the setup is inference")
+    return True
+
+
+def _params(func: cst.FunctionDef):
+    p = func.params
+    return [*p.posonly_params, *p.params, *p.kwonly_params, *[x for x in (p.star_arg, p.star_kwarg) if isinstance(x, cst.Param)]]
+
+
+def _dead_argument(planner: "_Planner", root: cst.CSTNode, node: cst.Name) -> bool:
+    """`node` is an argument of a call whose result goes to a name nothing reads
+    (`scheduler = make_scheduler(cfg, optimizer)` in a script that never steps it): the optimizer
+    object reaches nothing that runs later."""
+    arg = planner.names.parent(node)
+    call = planner.names.parent(arg) if isinstance(arg, cst.Arg) else None
+    assign = planner.names.parent(call) if isinstance(call, cst.Call) else None
+    if not (isinstance(assign, cst.Assign) and assign.value is call and len(assign.targets) == 1):
+        return False
+    target = assign.targets[0].target
+    if not isinstance(target, cst.Name):
+        return False
+    if root is planner.module and target.value in planner.ctx.imported_elsewhere:
+        return False
+    for other in walk(root, into_scopes=True):
+        if isinstance(other, (cst.Global, cst.Nonlocal)) and any(n.name.value == target.value for n in other.names):
+            return False
+        if isinstance(other, cst.Name) and other.value == target.value and other is not target:
+            return False
     return True
