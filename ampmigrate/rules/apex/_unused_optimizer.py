@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from ampmigrate.rules.apex._amp_options import INITIALIZE_PARAMS, bound_arguments
 from ampmigrate.rules.apex._flow import walk
 
 if TYPE_CHECKING:
@@ -48,6 +49,9 @@ def optimizers_unused(planner: "_Planner", init: "AmpRef") -> bool:
     if home.kind not in ("function", "module"):
         return False
     name = optimizer.value
+    given = (bound_arguments(call, INITIALIZE_PARAMS) or {}).get("optimizers")
+    if given is None or not (isinstance(given.value, cst.Name) and given.value.value == name):
+        return False  # the object handed to apex is another name's, which may reach a trainer
     if home.kind == "module" and name in planner.ctx.imported_elsewhere:
         return False
     root = home.node if home.kind == "function" else planner.module
