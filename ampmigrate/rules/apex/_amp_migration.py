@@ -49,6 +49,7 @@ from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions
 from ampmigrate.rules.apex._method_windows import MethodWindows
 from ampmigrate.rules.apex._removal import Removal, none_assignments, unused_after
 from ampmigrate.rules.apex._scaler_access import ScalerAccess
+from ampmigrate.rules.apex._unused_optimizer import optimizers_unused
 
 __all__ = ["AmpPlan", "Site", "amp_plan"]
 
@@ -165,8 +166,8 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
                 f"the fix needs `torch.amp.GradScaler` (torch >= {format_version(TORCH_AMP_GRAD_SCALER_SINCE)}); "
                 f"min-torch is {format_version(self.ctx.settings.min_torch)}"
             )
-        if init.api == "initialize" and spec.optimizers is None and not fp32:
-            return self._inference_fix(plan, init, spec)
+        if init.api == "initialize" and not fp32 and (spec.optimizers is None or optimizers_unused(self, init)):
+            return self._inference_fix(plan, init, spec)  # (an optimizer nothing reads again: _unused_optimizer.py)
         self.fp32 = fp32
         self.spec = spec
         self.unsafe.extend(spec.unsafe)
@@ -1146,6 +1147,8 @@ def _rebinds_its_arguments(assign: cst.Assign, call: cst.Call) -> bool:
     lists (`[model] = amp.initialize([model], ...)`)."""
     bound = bound_arguments(call, INITIALIZE_PARAMS) or {}
     values = [bound[n].value for n in ("models", "optimizers") if n in bound]
+    if len(values) == 2 and isinstance(values[1], cst.Name) and values[1].value == "None":
+        values = values[:1]  # `model = amp.initialize(model, None, ...)`: no optimizers
     if len(assign.targets) != 1 or not values:
         return False
     target = assign.targets[0].target
