@@ -271,6 +271,35 @@ torch.manual_seed(0)
 trainer = Accumulator(nn.Linear(8, 1), steps=3)
 RESULT = trainer.fit([(torch.randn(4, 8), torch.randn(4, 1)) for _ in range(12)], epochs=3), trainer.checkpoint()
 ''',
+    # a second, plain backward before the step (a regularizer, FGM's adversarial loss): apex had
+    # unscaled, so the fix scales it too; left plain, it would shrink by the loss scale
+    "plain_backward": '''
+import torch
+from torch import nn
+from apex import amp
+
+
+def train(model, data, epochs):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    losses = []
+    for _ in range(epochs):
+        for x, y in data:
+            loss = nn.functional.mse_loss(model(x), y)
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            reg_loss = 0.5 * model(x).pow(2).mean()
+            reg_loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+    return losses, {"amp": amp.state_dict()}
+
+
+torch.manual_seed(0)
+net = nn.Linear(8, 1)
+RESULT = train(net, [(torch.randn(4, 8), torch.randn(4, 1)) for _ in range(6)], epochs=3)
+''',
     # transformers' Trainer of 2020: the scaled backward in `_training_step`, the clip and the
     # step in `train()` after the call (the clip binds: a wrong scale would change every step)
     "caller_step": '''
@@ -392,9 +421,15 @@ def _amp101_reasons(name: str):
     return {f.no_fix_reason for f in check(code, select=["AMP1"]) if f.code == "AMP101"}
 
 
-def test_a_plain_backward_between_the_scaled_backward_and_the_step_is_refused():
-    (reason,) = _amp101_reasons("plain_backward_in_window.py")
-    assert "`reg_loss.backward()` at line 13" in reason and "divided by the loss scale" in reason
+def test_a_plain_backward_between_the_scaled_backward_and_the_step_is_scaled_too():
+    fixed = (FIXTURES / "AMP101" / "plain_backward_in_window.expected.py").read_text(encoding="utf-8")
+    assert "scaler.scale(reg_loss).backward()" in fixed and "reg_loss.backward()" not in fixed.replace("scale(reg_loss)", "")
+
+
+def test_a_plain_backward_that_is_not_a_loss_statement_is_refused():
+    (reason,) = _amp101_reasons("plain_backward_expression.py")
+    assert "at line 13 adds gradients after the scaled backward at line 10" in reason
+    assert "not a `loss.backward()` statement of its own" in reason
 
 
 def test_a_backward_function_with_a_second_caller_is_not_stepped_from_the_first():

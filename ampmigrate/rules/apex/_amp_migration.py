@@ -655,7 +655,7 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
             regions.extend((r, step) for r in found)
             self.builder.replace(step.with_node, self._scaled_backward(step))
             self.handled.add(step.with_node)
-        self._check_plain_backwards(steps)
+        regions.extend(self._scale_plain_backwards(self._plain_backwards(steps)))
         self._emit_steps(steps)
         self._plan_regions(regions)
         self._plan_unscale(steps)
