@@ -29,13 +29,14 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 from ampmigrate.engine import collector
 from ampmigrate.engine.apex_checkpoint import state_key, summarize_checkpoint
 from ampmigrate.engine.apex_threading import summarize_threading, threading_key
+from ampmigrate.engine.apex_values import apex_amp_getters
 from ampmigrate.engine.grad_norm_helpers import grad_norm_helpers
 from ampmigrate.engine.project import module_names
 from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 12
+_FORMAT = 13
 
 
 @dataclass
@@ -101,6 +102,9 @@ class ModuleSummary:
     # (engine/grad_norm_helpers.py): {name: (positional parameters, the norm-type parameter or "")}.
     # Called on a micro-step of apex accumulation, `f(params) / scaler.get_scale()` is apex's value.
     grad_norm_helpers: Dict[str, Tuple[List[str], str]] = field(default_factory=dict)
+    # Top-level functions whose every return value is apex's amp module or None
+    # (engine/apex_values.py): `amp = get_amp(fp16)` elsewhere binds apex's amp.
+    apex_amp_getters: List[str] = field(default_factory=list)
 
 
 def _as_data(summary: ModuleSummary) -> dict:
@@ -137,6 +141,7 @@ def _as_data(summary: ModuleSummary) -> dict:
         "apex_initializes": summary.apex_initializes,
         "apex_name_uses": {name: tuple(uses) for name, uses in summary.apex_name_uses.items()},
         "grad_norm_helpers": {name: (list(positional), norm) for name, (positional, norm) in summary.grad_norm_helpers.items()},
+        "apex_amp_getters": list(summary.apex_amp_getters),
     }
 
 
@@ -269,6 +274,15 @@ class ProjectIndex:
         kind = self.modules[path].clip_helpers.get(name)
         return (kind, path) if kind else None
 
+    def apex_amp_getter(self, qname: str) -> Optional[str]:
+        """The file of the run defining `qname` (`utils.get_amp`) when that function returns
+        apex's amp module or None (engine/apex_values.py)."""
+        found = self.function(qname)
+        if found is None:
+            return None
+        path, name = found
+        return path if name in self.modules[path].apex_amp_getters else None
+
     def trained_with(self, path: str, name: str) -> Optional[str]:
         """Another file of the run that trains (calls `.backward()`, makes a GradScaler, ...) and
         imports `name` (a function or class) from the module at `path` by name, if any."""
@@ -388,6 +402,8 @@ class ProjectIndex:
                     parts.append(f"{spec}:savers={sorted(self.modules[other].checkpoint_savers.items())}")
                 if other is not None and other != absolute and self.modules[other].scaler_param_uses:
                     parts.append(f"{spec}:scalers={sorted(self.modules[other].scaler_param_uses.items())}")
+                if other is not None and other != absolute and self.modules[other].apex_amp_getters:
+                    parts.append(f"{spec}:apex_getters={self.modules[other].apex_amp_getters}")
                 if other is not None and other != absolute and self.modules[other].fft_helpers:
                     parts.append(f"{spec}:fft={sorted(self.modules[other].fft_helpers.items())}")
                 for near in sorted({other, self.sibling_module(absolute, spec)} - {None}):
@@ -565,6 +581,7 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
             _summarize_apex_amp(tree, summary)
             summarize_threading(tree, summary)
             summarize_checkpoint(tree, summary)
+            summary.apex_amp_getters = apex_amp_getters(tree)
         if needs_results:
             summary.trained_results = _trained_results(tree, summary.from_imports, raw)
         if needs_savers:

@@ -1,0 +1,69 @@
+"""apex's amp module reached through a value (engine/apex_values.py, rules/apex/amp_from_helper.py).
+
+The reported shape is the multi-file fixture tests/fixtures/AMP101/amp_from_getter.project (run
+by test_project_index.py); here: which functions count as returning apex's amp, and that `fix`
+leaves the sites alone.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ampmigrate.engine.apex_values import apex_amp_getters
+from ampmigrate.engine.project_index import summarize
+
+from conftest import FIXTURES
+
+ROOT = Path(__file__).resolve().parents[1]
+GETTER = FIXTURES / "AMP101" / "amp_from_getter.project"
+
+
+def _getters(source: str):
+    return apex_amp_getters(ast.parse(source))
+
+
+def test_a_function_returning_apex_amp_or_none_is_a_getter():
+    assert _getters("def g(fp16):\n    if fp16:\n        from apex import amp\n    else:\n        amp = None\n    return amp\n") == ["g"]
+    assert _getters("def g():\n    import apex.amp as amp\n    return amp\n") == ["g"]
+    assert _getters("def g(on):\n    from apex import amp as a\n    if not on:\n        return None\n    return a\n") == ["g"]
+    assert summarize((GETTER / "nlp" / "torch_utils.py").read_bytes(), "nlp").apex_amp_getters == ["get_amp"]
+
+
+def test_other_returns_are_not_getters():
+    assert _getters("def g(amp):\n    return amp\n") == []  # a parameter
+    assert _getters("from apex import amp\ndef g():\n    return amp\n") == []  # not bound in the function
+    assert _getters("def g():\n    from apex import amp\n    amp = wrap(amp)\n    return amp\n") == []
+    assert _getters("def g():\n    from apex import amp\n    return amp or torch\n") == []
+    assert _getters("def g():\n    from audio import amp\n    return amp\n") == []
+    assert _getters("def g():\n    from .apex import amp\n    return amp\n") == []  # a local package
+    assert _getters("def g():\n    global amp\n    from apex import amp\n    return amp\n") == []
+    assert _getters("def g():\n    from apex import amp\n    yield amp\n") == []
+    assert _getters("def g():\n    return None\n") == []  # never the module
+    assert _getters("class C:\n    def g(self):\n        from apex import amp\n        return amp\n") == []
+
+
+def test_fix_leaves_the_helper_uses_alone(tmp_path):
+    project = tmp_path / "p"
+    shutil.copytree(GETTER, project)
+    before = (project / "nlp" / "trainer.py").read_bytes()
+    done = subprocess.run(
+        [sys.executable, "-m", "ampmigrate", "fix", "--no-cache", "."],
+        cwd=project,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (project / "nlp" / "trainer.py").read_bytes() == before, done.stdout + done.stderr
+    assert "the fix does not make yet" in subprocess.run(
+        [sys.executable, "-m", "ampmigrate", "check", "--no-cache", "--select", "AMP101", "."],
+        cwd=project,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
