@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ampmigrate.engine.apex_values import apex_amp_getters
+from ampmigrate.engine.apex_values import apex_amp_args, apex_amp_getters, apex_state_params
 from ampmigrate.engine.project_index import summarize
 
 from conftest import FIXTURES
@@ -67,3 +67,25 @@ def test_fix_leaves_the_helper_uses_alone(tmp_path):
         text=True,
         check=False,
     ).stdout
+
+
+def test_parameters_used_only_for_amp_state():
+    found = apex_state_params(
+        ast.parse(
+            "def load(path, model=None, amp=None):\n"
+            "    model.load_state_dict(path)\n    model.cuda()\n"
+            "    if amp is not None and path:\n        amp.load_state_dict(path)\n"
+            "class K:\n    def save(self, amp, *, handle):\n"
+            "        return {'a': amp.state_dict() if amp else None, 'h': handle.state_dict()}\n"
+            "def keep(amp):\n    amp.state_dict()\n    return amp\n"
+            "def other(amp):\n    amp.scale_loss(1, 2)\n"
+        )
+    )
+    assert found == {"load": [("amp", 2)], "K.save": [("amp", 1), ("handle", -1)]}
+
+
+def test_calls_handing_apex_amp_record_position_and_keyword():
+    tree = ast.parse("f(a, amp)\ng.h(x, amp=amp)\nk(*xs, amp)\nm(amp=other)\n")
+    from ampmigrate.engine.project_index import _dotted
+
+    assert apex_amp_args(tree, {"amp"}, _dotted) == [("f", 1, 1, ""), ("g.h", 2, -1, "amp")]

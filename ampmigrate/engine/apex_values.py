@@ -14,7 +14,7 @@ module, and the function neither yields nor declares the name `global`/`nonlocal
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional, Set
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import ast
 
@@ -99,3 +99,108 @@ def _returns_apex_amp(function: ast.AST) -> bool:
 
 def _is_none(node: Optional[ast.expr]) -> bool:
     return isinstance(node, ast.Constant) and node.value is None
+
+
+# --------------------------------------------------------------------------------------------
+# A function that receives apex's amp module only to save or restore its state (neural_sp's
+# `load_checkpoint(path, model=None, scheduler=None, amp=None)`: `if amp is not None:
+# amp.load_state_dict(...)`), called from a file that passes its `amp` there by keyword or
+# position. The parameter must be used for nothing else: a `model` parameter that is also moved,
+# wrapped or returned is never taken for apex's module, and the caller must hand apex's module to
+# that very parameter (the index matches keyword or position, engine/project_index.py).
+STATE_APIS = frozenset({"state_dict", "load_state_dict", "master_params"})
+
+
+def apex_state_params(tree: ast.Module) -> Dict[str, List[Tuple[str, int]]]:
+    """{function or "Class.method": [(parameter, its position or -1 for keyword-only)]} for the
+    parameters a function uses only as `p.state_dict()`, `p.load_state_dict(...)`,
+    `p.master_params(...)` and in `p is None` / `if p:` tests (at least one such call)."""
+    found: Dict[str, List[Tuple[str, int]]] = {}
+    for owner, function in _top_functions(tree):
+        positional = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+        keyword_only = [a.arg for a in function.args.kwonlyargs]
+        candidates = set(positional) | set(keyword_only)
+        if owner and positional:
+            candidates.discard(positional[0])  # `self`
+        if not candidates:
+            continue
+        parents: Dict[ast.AST, ast.AST] = {}
+        for node in ast.walk(function):
+            for child in ast.iter_child_nodes(node):
+                parents[child] = node
+        called: Set[str] = set()
+        rejected: Set[str] = set()
+        for node in ast.walk(function):
+            if not (isinstance(node, ast.Name) and node.id in candidates):
+                continue
+            if node.id in rejected:
+                continue
+            use = _state_use(node, parents)
+            if use is None:
+                rejected.add(node.id)
+            elif use:
+                called.add(node.id)
+        params = [
+            (name, positional.index(name) if name in positional else -1)
+            for name in [*positional, *keyword_only]
+            if name in called and name not in rejected
+        ]
+        if params:
+            found[f"{owner}.{function.name}" if owner else function.name] = params
+    return found
+
+
+def _state_use(node: ast.Name, parents: Dict[ast.AST, ast.AST]) -> Optional[bool]:
+    """True for `p.<state api>(...)`, False for a test of `p` (`p is None`, `if p:`), None for
+    any other use (stored, passed, rebound, another attribute) of the name `node`."""
+    if not isinstance(node.ctx, ast.Load):
+        return None
+    parent = parents.get(node)
+    if isinstance(parent, ast.Attribute) and parent.value is node:
+        call = parents.get(parent)
+        return True if parent.attr in STATE_APIS and isinstance(call, ast.Call) and call.func is parent else None
+    if isinstance(parent, ast.Compare):
+        nones = [c for c in parent.comparators if isinstance(c, ast.Constant) and c.value is None]
+        if parent.left is node and len(nones) == 1 and isinstance(parent.ops[0], (ast.Is, ast.IsNot)):
+            return False
+        return None
+    child: ast.AST = node
+    while isinstance(parent, (ast.BoolOp, ast.UnaryOp)):
+        if isinstance(parent, ast.UnaryOp) and not isinstance(parent.op, ast.Not):
+            return None
+        child, parent = parent, parents.get(parent)
+    if isinstance(parent, (ast.If, ast.IfExp, ast.While, ast.Assert)) and parent.test is child:
+        return False
+    return None
+
+
+def _top_functions(tree: ast.Module):
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield "", node
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    yield node.name, item
+
+
+def apex_amp_args(tree: ast.Module, amp_names: Set[str], dotted) -> List[Tuple[str, int, int, str]]:
+    """Calls handing a name bound to apex's amp module to a parameter: (callee as written, line,
+    the argument's position or -1, its keyword or "")."""
+    found: List[Tuple[str, int, int, str]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        callee = dotted(node.func)
+        if not callee:
+            continue
+        for position, value in enumerate(node.args):
+            if any(isinstance(v, ast.Starred) for v in node.args[:position]):
+                break  # positions after a `*args` are unknown
+            if isinstance(value, ast.Name) and value.id in amp_names:
+                found.append((callee, node.lineno, position, ""))
+        for keyword in node.keywords:
+            if keyword.arg and isinstance(keyword.value, ast.Name) and keyword.value.id in amp_names:
+                found.append((callee, node.lineno, -1, keyword.arg))
+    found.sort(key=lambda item: item[1])
+    return found
