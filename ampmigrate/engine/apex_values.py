@@ -116,7 +116,7 @@ def apex_state_params(tree: ast.Module) -> Dict[str, List[Tuple[str, int]]]:
     parameters a function uses only as `p.state_dict()`, `p.load_state_dict(...)`,
     `p.master_params(...)` and in `p is None` / `if p:` tests (at least one such call)."""
     found: Dict[str, List[Tuple[str, int]]] = {}
-    for owner, function in _top_functions(tree):
+    for owner, function in top_functions(tree):
         positional = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
         keyword_only = [a.arg for a in function.args.kwonlyargs]
         candidates = set(positional) | set(keyword_only)
@@ -174,7 +174,8 @@ def _state_use(node: ast.Name, parents: Dict[ast.AST, ast.AST]) -> Optional[bool
     return None
 
 
-def _top_functions(tree: ast.Module):
+def top_functions(tree: ast.Module):
+    """(class name or "", function) for each top-level function and each direct method."""
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             yield "", node

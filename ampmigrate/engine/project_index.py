@@ -29,7 +29,7 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 from ampmigrate.engine import collector
 from ampmigrate.engine.apex_checkpoint import state_key, summarize_checkpoint
 from ampmigrate.engine.apex_threading import summarize_threading, threading_key
-from ampmigrate.engine.apex_values import apex_amp_args, apex_amp_getters, apex_state_params
+from ampmigrate.engine.apex_values import apex_amp_args, apex_amp_getters, apex_state_params, top_functions
 from ampmigrate.engine.grad_norm_helpers import grad_norm_helpers
 from ampmigrate.engine.project import module_names
 from ampmigrate.source import SourceError, read_regular_file
@@ -1079,7 +1079,7 @@ def _summarize_apex_amp(tree: ast.Module, summary: ModuleSummary) -> None:
             amp_names.update(a.asname or a.name for a in node.names if a.name == "amp")
         elif isinstance(node, ast.Import):
             amp_names.update(a.asname for a in node.names if a.name == "apex.amp" and a.asname)
-    for owner, function in _functions(tree):
+    for owner, function in top_functions(tree):
         params = {a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]}
         if not params:
             continue
@@ -1108,13 +1108,3 @@ def _summarize_apex_amp(tree: ast.Module, summary: ModuleSummary) -> None:
     summary.apex_amp_passed_to.sort(key=lambda item: item[1])
     summary.apex_amp_args = apex_amp_args(tree, amp_names, _dotted)
 
-
-def _functions(tree: ast.Module):
-    """(class name or "", function) for each top-level function and each direct method."""
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield "", node
-        elif isinstance(node, ast.ClassDef):
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    yield node.name, item
