@@ -24,7 +24,7 @@ from ampmigrate.rules.apex.amp101_apex_amp import _REPLACEMENT as _ALL
 from ampmigrate.rules.base import Rule
 
 # The apex amp calls AMP101 names (the module's functions a real program calls on it).
-_APIS = frozenset(api for api in _ALL if api != "import")
+APEX_AMP_CALLS = _APIS = frozenset(api for api in _ALL if api != "import")
 
 _REASON = (
     "apex's amp module is the value of `{getter}()` ({origin}): the helper and every use of what it "

@@ -17,9 +17,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ampmigrate.rules.apex.amp101_apex_amp import _REPLACEMENT as _ALL
+from ampmigrate.rules.apex.amp_from_helper import APEX_AMP_CALLS as _APIS
 from ampmigrate.rules.base import Rule
-
-_APIS = frozenset(api for api in _ALL if api != "import")
 
 _REASON = (
     "`{name}` is not bound here: the `from apex import amp` at line {line} is local to `{function}`, so this "
