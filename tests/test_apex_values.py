@@ -85,7 +85,22 @@ def test_parameters_used_only_for_amp_state():
 
 
 def test_calls_handing_apex_amp_record_position_and_keyword():
-    tree = ast.parse("f(a, amp)\ng.h(x, amp=amp)\nk(*xs, amp)\nm(amp=other)\n")
     from ampmigrate.engine.project_index import _dotted
 
-    assert apex_amp_args(tree, {"amp"}, _dotted) == [("f", 1, 1, ""), ("g.h", 2, -1, "amp")]
+    def args(source):
+        return apex_amp_args(ast.parse(source), _dotted)
+
+    assert args("from apex import amp\nf(a, amp)\ng.h(x, amp=amp)\nk(*xs, amp)\nm(amp=other)\n") == [
+        ("f", 2, 1, ""),
+        ("g.h", 3, -1, "amp"),
+    ]
+    # neural_sp: `amp, scaler = None, None`, then the import under `if fp16:`.
+    assert args("def main(fp16):\n    amp, s = None, None\n    if fp16:\n        from apex import amp\n    load(p, amp=amp)\n") == [
+        ("load", 5, -1, "amp")
+    ]
+    # a `global amp` bound in another function (CookieTTS's HiFiGAN trainer)
+    assert args("def setup(fp16):\n    global amp\n    if fp16:\n        from apex import amp\n    else:\n        amp = None\n"
+                "def train():\n    step(amp)\n") == [("step", 8, 0, "")]
+    assert args("from apex import amp\ndef f(amp):\n    g(amp=amp)\n") == []  # a parameter
+    assert args("def f():\n    from apex import amp\ndef g():\n    amp = Mixer()\n    h(amp=amp)\n") == []
+    assert args("from apex import amp\namp = wrap(amp)\nh(amp)\n") == []

@@ -41,20 +41,40 @@ def _own_nodes(function: ast.AST) -> Iterator[ast.AST]:
 
 
 def _returns_apex_amp(function: ast.AST) -> bool:
-    # What each name of the function is bound to: "amp" (apex's module), "none", or "other".
-    kinds: Dict[str, Set[str]] = {}
-    returns: List[Optional[ast.expr]] = []
-    params = function.args
-    for arg in [*params.posonlyargs, *params.args, *params.kwonlyargs, params.vararg, params.kwarg]:
-        if arg is not None:
-            kinds.setdefault(arg.arg, set()).add("other")
-    for node in _own_nodes(function):
-        if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal)):
+    own = list(_own_nodes(function))
+    if any(isinstance(node, (ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal)) for node in own):
+        return False
+    kinds = binding_kinds(own, _parameters(function))
+    module_returned = False
+    for node in own:
+        if not isinstance(node, ast.Return) or node.value is None or _is_none(node.value):
+            continue
+        if not (isinstance(node.value, ast.Name) and _only_apex_amp(kinds.get(node.value.id, set()))):
             return False
+        module_returned = True
+    return module_returned
+
+
+def _only_apex_amp(bound: Set[str]) -> bool:
+    """Bound to apex's amp module, and otherwise only to None."""
+    return "amp" in bound and bound <= {"amp", "none"}
+
+
+def _parameters(function: ast.AST) -> List[str]:
+    params = function.args
+    every = [*params.posonlyargs, *params.args, *params.kwonlyargs, params.vararg, params.kwarg]
+    return [arg.arg for arg in every if arg is not None]
+
+
+def binding_kinds(nodes: List[ast.AST], params: List[str] = ()) -> Dict[str, Set[str]]:
+    """What each name `nodes` bind is bound to: "amp" (an import of apex's amp module), "none"
+    (`x = None`, `x, y = None, None`) or "other" (a parameter, any other store)."""
+    kinds: Dict[str, Set[str]] = {name: {"other"} for name in params}
+    stores: Dict[str, int] = {}
+    nones: Dict[str, int] = {}
+    for node in nodes:
         if isinstance(node, _SCOPES) and not isinstance(node, ast.Lambda):
             kinds.setdefault(node.name, set()).add("other")
-        elif isinstance(node, ast.Return):
-            returns.append(node.value)
         elif isinstance(node, ast.ImportFrom):
             for alias in node.names:
                 amp = node.module == "apex" and not node.level and alias.name == "amp"
@@ -64,37 +84,23 @@ def _returns_apex_amp(function: ast.AST) -> bool:
                 amp = alias.name == "apex.amp" and alias.asname is not None
                 kinds.setdefault(alias.asname or alias.name.split(".")[0], set()).add("amp" if amp else "other")
         elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            kinds.setdefault(node.id, set()).add("other")
-        elif isinstance(node, ast.Assign) and _is_none(node.value):
-            # `amp = None`: its target is also seen as a Store below; mark the value here.
-            for target in node.targets:
-                if isinstance(target, ast.Name):
-                    kinds.setdefault(target.id, set()).add("none")
-    # A `name = None` assignment's target was also recorded as "other" by its Store: take the
-    # assignments of None back out (each Store of such a name must be one of them).
-    stores: Dict[str, int] = {}
-    nones: Dict[str, int] = {}
-    for node in _own_nodes(function):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             stores[node.id] = stores.get(node.id, 0) + 1
-        elif isinstance(node, ast.Assign) and _is_none(node.value) and len(node.targets) == 1:
-            target = node.targets[0]
-            if isinstance(target, ast.Name):
-                nones[target.id] = nones.get(target.id, 0) + 1
-    for name, count in nones.items():
-        if stores.get(name) == count and name in kinds:
-            kinds[name].discard("other")
-    module_returned = False
-    for value in returns:
-        if value is None or _is_none(value):
-            continue
-        if not isinstance(value, ast.Name):
-            return False
-        bound = kinds.get(value.id)
-        if not bound or "other" in bound or "amp" not in bound:
-            return False
-        module_returned = True
-    return module_returned
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            for target, value in _pairs(node.targets[0], node.value):
+                if isinstance(target, ast.Name) and _is_none(value):
+                    nones[target.id] = nones.get(target.id, 0) + 1
+    for name, count in stores.items():
+        kinds.setdefault(name, set()).add("none" if nones.get(name, 0) == count else "other")
+    return kinds
+
+
+def _pairs(target: ast.expr, value: ast.expr):
+    """(target, value) of an assignment, element-wise for `a, b = x, y`."""
+    if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)):
+        if len(target.elts) == len(value.elts) and not any(isinstance(e, ast.Starred) for e in target.elts):
+            return list(zip(target.elts, value.elts))
+        return []
+    return [(target, value)]
 
 
 def _is_none(node: Optional[ast.expr]) -> bool:
@@ -185,23 +191,57 @@ def top_functions(tree: ast.Module):
                     yield node.name, item
 
 
-def apex_amp_args(tree: ast.Module, amp_names: Set[str], dotted) -> List[Tuple[str, int, int, str]]:
-    """Calls handing a name bound to apex's amp module to a parameter: (callee as written, line,
-    the argument's position or -1, its keyword or "")."""
+def apex_amp_args(tree: ast.Module, dotted) -> List[Tuple[str, int, int, str]]:
+    """Calls handing apex's amp module to a parameter: (callee as written, line, the argument's
+    position or -1, its keyword or ""). The argument is a name that, where the call is, is bound
+    only by imports of apex's amp module (and to None): a local, a `global` (bound in any
+    function declaring it) or a module-level name; a parameter or any other value never counts."""
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    own = {function: list(_own_nodes(function)) for function in functions}
+    module_nodes = list(_own_nodes(tree))
+    module_kinds = binding_kinds(module_nodes)
+    declared: Dict[ast.AST, Set[str]] = {}
+    enclosing: Dict[ast.AST, Optional[ast.AST]] = {}
+    for function in functions:
+        declared[function] = {name for node in own[function] if isinstance(node, ast.Global) for name in node.names}
+        local = binding_kinds(own[function])
+        for name in declared[function]:
+            module_kinds.setdefault(name, set()).update(local.get(name, set()))
+        for node in own[function]:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                enclosing[node] = function
     found: List[Tuple[str, int, int, str]] = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        callee = dotted(node.func)
-        if not callee:
-            continue
-        for position, value in enumerate(node.args):
-            if any(isinstance(v, ast.Starred) for v in node.args[:position]):
-                break  # positions after a `*args` are unknown
-            if isinstance(value, ast.Name) and value.id in amp_names:
-                found.append((callee, node.lineno, position, ""))
-        for keyword in node.keywords:
-            if keyword.arg and isinstance(keyword.value, ast.Name) and keyword.value.id in amp_names:
-                found.append((callee, node.lineno, -1, keyword.arg))
-    found.sort(key=lambda item: item[1])
+    scopes = [(module_nodes, lambda name: module_kinds.get(name, set()))]
+    for function in functions:
+        local = binding_kinds(own[function], _parameters(function))
+
+        def resolve(name, function=function, local=local):
+            if name in declared[function]:
+                return module_kinds.get(name, set())
+            if name in local:
+                return local[name]
+            outer = enclosing.get(function)
+            while outer is not None:
+                if name in binding_kinds(own[outer], _parameters(outer)):
+                    return {"other"}  # a closure's name: not followed
+                outer = enclosing.get(outer)
+            return module_kinds.get(name, set())
+
+        scopes.append((own[function], resolve))
+    for nodes, resolve in scopes:
+        for node in nodes:
+            if not isinstance(node, ast.Call):
+                continue
+            callee = dotted(node.func)
+            if not callee:
+                continue
+            for position, value in enumerate(node.args):
+                if isinstance(value, ast.Starred):
+                    break  # positions after a `*args` are unknown
+                if isinstance(value, ast.Name) and _only_apex_amp(resolve(value.id)):
+                    found.append((callee, node.lineno, position, ""))
+            for keyword in node.keywords:
+                if keyword.arg and isinstance(keyword.value, ast.Name) and _only_apex_amp(resolve(keyword.value.id)):
+                    found.append((callee, node.lineno, -1, keyword.arg))
+    found.sort(key=lambda item: (item[1], item[2], item[3]))
     return found

@@ -622,6 +622,7 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
             summarize_threading(tree, summary)
             summarize_checkpoint(tree, summary)
             summary.apex_amp_getters = apex_amp_getters(tree)
+            summary.apex_amp_args = apex_amp_args(tree, _dotted)
         if needs_results:
             summary.trained_results = _trained_results(tree, summary.from_imports, raw)
         if needs_savers:
@@ -1106,5 +1107,4 @@ def _summarize_apex_amp(tree: ast.Module, summary: ModuleSummary) -> None:
                 if callee:
                     summary.apex_amp_passed_to.append((callee, node.lineno))
     summary.apex_amp_passed_to.sort(key=lambda item: item[1])
-    summary.apex_amp_args = apex_amp_args(tree, amp_names, _dotted)
 
