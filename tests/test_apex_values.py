@@ -104,3 +104,19 @@ def test_calls_handing_apex_amp_record_position_and_keyword():
     assert args("from apex import amp\ndef f(amp):\n    g(amp=amp)\n") == []  # a parameter
     assert args("def f():\n    from apex import amp\ndef g():\n    amp = Mixer()\n    h(amp=amp)\n") == []
     assert args("from apex import amp\namp = wrap(amp)\nh(amp)\n") == []
+
+
+def test_the_rules_through_a_value_leave_runs_without_the_facts(tmp_path):
+    from ampmigrate.engine.pipeline import Engine
+    from ampmigrate.engine.project_index import ProjectIndex
+
+    from conftest import make_settings
+
+    (tmp_path / "train.py").write_text("import torch\nmodel = build()\nmodel.load_state_dict(torch.load('m.pt'))\n")
+    plain = ProjectIndex.build(str(tmp_path), [str(tmp_path / "train.py")])
+    names = {type(rule).__name__ for rule in Engine(make_settings({"select": ["AMP1"]}), index=plain).rules}
+    assert "ApexAmpFromHelper" not in names and "ApexAmpPassedIn" not in names
+    files = sorted(str(p) for p in GETTER.rglob("*.py"))
+    with_getter = ProjectIndex.build(str(GETTER), files)
+    names = {type(rule).__name__ for rule in Engine(make_settings({"select": ["AMP1"]}), index=with_getter).rules}
+    assert "ApexAmpFromHelper" in names

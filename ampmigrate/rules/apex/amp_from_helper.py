@@ -37,6 +37,10 @@ class ApexAmpFromHelper(Rule):
     code = "AMP101"
     triggers = (r"\.(?:initialize|scale_loss|master_params|state_dict|load_state_dict|disable_casts)\b",)
 
+    def applies_to_run(self, index) -> bool:
+        """Only a run whose index records a function returning apex's amp module."""
+        return index is not None and any(summary.apex_amp_getters for summary in index.modules.values())
+
     def screen(self, tree: ast.Module) -> bool:
         """Some `x.<api>(...)` or `self.x.<api>(...)` whose `x` some assignment binds to a call."""
         receivers = set()

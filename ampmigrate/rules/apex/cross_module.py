@@ -38,6 +38,12 @@ class ApexAmpPassedIn(Rule):
     code = "AMP101"
     triggers = (r"\.scale_loss\(", r"\.(?:load_)?state_dict\(", r"\.master_params\(")
 
+    def applies_to_run(self, index) -> bool:
+        """Only a run where some file passes apex's amp module to a call."""
+        return index is not None and any(
+            summary.apex_amp_passed_to or summary.apex_amp_args for summary in index.modules.values()
+        )
+
     def screen(self, tree) -> bool:
         """A `.scale_loss(` call, or a parameter used only for amp's state (what the index records)."""
         for node in ast.walk(tree):
