@@ -212,17 +212,17 @@ def apex_amp_args(tree: ast.Module, dotted) -> List[Tuple[str, int, int, str]]:
                 enclosing[node] = function
     found: List[Tuple[str, int, int, str]] = []
     scopes = [(module_nodes, lambda name: module_kinds.get(name, set()))]
+    kinds = {function: binding_kinds(own[function], _parameters(function)) for function in functions}
     for function in functions:
-        local = binding_kinds(own[function], _parameters(function))
 
-        def resolve(name, function=function, local=local):
+        def resolve(name, function=function):
             if name in declared[function]:
                 return module_kinds.get(name, set())
-            if name in local:
-                return local[name]
+            if name in kinds[function]:
+                return kinds[function][name]
             outer = enclosing.get(function)
             while outer is not None:
-                if name in binding_kinds(own[outer], _parameters(outer)):
+                if name in kinds[outer]:
                     return {"other"}  # a closure's name: not followed
                 outer = enclosing.get(outer)
             return module_kinds.get(name, set())

@@ -29,7 +29,7 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 from ampmigrate.engine import collector
 from ampmigrate.engine.apex_checkpoint import state_key, summarize_checkpoint
 from ampmigrate.engine.apex_threading import summarize_threading, threading_key
-from ampmigrate.engine.apex_values import apex_amp_args, apex_amp_getters, apex_state_params, top_functions
+from ampmigrate.engine.apex_values import apex_amp_args, apex_amp_getters, top_functions
 from ampmigrate.engine.grad_norm_helpers import grad_norm_helpers
 from ampmigrate.engine.project import module_names
 from ampmigrate.source import SourceError, read_regular_file
@@ -105,11 +105,8 @@ class ModuleSummary:
     # Top-level functions whose every return value is apex's amp module or None
     # (engine/apex_values.py): `amp = get_amp(fp16)` elsewhere binds apex's amp.
     apex_amp_getters: List[str] = field(default_factory=list)
-    # Functions (top level, `Class.method`) with parameters used only to save or restore apex
-    # amp's state (`p.state_dict()`, `p.load_state_dict(...)`, `p is None` tests): [(parameter,
-    # position or -1)]; and the calls of this file handing apex's amp module to a parameter:
-    # (callee as written, line, position or -1, keyword or ""). engine/apex_values.py.
-    apex_state_params: Dict[str, List[Tuple[str, int]]] = field(default_factory=dict)
+    # The calls of this file handing apex's amp module to a parameter: (callee as written, line,
+    # position or -1, keyword or ""). engine/apex_values.py.
     apex_amp_args: List[Tuple[str, int, int, str]] = field(default_factory=list)
 
 
@@ -148,7 +145,6 @@ def _as_data(summary: ModuleSummary) -> dict:
         "apex_name_uses": {name: tuple(uses) for name, uses in summary.apex_name_uses.items()},
         "grad_norm_helpers": {name: (list(positional), norm) for name, (positional, norm) in summary.grad_norm_helpers.items()},
         "apex_amp_getters": list(summary.apex_amp_getters),
-        "apex_state_params": {name: [tuple(p) for p in params] for name, params in summary.apex_state_params.items()},
         "apex_amp_args": [tuple(item) for item in summary.apex_amp_args],
     }
 
@@ -230,7 +226,6 @@ class ProjectIndex:
         summary.scaler_passed_to = [tuple(item) for item in summary.scaler_passed_to]
         summary.apex_amp_passed_to = [tuple(item) for item in summary.apex_amp_passed_to]
         summary.apex_amp_args = [tuple(item) for item in summary.apex_amp_args]
-        summary.apex_state_params = {k: [tuple(p) for p in v] for k, v in summary.apex_state_params.items()}
         summary.checkpoint_savers = {k: (list(v[0]), list(v[1])) for k, v in summary.checkpoint_savers.items()}
         summary.scaler_param_uses = {k: (list(v[0]), dict(v[1])) for k, v in summary.scaler_param_uses.items()}
         summary.apex_init_calls = [tuple(item) for item in summary.apex_init_calls]
@@ -391,14 +386,27 @@ class ProjectIndex:
                 return other
         return None
 
-    def apex_amp_state_passed_from(self, path: str, function: str) -> Optional[Tuple[str, List[str]]]:
-        """(a file of the run, `path` itself included, the parameters) when that file hands apex's
-        amp module, by keyword or position, to a parameter that `function` of the module at `path`
-        uses only to save or restore amp's state (engine/apex_values.py)."""
+    def apex_amp_callees(self, path: str) -> FrozenSet[str]:
+        """Last parts of the callees that the file at `path` and the files importing it hand
+        apex's amp module to (`scheduler.save_checkpoint` -> `save_checkpoint`)."""
         absolute = os.path.abspath(path)
-        summary = self.modules.get(absolute)
-        params = summary.apex_state_params.get(function) if summary is not None else None
-        if not params:
+        if absolute not in self.modules:
+            return frozenset()
+        return frozenset(
+            callee.rpartition(".")[2]
+            for other in (absolute, *self._importers.get(absolute, ()))
+            for callee, *_ in self.modules[other].apex_amp_args
+        )
+
+    def apex_amp_state_passed_from(
+        self, path: str, function: str, params: List[Tuple[str, int]]
+    ) -> Optional[Tuple[str, List[str]]]:
+        """(a file of the run, `path` itself included, the parameters) when that file hands apex's
+        amp module, by keyword or position, to one of `params` ((name, position or -1): what
+        `function` of the module at `path` uses only to save or restore amp's state,
+        engine/apex_values.py `apex_state_params`)."""
+        absolute = os.path.abspath(path)
+        if absolute not in self.modules or not params:
             return None
         name = function.rpartition(".")[2]
         shift = 1 if "." in function else 0  # `obj.method(a, b)`: `a` is the parameter after `self`
@@ -590,9 +598,7 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
         summary.grad_norm_helpers = grad_norm_helpers(parse())
     needs_savers = not test_file and b"state_dict()" in raw and _SAVES.search(raw) is not None
     needs_scaler_params = not test_file and b"caler" in raw and _SCALER_PARAM.search(raw) is not None
-    # A parameter used only to save or restore apex amp's state (engine/apex_values.py).
-    needs_state = b"state_dict(" in raw or b"master_params(" in raw
-    if not (summary.trains or needs_ast or needs_apex or needs_savers or needs_scaler_params or needs_state):
+    if not (summary.trains or needs_ast or needs_apex or needs_savers or needs_scaler_params):
         return summary
     summary.imports = _imports(raw, from_imports, shortcuts)
     # A training file that builds something it imported and trains it (AMP409 across files).
@@ -601,8 +607,7 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
     )
     if needs_results and shortcuts and raw.isascii():
         needs_results = _may_train_a_result(raw, summary.from_imports)
-    # records the shortcuts below do not cover
-    others = needs_results or needs_savers or needs_scaler_params or needs_state
+    others = needs_results or needs_savers or needs_scaler_params  # records the shortcuts below do not cover
     if not (needs_ast or needs_apex or others):
         return summary
     if shortcuts and raw.isascii():
@@ -629,8 +634,6 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
             summary.checkpoint_savers = _checkpoint_savers(tree, raw)
         if needs_scaler_params:
             summary.scaler_param_uses = _scaler_param_uses(tree)
-        if needs_state:
-            summary.apex_state_params = apex_state_params(tree)
     except RecursionError:
         return ModuleSummary(trains=summary.trains, imports=summary.imports)
     return summary

@@ -51,11 +51,24 @@ class ApexAmpPassedIn(Rule):
                 return True
         return bool(apex_state_params(tree))
 
+    @staticmethod
+    def _state_params(ctx, index):
+        """This file's parameters used only for amp's state (engine/apex_values.py), worked out
+        only when some file hands apex's amp module to a function named like one of its own."""
+        callees = index.apex_amp_callees(ctx.path)
+        if not callees or not any(function.name.value in callees for _, function in _functions(ctx.module)):
+            return {}
+        try:
+            return apex_state_params(ast.parse(ctx.text))
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return {}
+
     def check(self, ctx) -> None:
         index = ctx.file.project_index
         if index is None:
             return
         followed = amp_usage(ctx.file).slots  # this file's own calls: the in-file migration's
+        state = self._state_params(ctx, index)
         for owner, function in _functions(ctx.module):
             if function in followed:
                 continue
@@ -65,7 +78,7 @@ class ApexAmpPassedIn(Rule):
                 params = set(index.modules[os.path.abspath(ctx.path)].apex_amp_params[name])
             else:
                 # A parameter used only for amp's state, that a call hands apex's amp module to.
-                found = index.apex_amp_state_passed_from(ctx.path, name)
+                found = index.apex_amp_state_passed_from(ctx.path, name, state.get(name, []))
                 if found is None:
                     continue
                 origin, state_params = found
