@@ -20,7 +20,6 @@ import os
 import libcst as cst
 
 from ampmigrate.engine.apex_values import apex_state_params
-
 from ampmigrate.rules.apex._amp_refs import amp_usage
 from ampmigrate.rules.apex.amp101_apex_amp import _REPLACEMENT as _ALL
 from ampmigrate.rules.base import Rule
