@@ -208,6 +208,7 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, M
             self._plan_fp32(steps)
         else:
             self._plan_fp16(steps)
+            self._check_half_inputs(steps)  # _multi_init.py
         self._plan_imports()
         self._emit_removals()
         self._check_nesting()
@@ -265,15 +266,7 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, M
 
     def _half_cast(self) -> Optional[cst.CSTNode]:
         """A `.half()` call or a float16 dtype in the file, which an fp16 model may rely on."""
-        for node in walk(self.module, into_scopes=True):
-            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "half":
-                if not self._never_runs(node):  # _multi_init.py: a cast its file's calls never ask for
-                    return node
-            if isinstance(node, cst.Attribute) and node.attr.value in ("float16", "half", "HalfTensor"):
-                if self.names.qualified_names(node) & {"torch.float16", "torch.half", "torch.cuda.HalfTensor", "torch.HalfTensor"}:
-                    if not self._never_runs(node):
-                        return node
-        return None
+        return next(self._half_casts(), None)  # _multi_init.py
 
     def _without_reinitializations(self, inits: List[AmpRef]) -> List[AmpRef]:
         """`amp.initialize` again on the same model and optimizer with the same options (a resume

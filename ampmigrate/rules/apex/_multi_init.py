@@ -20,18 +20,19 @@ A mixin of the planner (`_amp_migration._Planner`): it uses its context, builder
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import libcst as cst
 
 from ampmigrate.diagnostics import SAFE, Fix
 from ampmigrate.engine.context import FixBuilder
-from ampmigrate.rules.apex._amp_common import AmpPlan, Unfixable
+from ampmigrate.rules.apex._amp_common import AmpPlan, Step, Unfixable
 from ampmigrate.rules.apex._amp_options import INITIALIZE_PARAMS, bound_arguments, scaler_spec
 from ampmigrate.rules.apex._amp_refs import AmpRef
-from ampmigrate.rules.apex._flow import expression_key
+from ampmigrate.rules.apex._flow import expression_key, walk
 
 MORE_THAN_ONCE = "`amp.initialize` is called more than once in this file"
+HALF_TYPES = frozenset({"torch.float16", "torch.half", "torch.cuda.HalfTensor", "torch.HalfTensor"})
 
 
 class MultiInits:
@@ -112,6 +113,47 @@ class MultiInits:
                 "GradScaler for each of these functions, threaded to the `amp.scale_loss` it serves, is not built yet"
             )
         return error
+
+    # ---- casts to half
+    def _half_casts(self) -> Iterator[cst.CSTNode]:
+        """Each `.half()` call or float16 dtype of the file that may run (see `_never_runs`)."""
+        for node in walk(self.module, into_scopes=True):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "half":
+                if not self._never_runs(node):
+                    yield node
+            elif isinstance(node, cst.Attribute) and node.attr.value in ("float16", "half", "HalfTensor"):
+                if self.names.qualified_names(node) & HALF_TYPES and not self._never_runs(node):
+                    yield node
+
+    def _check_half_inputs(self, steps: List[Step]) -> None:
+        """apex trained an fp16 model (O2 casts it, O1 casts inside every patched function, also in
+        evaluation); torch.amp keeps it fp32 and casts only inside the autocast regions the fix adds
+        to the training steps. A `.half()` (`.to(torch.float16)`) elsewhere, as an evaluation loop's
+        `inputs.half()` for the O2 model, would then meet fp32 weights: the fix stops and says where."""
+        homes = {id(step.function.node) for step in steps}
+        for node in self._half_casts():
+            if not (isinstance(node, cst.Call) or self._cast_argument(node)):
+                continue  # a float16 dtype that makes a tensor or names autocast's dtype
+            scope = self._function_scope(node)
+            if id(scope.node) in homes:
+                continue  # in a training step's function: its forward runs under the new autocast
+            where = f"`{scope.node.name.value}()`" if isinstance(scope.node, cst.FunctionDef) else "the module's top level"
+            raise Unfixable(
+                f"line {self._line(node)} casts to half in {where}, outside the training steps the fix puts under "
+                "autocast: apex's fp16 model took such inputs, the migrated fp32 model would not (wrap that code in "
+                '`torch.autocast("cuda", dtype=torch.float16)` or drop the cast, by hand)'
+            )
+
+    def _cast_argument(self, node: cst.CSTNode) -> bool:
+        """`x.to(torch.float16)`, `x.type(torch.HalfTensor)`: the dtype converts a value."""
+        arg = self.names.parent(node)
+        call = self.names.parent(arg) if isinstance(arg, cst.Arg) else None
+        return (
+            isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in ("to", "type")
+            and arg.keyword is None
+        )
 
     # ---- a cast to half that never runs
     def _never_runs(self, node: cst.CSTNode) -> bool:
