@@ -150,7 +150,7 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, M
             try:
                 inits = self._without_reinitializations(inits)
             except Unfixable as exc:
-                raise self._several_inits_reason(inits, exc) from None
+                return self._per_function_fix(plan, inits, exc)  # _multi_init.py: or its precise reason
         init = inits[0]
         if init.call is None:
             raise Unfixable(f"`{self.ctx.code(init.node)}` is used without being called")
@@ -287,7 +287,7 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, M
         for ref in repeats:
             if ref in alternatives:
                 pass  # the other arm of the `if`: one setup at run time (_multi_init.py)
-            elif not keys or _initialize_key(ref.call) not in keys:
+            elif not keys or _initialize_key(ref.call) not in keys or not self._same_objects(first, ref):
                 if not self._sibling_initialize(first, ref):
                     raise Unfixable(
                         f"`amp.initialize` is called more than once in this file (line {self._line(ref.call)} with "

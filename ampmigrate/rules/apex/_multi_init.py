@@ -20,17 +20,18 @@ A mixin of the planner (`_amp_migration._Planner`): it uses its context, builder
 
 from __future__ import annotations
 
-from typing import Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ampmigrate.diagnostics import SAFE, Fix
+from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.context import FixBuilder
 from ampmigrate.rules.apex._amp_common import AmpPlan, Step, Unfixable
 from ampmigrate.rules.apex._amp_options import INITIALIZE_PARAMS, bound_arguments, scaler_spec
 from ampmigrate.rules.apex._amp_refs import AmpRef
 from ampmigrate.rules.apex._flow import expression_key, walk
 
+SCALE_LOSS_PARAMS = ("loss", "optimizers", "loss_id", "model", "delay_unscale", "delay_overflow_check")
 MORE_THAN_ONCE = "`amp.initialize` is called more than once in this file"
 HALF_TYPES = frozenset({"torch.float16", "torch.half", "torch.cuda.HalfTensor", "torch.HalfTensor"})
 
@@ -109,8 +110,8 @@ class MultiInits:
         if len(homes) > 1:
             where = " and ".join(f"`{name}` (line {', '.join(map(str, lines))})" for name, lines in homes.values())
             return Unfixable(
-                f"`amp.initialize` sets apex up in {where}: each call makes its own loss scaler, and a "
-                "GradScaler for each of these functions, threaded to the `amp.scale_loss` it serves, is not built yet"
+                f"`amp.initialize` sets apex up in {where}: each call makes its own loss scaler, and one GradScaler "
+                "per setup is built only where every call is an `amp.initialize` in a function"
             )
         return error
 
@@ -209,6 +210,135 @@ class MultiInits:
             calls += 1
         return calls > 0
 
+    # ---- one setup per function
+    def _same_objects(self, first: AmpRef, other: AmpRef) -> bool:
+        """`other` names the same model and optimizer objects as `first`: in the same function,
+        or through `self.` attributes in methods of the same class, or module-level names (a local
+        `model, optimizer` of another function is another model: another setup)."""
+        home, there = self._function_scope(first.call), self._function_scope(other.call)
+        if home is there:
+            return True
+        same_class = home.parent is there.parent and home.parent is not None and home.parent.kind == "class"
+        bound = bound_arguments(other.call, INITIALIZE_PARAMS) or {}
+        values = [bound[n].value for n in ("models", "optimizers") if n in bound]
+        while values:
+            value = values.pop()
+            if isinstance(value, (cst.List, cst.Tuple)):
+                values.extend(e.value for e in value.elements)
+            elif isinstance(value, cst.Name):
+                if any(b.scope is not self.names.module_scope for b in self.names.bindings_of(value)):
+                    return False
+            elif isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and value.value.value == "self":
+                if not same_class:
+                    return False
+            else:
+                return False
+        return True
+
+    def _per_function_fix(self, plan: AmpPlan, inits: List[AmpRef], error: Unfixable) -> Fix:
+        """`amp.initialize` in two functions (a learner's `fit()` and its `lr_find()`, a script's
+        `train()` and `train_cdb()`): each call made apex's loss scaler anew for the training that
+        follows it, so each function's setup gets its own GradScaler, planned as a lone setup would
+        be, with the `amp.scale_loss` (`master_params`) that use its optimizer. Every other use must
+        belong to exactly one setup, and the plans must not touch the same code differently."""
+        reason = self._several_inits_reason(inits, error)
+        groups = self._function_groups(inits)
+        if groups is None or type(self).__name__ != "_Planner":
+            raise reason
+        merged = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
+        handled: Set[cst.CSTNode] = set()
+        unsafe: List[str] = []
+        messages: List[str] = []
+        for name, refs in groups:
+            sub = type(self)(self.ctx)
+            sub.usage, sub.refs = self.usage, refs
+            sub.handled |= handled  # the import goes once no setup's use is left
+            sub_plan = AmpPlan(sites=[s for s in plan.sites if any(s.node is r.node for r in refs)])
+            try:
+                sub._build(sub_plan)
+            except Unfixable as exc:
+                raise Unfixable(f"the apex setup of `{name}` (one of {len(groups)} functions that call `amp.initialize`): {exc}")
+            handled |= sub.handled
+            plan.levels |= getattr(sub_plan, "levels", set())
+            unsafe.extend(f"`{name}`: {u}" for u in sub.unsafe)
+            messages.extend(f"`{name}`: {note}" for note in sub.notes)
+            _merge(merged, sub.builder, self)
+        self.builder = merged
+        self._check_nesting()
+        names = ", ".join(f"`{name}`" for name, _ in groups)
+        details = [
+            f"one GradScaler for each of {names}, as each `amp.initialize` call made apex's loss scaler anew",
+            *messages,
+            *([f"unsafe: {'; '.join(unsafe)}"] if unsafe else []),
+        ]
+        self.builder.message = "Migrate apex.amp to torch.autocast fp16 and torch.amp.GradScaler (" + "; ".join(details) + ")"
+        self.builder.applicability = UNSAFE if unsafe else SAFE
+        return self.builder.build()
+
+    def _function_groups(self, inits: List[AmpRef]) -> Optional[List[Tuple[str, List[AmpRef]]]]:
+        """The refs of each function calling `amp.initialize`: its calls, and the uses in it or,
+        elsewhere, on the optimizer only its call returned. None where a use fits no single one."""
+        homes: Dict[int, Tuple[str, List[AmpRef], Set[str]]] = {}
+        for ref in inits:
+            if ref.api != "initialize" or ref.call is None:
+                return None
+            scope = self._function_scope(ref.call)
+            if not isinstance(scope.node, cst.FunctionDef):
+                return None
+            name = f"{scope.node.name.value}()"
+            entry = homes.setdefault(id(scope.node), (name, [], set()))
+            entry[1].append(ref)
+            entry[2].update(self._optimizer_keys(ref))
+        if len(homes) < 2:
+            return None
+        for ref in self.refs:
+            if ref in inits:
+                continue
+            functions = " and ".join(f"`{name}`" for name, _, _ in homes.values())
+            if ref.api in (None, "pass") or ref.call is None:
+                raise Unfixable(
+                    f"`amp.initialize` sets apex up in {functions}, and line {self._line(ref.node)} tests or hands on "
+                    "the amp module itself: which of their GradScalers it stands for is unclear"
+                )
+            scope = self._function_scope(ref.node)
+            if id(scope.node) in homes:
+                homes[id(scope.node)][1].append(ref)
+                continue
+            optimizer = self._used_optimizer(ref)
+            owners = [entry for entry in homes.values() if optimizer is not None and optimizer in entry[2]]
+            if len(owners) != 1:
+                raise Unfixable(
+                    f"`amp.initialize` sets apex up in {functions}, each with its own GradScaler now, and "
+                    f"`amp.{ref.api}` at line {self._line(ref.node)} (outside them) served whichever ran last: "
+                    "pass it the GradScaler it needs by hand"
+                )
+            owners[0][1].append(ref)
+        return [(name, refs) for name, refs, _ in homes.values()]
+
+    def _optimizer_keys(self, ref: AmpRef) -> Set[str]:
+        """The optimizer an `amp.initialize` call takes, and the name its result is bound to."""
+        bound = bound_arguments(ref.call, INITIALIZE_PARAMS) or {}
+        keys: Set[str] = set()
+        given = bound.get("optimizers")
+        if given is None:
+            return keys
+        keys.add(expression_key(given.value))
+        small = self._init_line(ref).body[0]
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            target = small.targets[0].target
+            if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+                keys.add(expression_key(target.elements[1].value))
+        return keys
+
+    def _used_optimizer(self, ref: AmpRef) -> Optional[str]:
+        if ref.api == "scale_loss":
+            bound = bound_arguments(ref.call, SCALE_LOSS_PARAMS) or {}
+            given = bound.get("optimizers")
+            return expression_key(given.value) if given is not None else None
+        if ref.api == "master_params" and len(ref.call.args) == 1 and ref.call.args[0].keyword is None:
+            return expression_key(ref.call.args[0].value)
+        return None
+
     # ---- alternatives in the arms of one `if`
     def _alternative_initialize(self, first: AmpRef, other: AmpRef) -> bool:
         """`if a: m, o = amp.initialize(m, o, opt_level="O2") else: m, o = amp.initialize(m, o)`:
@@ -267,6 +397,36 @@ class MultiInits:
             f"`amp.initialize` at lines {self._line(first.call)} and {self._line(other.call)} are the two arms of the `if` "
             f"at line {self._line(self.alternatives_if)}, one setup at run time: one GradScaler, created before the `if`"
         )
+
+
+def _merge(into: FixBuilder, other: FixBuilder, planner) -> None:
+    """Add `other`'s changes to `into`: the same change twice counts once, two different changes
+    of one node stop the fix."""
+
+    def same(a, b) -> bool:
+        if a is b:
+            return True
+        if isinstance(a, cst.CSTNode) and isinstance(b, cst.CSTNode):
+            return a.deep_equals(b)
+        if isinstance(a, cst.FlattenSentinel) and isinstance(b, cst.FlattenSentinel):
+            return len(a.nodes) == len(b.nodes) and all(x.deep_equals(y) for x, y in zip(a.nodes, b.nodes))
+        return False
+
+    for node in other.replaced():
+        new = other.replacement(node)
+        if into.replaces(node):
+            if not same(into.replacement(node), new):
+                raise Unfixable(
+                    f"the setups of two functions would change line {planner._line(node)} differently"
+                )
+            continue
+        into.replace(node, new)
+    for mine, theirs, insert in ((into._before, other._before, into.insert_before), (into._after, other._after, into.insert_after)):
+        for node, statements in theirs.items():
+            have = mine.get(node, [])
+            insert(node, *[s for s in statements if not any(same(s, h) for h in have)])
+    for module in other._imports:
+        into.require_import(module)
 
 
 def _falsy_literal(node: Optional[cst.BaseExpression]) -> bool:
