@@ -133,11 +133,14 @@ class MultiInits:
         `inputs.half()` for the O2 model, would then meet fp32 weights: the fix stops and says where."""
         homes = {id(step.function.node) for step in steps}
         for node in self._half_casts():
-            if not (isinstance(node, cst.Call) or self._cast_argument(node)):
+            cast = node if isinstance(node, cst.Call) else self._cast_argument(node)
+            if cast is None:
                 continue  # a float16 dtype that makes a tensor or names autocast's dtype
             scope = self._function_scope(node)
             if id(scope.node) in homes:
                 continue  # in a training step's function: its forward runs under the new autocast
+            if not self._feeds_a_model(cast) or self._follows_model_dtype(cast):
+                continue
             where = f"`{scope.node.name.value}()`" if isinstance(scope.node, cst.FunctionDef) else "the module's top level"
             raise Unfixable(
                 f"line {self._line(node)} casts to half in {where}, outside the training steps the fix puts under "
@@ -145,16 +148,90 @@ class MultiInits:
                 '`torch.autocast("cuda", dtype=torch.float16)` or drop the cast, by hand)'
             )
 
-    def _cast_argument(self, node: cst.CSTNode) -> bool:
-        """`x.to(torch.float16)`, `x.type(torch.HalfTensor)`: the dtype converts a value."""
+    def _cast_argument(self, node: cst.CSTNode) -> Optional[cst.Call]:
+        """`x.to(torch.float16)`, `x.type(torch.HalfTensor)`: the call where the dtype converts a value."""
         arg = self.names.parent(node)
         call = self.names.parent(arg) if isinstance(arg, cst.Arg) else None
-        return (
+        if (
             isinstance(call, cst.Call)
             and isinstance(call.func, cst.Attribute)
             and call.func.attr.value in ("to", "type")
             and arg.keyword is None
+        ):
+            return call
+        return None
+
+    def _feeds_a_model(self, cast: cst.Call) -> bool:
+        """The cast value goes, as an argument, to a call of something the code holds (a parameter,
+        `self.model`, a local: `model(inputs)`, `model.infer(inputs)`), directly or through the
+        name it is assigned to in its function; not to a function or class it imports or defines."""
+        node: cst.CSTNode = cast
+        parent = self.names.parent(node)
+        while (isinstance(parent, cst.Attribute) and parent.value is node) or (isinstance(parent, cst.Call) and parent.func is node):
+            node, parent = parent, self.names.parent(parent)  # `x.half().cuda(non_blocking=True)`
+        if isinstance(parent, cst.Arg):
+            return self._model_like_call(self.names.parent(parent))
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+            target = parent.targets[0].target
+            scope = self.names.scope_of(target)
+            for binding in self.names.lookup(target.value, scope):
+                if binding.node is not target:
+                    continue
+                for load in self.names.references(binding):
+                    arg = self.names.parent(load)
+                    if isinstance(arg, cst.Arg) and self._model_like_call(self.names.parent(arg)):
+                        return True
+            return False
+        return True  # stored, returned or yielded: where it goes is not in sight
+
+    def _model_like_call(self, call: Optional[cst.CSTNode]) -> bool:
+        if not isinstance(call, cst.Call):
+            return False
+        root = call.func
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        if not isinstance(root, cst.Name):
+            return True
+        bindings = self.names.bindings_of(root)
+        if not bindings:
+            return False  # a builtin (`print`, `len`)
+        return not any(b.kind in ("import", "from-import", "def", "class", "star-import") for b in bindings)
+
+    def _follows_model_dtype(self, cast: cst.Call) -> bool:
+        """The cast runs under a test of the model's own dtype (`if next(model.parameters()).type()
+        == "torch.cuda.HalfTensor"`, or a flag set by such a test): with the model kept fp32 it no
+        longer runs, as it did not under O1."""
+        child: cst.CSTNode = cast
+        for ancestor in self.names.ancestors(cast):
+            if isinstance(ancestor, cst.If) and child is ancestor.body:
+                if self._tests_parameter_dtype(ancestor.test):
+                    return True
+                for name in (n for n in walk(ancestor.test) if isinstance(n, cst.Name)):
+                    assigned = [b for b in self.names.bindings_of(name) if b.kind == "assign"]
+                    if assigned and all(self._set_under_dtype_test(b.statement) for b in assigned):
+                        return True
+            child = ancestor
+        return False
+
+    def _set_under_dtype_test(self, statement: Optional[cst.CSTNode]) -> bool:
+        for ancestor in self.names.ancestors(statement) if statement is not None else ():
+            if isinstance(ancestor, cst.If):
+                return self._tests_parameter_dtype(ancestor.test)
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                return False
+        return False
+
+    def _tests_parameter_dtype(self, test: cst.BaseExpression) -> bool:
+        nodes = list(walk(test))
+        reads_parameters = any(
+            isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "parameters" for n in nodes
         )
+        names_half = any(
+            (isinstance(n, cst.SimpleString) and "HalfTensor" in n.value)
+            or (isinstance(n, cst.Attribute) and bool(self.names.qualified_names(n) & HALF_TYPES))
+            for n in nodes
+        )
+        return reads_parameters and names_half
 
     # ---- a cast to half that never runs
     def _never_runs(self, node: cst.CSTNode) -> bool:
