@@ -46,6 +46,7 @@ from ampmigrate.rules.apex._amp_steps import StepRewrites
 from ampmigrate.rules.apex._flow import Branch, body_of, branches, expression_key, is_pure, walk
 from ampmigrate.rules.apex._presence import Action, Unsupported, choose, presence_action, simplify, unwrap
 from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions
+from ampmigrate.rules.apex._loop_helper_steps import LoopHelperSteps
 from ampmigrate.rules.apex._method_windows import MethodWindows
 from ampmigrate.rules.apex._multi_init import MORE_THAN_ONCE, MultiInits
 from ampmigrate.rules.apex._removal import Removal, none_assignments, unused_after
@@ -77,7 +78,7 @@ def _planner_for(ctx: FileContext) -> "_Planner":
     return split_planner(ctx) or checkpoint_planner(ctx) or _Planner(ctx)
 
 
-class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, MultiInits):
+class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, MultiInits, LoopHelperSteps):
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.names = ctx.names

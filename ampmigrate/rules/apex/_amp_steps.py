@@ -47,6 +47,8 @@ class StepRewrites:
             if not calls:
                 calls = self._sibling_steps(step, optimizer)
             if not calls:
+                calls = self._steps_after_helper_loop(step, optimizer)  # _loop_helper_steps.py
+            if not calls:
                 raise Unfixable(
                     f"no `{self.ctx.code(optimizer).strip()}.step()` follows `amp.scale_loss` at line "
                     f"{self._line(step.call)} in the same function; it must become `scaler.step(...)` + "
