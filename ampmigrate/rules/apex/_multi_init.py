@@ -320,8 +320,14 @@ class MultiInits:
         belong to exactly one setup, and the plans must not touch the same code differently."""
         reason = self._several_inits_reason(inits, error)
         groups = self._function_groups(inits)
-        if groups is None or type(self).__name__ != "_Planner":
+        if groups is None:
             raise reason
+        if type(self).__name__ != "_Planner":  # a side of a setup split across files (_cross_threading.py)
+            names = " and ".join(f"`{name}`" for name, _ in groups)
+            raise Unfixable(
+                f"`amp.initialize` sets apex up in {names}, which hand their training (or checkpoints) to another "
+                "file: one GradScaler per function, threaded across files, is not built yet"
+            )
         merged = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
         handled: Set[cst.CSTNode] = set()
         unsafe: List[str] = []
