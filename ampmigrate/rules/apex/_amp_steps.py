@@ -48,6 +48,8 @@ class StepRewrites:
             if not calls:
                 calls = self._sibling_steps(step, optimizer)
             if not calls:
+                calls = self._steps_after_helper_loop(step, optimizer)  # _loop_helper_steps.py
+            if not calls:
                 calls = self._caller_steps(step, optimizer)
             if not calls:
                 raise Unfixable(
