@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader, RandomSampler
 
