@@ -463,3 +463,7 @@ def test_a_grad_is_none_test_in_the_window_is_no_read():
 def test_a_plain_backward_after_the_unscale_is_refused():
     (reason,) = _amp101_reasons("plain_backward_after_clip.py")
     assert "`reg_loss.backward()` at line 14 adds gradients after they are unscaled at line 12" in reason
+
+
+def test_a_normalized_attack_in_the_window_keeps_the_migration():
+    assert _amp101_reasons("window_reader_normalized.py") == {None}

@@ -6,9 +6,10 @@ until `unscale_`/`step`. `_amp_steps` puts `unscale_` before the reads it knows 
 
 - a call into this file's own code that reads `.grad` (`fgm.attack()` of an FGM class defined
   here, `log_grads(model)`): it would now see gradients multiplied by the loss scale. Unless the
-  planner already treats it as a reader, the migration is refused with the reason (an attack that
-  normalizes the gradient would survive the scale, one that steps by it would not, and telling
-  them apart is not attempted);
+  planner already treats it as a reader, or every read is scale-invariant (FGM's
+  `epsilon * grad / norm` with `norm = torch.norm(grad)`, `grad.sign()`: a power-of-two scale
+  changes neither), the migration is refused with the reason (an attack that steps by the raw
+  gradient would move 65536 times as far);
 - a plain `x.backward()` (see `_amp_steps._plain_backwards`), which the fix scales too: that is
   only right while the gradients are still scaled, so an `unscale_` the fix puts before it
   refuses the migration.
@@ -42,7 +43,10 @@ class WindowReaders:
                     if (stop and not self._before_any(node, step_lines)) or self._inactive(step, node):
                         continue
                     body = self._own_callee(node)
-                    if body is None or not any(self._reads_grad_attribute(n) for n in walk(body, into_scopes=True)):
+                    if body is None:
+                        continue
+                    reads = [n for n in walk(body, into_scopes=True) if self._reads_grad_attribute(n)]
+                    if not reads or _scale_invariant(self.names, body, reads):
                         continue
                     raise Unfixable(
                         f"`{self.ctx.code(node.func).strip()}()` at line {self._line(node)} runs code of this file "
@@ -129,3 +133,54 @@ class WindowReaders:
             return None
         cls = self._module_defs().get(classes.pop())
         return cls if isinstance(cls, cst.ClassDef) else None
+
+
+_NORMS = ("norm", "vector_norm")
+
+
+def _scale_invariant(names, body: cst.CSTNode, reads: List[cst.Attribute]) -> bool:
+    """Every gradient read in `body` is a norm assigned to a name, `g.sign()`, or the numerator
+    of a division by such a norm name."""
+    norm_names: Set[str] = set()
+    inside_norms: Set[cst.CSTNode] = set()
+    for node in walk(body, into_scopes=True):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            call = node.value
+            if _is_norm_call(call):
+                norm_names.add(node.targets[0].target.value)
+                inside_norms.update(walk(call, into_scopes=True))
+    for read in reads:
+        if read in inside_norms:
+            continue
+        parent = names.parent(read)
+        if isinstance(parent, cst.Attribute) and parent.attr.value == "sign" and isinstance(names.parent(parent), cst.Call):
+            continue
+        if not _divided_by_norm(names, read, norm_names):
+            return False
+    return True
+
+
+def _is_norm_call(call: cst.BaseExpression) -> bool:
+    """`torch.norm(g)`, `torch.linalg.norm(g)`, `g.norm()` (any p: a norm scales with its argument)."""
+    if not isinstance(call, cst.Call):
+        return False
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value in _NORMS:
+        return True
+    return isinstance(func, cst.Name) and func.value in _NORMS
+
+
+def _divided_by_norm(names, read: cst.CSTNode, norm_names: Set[str]) -> bool:
+    child, node = read, names.parent(read)
+    while node is not None and not isinstance(node, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+        if (
+            isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide)
+            and node.left is child and isinstance(node.right, cst.Name) and node.right.value in norm_names
+        ):
+            return True
+        if not isinstance(node, (cst.BinaryOperation, cst.Attribute, cst.Subscript, cst.SubscriptElement, cst.Index)):
+            return False
+        if isinstance(node, cst.BinaryOperation) and not isinstance(node.operator, (cst.Multiply, cst.Divide)):
+            return False
+        child, node = node, names.parent(node)
+    return False
