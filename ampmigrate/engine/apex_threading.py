@@ -198,6 +198,11 @@ def _step_functions(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[s
         summary.apex_step_functions[function.name] = (positional, optimizer, scaler, problem)
     outside = [n for n in uses if n.attr == "scale_loss" and _enclosing_top_function(tree, n) is None]
     if outside:
+        from ampmigrate.engine.apex_trainer_class import step_classes  # a trainer class's method
+
+        classes, outside = step_classes(tree, uses, scaler, module_level_import)
+        summary.apex_step_functions.update(classes)
+    if outside:
         summary.apex_step_functions["<other>"] = ([], "", "", "`amp.scale_loss` is used outside a top-level function")
 
 
@@ -317,6 +322,11 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
             )
         if facts.apex_init_problem:
             return Decision(False, f"`amp.initialize` in {where} is not migrated: {facts.apex_init_problem}")
+        if facts.apex_name_uses.get(function, (0, 0))[1]:
+            return Decision(
+                False, f"{where} uses `{function}` otherwise than by calling it (a subclass, a value passed on), "
+                "so not every use of it can be given the GradScaler"
+            )
         calls = [c for c in facts.apex_init_calls if c[0] == function]
         if not calls:
             return Decision(
