@@ -23,7 +23,7 @@ import ast
 from typing import Dict, List, Optional, Set, Tuple
 
 from ampmigrate.engine.apex_checkpoint import _class_record, class_init, state_class
-from ampmigrate.engine.apex_threading import _own_nodes, _parent_call
+from ampmigrate.engine.apex_threading import _own_nodes, _parent_call, scaled_with_problem
 
 
 def step_classes(
@@ -80,27 +80,9 @@ def _class_problem(tree, cls: ast.ClassDef, scales, uses, module_level_import) -
                 "(an import in another method does not reach it)"
             ), ""
         call = _parent_call(method, node)
-        with_node = next(
-            (w for w in ast.walk(method) if isinstance(w, ast.With) and len(w.items) == 1 and w.items[0].context_expr is call),
-            None,
-        )
-        if call is None or with_node is None:
-            return "`amp.scale_loss` is not the only item of a `with` statement", ""
-        target = with_node.items[0].optional_vars
-        body = with_node.body
-        if not (
-            isinstance(target, ast.Name)
-            and len(body) == 1
-            and isinstance(body[0], ast.Expr)
-            and isinstance(body[0].value, ast.Call)
-            and isinstance(body[0].value.func, ast.Attribute)
-            and body[0].value.func.attr == "backward"
-            and isinstance(body[0].value.func.value, ast.Name)
-            and body[0].value.func.value.id == target.id
-        ):
-            return "the body of `with amp.scale_loss(...)` does more than `scaled_loss.backward()`", ""
-        if len(call.args) > 2 or any(k.arg not in ("optimizers",) for k in call.keywords):
-            return "`amp.scale_loss` is given more than the loss and the optimizer", ""
+        problem = scaled_with_problem(method, call)
+        if problem:
+            return problem, ""
         given = call.args[1] if len(call.args) >= 2 else next((k.value for k in call.keywords if k.arg == "optimizers"), None)
         attribute = _self_attribute(given, instance)
         if attribute is None:
