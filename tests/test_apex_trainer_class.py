@@ -203,3 +203,42 @@ def test_the_migrated_trainer_trains_like_the_original(monkeypatch, tmp_path, fp
         assert made[0].get_scale() == 65536.0  # scaled and stepped every time, nothing skipped
     assert len(migrated) == len(original) == 12
     assert migrated == pytest.approx(original, rel=1e-5)
+
+
+# ---------------------------------------------------------------------- in one file
+IN_FILE = FIXTURES / "AMP101" / "class_trainer_constructed.py"
+
+
+def _run_in_file(monkeypatch, code: str, use_amp: bool):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    loader = [(torch.randn(8, 32), torch.randint(0, 4, (8,))) for _ in range(3)]
+    opts = types.SimpleNamespace(amp=use_amp, max_norm=0.1, epochs=2)
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.nn.Module, "cuda", lambda self, *a, **k: self)
+        for name, module in _apex_stand_in().items():
+            patch.setitem(sys.modules, name, module)
+        namespace = {"__name__": "program"}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # autocast("cuda") without CUDA: disabled, as expected here
+            exec(compile(code, "program.py", "exec"), namespace)
+            return namespace["main"](opts, loader)
+
+
+@pytest.mark.parametrize("use_amp", [True, False])
+def test_the_trainer_built_in_its_own_file_trains_like_the_original(monkeypatch, use_amp):
+    torch = pytest.importorskip("torch")
+    original = _run_in_file(monkeypatch, IN_FILE.read_text(), use_amp)
+    migrated_code = IN_FILE.with_name("class_trainer_constructed.expected.py").read_text()
+    made = []
+
+    class CpuGradScaler(torch.amp.GradScaler):
+        def __init__(self, device="cuda", *args, **kwargs):
+            super().__init__("cpu", *args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(torch.amp, "GradScaler", CpuGradScaler)
+    migrated = _run_in_file(monkeypatch, migrated_code, use_amp)
+    assert len(made) == 1 and made[0].is_enabled() is use_amp
+    assert len(migrated) == len(original) == 6
+    assert migrated == pytest.approx(original, rel=1e-5)
