@@ -207,6 +207,11 @@ def _step_functions(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[s
         summary.apex_step_functions[function.name] = (positional, optimizer, scaler, problem)
     outside = [n for n in uses if n.attr == "scale_loss" and _enclosing_top_function(tree, n) is None]
     if outside:
+        from ampmigrate.engine.apex_trainer_class import step_classes  # a trainer class's method
+
+        classes, outside = step_classes(tree, uses, scaler, module_level_import)
+        summary.apex_step_functions.update(classes)
+    if outside:
         summary.apex_step_functions["<other>"] = ([], "", "", "`amp.scale_loss` is used outside a top-level function")
 
 
@@ -222,34 +227,12 @@ def _step_problem(tree, function: ast.FunctionDef, scales, uses, amp_names, modu
         return f"`{function.name}()` calls `amp.scale_loss` more than once", ""
     attribute = scales[0]
     call = _parent_call(function, attribute)
-    with_node = next(
-        (
-            w
-            for w in ast.walk(function)
-            if isinstance(w, ast.With) and len(w.items) == 1 and w.items[0].context_expr is call
-        ),
-        None,
-    )
-    if call is None or with_node is None:
-        return "`amp.scale_loss` is not the only item of a `with` statement", ""
-    target = with_node.items[0].optional_vars
-    body = with_node.body
-    if not (
-        isinstance(target, ast.Name)
-        and len(body) == 1
-        and isinstance(body[0], ast.Expr)
-        and isinstance(body[0].value, ast.Call)
-        and isinstance(body[0].value.func, ast.Attribute)
-        and body[0].value.func.attr == "backward"
-        and isinstance(body[0].value.func.value, ast.Name)
-        and body[0].value.func.value.id == target.id
-    ):
-        return "the body of `with amp.scale_loss(...)` does more than `scaled_loss.backward()`", ""
+    problem = scaled_with_problem(function, call)
+    if problem:
+        return problem, ""
     optimizer_node = call.args[1] if len(call.args) >= 2 else next(
         (k.value for k in call.keywords if k.arg == "optimizers"), None
     )
-    if len(call.args) > 2 or any(k.arg not in ("optimizers",) for k in call.keywords):
-        return "`amp.scale_loss` is given more than the loss and the optimizer", ""
     positional = _params(function)
     if not (isinstance(optimizer_node, ast.Name) and optimizer_node.id in positional):
         return "the optimizer passed to `amp.scale_loss` is not a parameter of the function", ""
@@ -280,6 +263,33 @@ def _step_problem(tree, function: ast.FunctionDef, scales, uses, amp_names, modu
     if called_here:
         return f"`{function.name}()` is also used in its own file, where no GradScaler is made", ""
     return "", optimizer
+
+
+def scaled_with_problem(root: ast.AST, call: Optional[ast.Call]) -> str:
+    """Why `call` (`amp.scale_loss(...)` in `root`) is not `with amp.scale_loss(loss, opt) as s:
+    s.backward()`, the shape the split migration takes ("" when it is)."""
+    with_node = next(
+        (w for w in ast.walk(root) if isinstance(w, ast.With) and len(w.items) == 1 and w.items[0].context_expr is call),
+        None,
+    )
+    if call is None or with_node is None:
+        return "`amp.scale_loss` is not the only item of a `with` statement"
+    target = with_node.items[0].optional_vars
+    body = with_node.body
+    if not (
+        isinstance(target, ast.Name)
+        and len(body) == 1
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Call)
+        and isinstance(body[0].value.func, ast.Attribute)
+        and body[0].value.func.attr == "backward"
+        and isinstance(body[0].value.func.value, ast.Name)
+        and body[0].value.func.value.id == target.id
+    ):
+        return "the body of `with amp.scale_loss(...)` does more than `scaled_loss.backward()`"
+    if len(call.args) > 2 or any(k.arg not in ("optimizers",) for k in call.keywords):
+        return "`amp.scale_loss` is given more than the loss and the optimizer"
+    return ""
 
 
 # ---------------------------------------------------------------------------------- the decision
@@ -332,7 +342,17 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
             )
         if facts.apex_init_problem:
             return Decision(False, f"`amp.initialize` in {where} is not migrated: {facts.apex_init_problem}")
+        if facts.apex_name_uses.get(function, (0, 0))[1]:
+            return Decision(
+                False, f"{where} uses `{function}` otherwise than by calling it (a subclass, a value passed on), "
+                "so not every use of it can be given the GradScaler"
+            )
         calls = [c for c in facts.apex_init_calls if c[0] in found.spellings]
+        if not calls and facts.apex_name_uses.get(function, (0, 0))[0]:
+            return Decision(
+                False, f"{where} constructs or calls `{function}` before `amp.initialize`, or elsewhere than after it "
+                "with the optimizer it returns, where the GradScaler would be created"
+            )
         if not calls:
             return Decision(
                 False, f"{where} does not call `{function}()` with the optimizer `amp.initialize` returns"
@@ -407,7 +427,13 @@ def _targets(index: "ProjectIndex", absolute: str) -> Tuple[List[Tuple[str, str]
     imported = {name: module for module, name in facts.from_imports}
     spelled = _step_spellings(index, absolute) if facts.apex_init_calls else {}
     targets: List[Tuple[str, str]] = []
-    for callee, *_ in facts.apex_init_calls:
+    callees = [callee for callee, *_ in facts.apex_init_calls]
+    for name in facts.apex_name_uses:  # also one not called with the optimizer: `decide` says why
+        module = imported.get(name)
+        other = resolve(index, absolute, module) if module else None
+        if other is not None and name in index.modules[other].apex_step_functions and name not in callees:
+            callees.append(name)
+    for callee in callees:
         pair = spelled.get(callee)
         if pair is None:
             module = imported.get(callee)

@@ -689,7 +689,9 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, M
         self.access.emit()
 
     def _scaler_access(self, scopes: List[Scope]) -> ScalerAccess:
-        return ScalerAccess(self, scopes)
+        from ampmigrate.rules.apex._trainer_class import constructed_access
+
+        return constructed_access(self, scopes) or ScalerAccess(self, scopes)  # a trainer class built at home
 
     def _threads_scaler_out(self) -> bool:
         """The scaler goes to a function of another file (the A side of _cross_threading.py)."""

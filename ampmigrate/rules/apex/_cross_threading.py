@@ -140,9 +140,16 @@ class _StepSide(_Planner):
         self.spec = None
         self.builder = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
         steps = [self._step(r) for r in self.refs if r.api == "scale_loss"]
+        self.trainer_classes: List[Scope] = []
         for step in steps:
-            name = getattr(step.function.node, "name", None)
-            if name is None or name.value not in self.decisions or step.function.parent is not self.names.module_scope:
+            owner = step.function
+            if owner.parent is not None and owner.parent.kind == "class":  # a trainer class's method
+                from ampmigrate.rules.apex._trainer_class import trainer_class
+
+                owner = trainer_class(self, step.function)
+                self.trainer_classes.append(owner)
+            name = getattr(owner.node, "name", None)
+            if name is None or name.value not in self.decisions or owner.parent is not self.names.module_scope:
                 raise Unfixable(NO_INIT_REASON)
         self._plan_fp16(steps)
         self._plan_imports()
@@ -150,13 +157,18 @@ class _StepSide(_Planner):
         self._check_nesting()
         names = ", ".join(f"`{n}()`" for n in self.decisions)
         callers = sorted({c for d in self.decisions.values() for c in d.callers})
+        stored = f" (stored as `self.{self.access.name}`)" if self.trainer_classes else ""
         return self._finish(
             f"Migrate apex.amp to torch.autocast fp16 and torch.amp.GradScaler: {names} takes the GradScaler "
-            f"that {', '.join(callers)} creates where `amp.initialize` was, as a new `{self.access.name}` parameter; "
-            "autocast is enabled when the scaler is"
+            f"that {', '.join(callers)} creates where `amp.initialize` was, as a new `{self.access.name}` parameter"
+            f"{stored}; autocast is enabled when the scaler is"
         )
 
     def _scaler_access(self, scopes: List[Scope]) -> ScalerAccess:
+        if self.trainer_classes:
+            from ampmigrate.rules.apex._trainer_class import TrainerAccess
+
+            return TrainerAccess(self, scopes, self.trainer_classes)
         return _ParameterAccess(self, scopes)
 
     def _plan_scaler_creation(self) -> None:
