@@ -99,8 +99,8 @@ def test_a_subclass_in_the_caller_makes_both_refuse(tmp_path):
     project = _copy(tmp_path)
     _edit(project / "run.py", "\n\ndef main(", "\n\nclass LoggingTrainer(Trainer):\n    pass\n\n\ndef main(")
     reasons = _refused(project)
-    assert "run.py uses `Trainer` otherwise than by calling it (a subclass" in reasons["trainer.py"]
-    assert "run.py uses `Trainer` otherwise than by calling it" in reasons["run.py"]
+    for side in ("trainer.py", "run.py"):
+        assert "run.py uses `Trainer" in reasons[side] and "otherwise than by calling it" in reasons[side]
 
 
 def test_a_trainer_with_a_base_class_refuses(tmp_path):
@@ -118,8 +118,8 @@ def test_a_caller_without_amp_makes_both_refuse(tmp_path):
         "    return Trainer(model, optimizer).train(batches)\n"
     )
     reasons = _refused(project)
-    assert "finetune.py imports `Trainer()` and has no `amp.initialize`" in reasons["trainer.py"]
-    assert "finetune.py imports `Trainer()` and has no `amp.initialize`" in reasons["run.py"]
+    assert "finetune.py calls `Trainer()` and has no `amp.initialize`" in reasons["trainer.py"]
+    assert "finetune.py calls `Trainer()` and has no `amp.initialize`" in reasons["run.py"]
 
 
 def test_apex_imported_in_another_method_refuses(tmp_path):
