@@ -288,6 +288,8 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, M
                 "only two alternatives in the arms of one `if`/`else` are one setup the fix follows"
             )
         for ref in repeats:
+            if ref not in alternatives and keys and _initialize_key(ref.call) in keys:
+                self._check_not_an_other_arm(first, ref)  # _multi_init.py: no re-initialization after it
             if ref in alternatives:
                 pass  # the other arm of the `if`: one setup at run time (_multi_init.py)
             elif not keys or _initialize_key(ref.call) not in keys or not self._same_objects(first, ref):

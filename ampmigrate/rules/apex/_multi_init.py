@@ -11,7 +11,10 @@ with several calls:
 - calls in the two arms of one `if`/`else` (an fp16 variant of the setup chosen by a flag), with
   the same models and optimizers: at run time only one of them runs, so they are one setup; when
   both become the same GradScaler and autocast (O1 and O2 both become fp16 autocast with the
-  default dynamic scale) the scaler is created in each arm;
+  default dynamic scale) one scaler is created before the `if`, whose test is then no condition
+  of it; the calls may sit below `if` statements of their own in each arm (`if amp_on:` in both,
+  tests equal by `expression_key`, each first in its arm): their common tests give `enabled`. A
+  call in the other arm under other tests is no re-initialization: it keeps a reason;
 - anything else keeps a reason that names what blocks it: the call whose arguments cannot be
   read, or the functions that each set apex up (one GradScaler per function is not built yet).
 
@@ -29,7 +32,7 @@ from ampmigrate.engine.context import FixBuilder
 from ampmigrate.rules.apex._amp_common import AmpPlan, Step, Unfixable
 from ampmigrate.rules.apex._amp_options import INITIALIZE_PARAMS, bound_arguments, scaler_spec
 from ampmigrate.rules.apex._amp_refs import AmpRef
-from ampmigrate.rules.apex._flow import expression_key, walk
+from ampmigrate.rules.apex._flow import Branch, branches, expression_key, walk
 
 SCALE_LOSS_PARAMS = ("loss", "optimizers", "loss_id", "model", "delay_unscale", "delay_overflow_check")
 MORE_THAN_ONCE = "`amp.initialize` is called more than once in this file"
@@ -443,31 +446,81 @@ class MultiInits:
         other_spec = scaler_spec(self.module, self.names, other.call, self.ctx.quote)
         if not _same_migration(first_spec, other_spec):
             return False
-        if first_spec.enabled and not all(self._first_in_arm(self._init_line(r)) for r in (first, other)):
-            return False  # `enabled=` is read before the `if` now: nothing in the arm may change it first
+        outer = self._arms_if(first, other)
+        inner = self._inner_conditions(first, outer)
+        if (first_spec.enabled or inner) and not all(self._leads_its_arm(self._init_line(r), outer) for r in (first, other)):
+            return False  # `enabled=` and the arms' own tests are read before the `if` now: nothing may change them first
+        if inner and any(isinstance(n, cst.NamedExpr) for n in walk(outer.test)):
+            return False  # the outer test binds a name the arms' tests may read
         return True
 
-    def _arms_if(self, first: AmpRef, other: AmpRef) -> Optional[cst.If]:
-        """The `if` whose two arms (`if`/`else`, not an `elif`) hold the two calls' lines directly."""
-        found = []
-        for ref in (first, other):
-            block = self.names.parent(self._init_line(ref))
-            holder = self.names.parent(block)
-            if isinstance(holder, cst.Else):
-                holder, arm = self.names.parent(holder), "orelse"
-            else:
-                arm = "body"
-            if not isinstance(holder, cst.If) or (arm == "body" and holder.body is not block):
-                return None
-            found.append((holder, arm))
-        (a, arm_a), (b, arm_b) = found
-        if a is not b or arm_a == arm_b or not isinstance(a.orelse, cst.Else):
+    def _arms_if(self, first: AmpRef, other: AmpRef, same_conditions: bool = True) -> Optional[cst.If]:
+        """The `if` whose two arms (`if`/`else`, not an `elif`) hold the two calls' lines, directly
+        or below `if` statements of their own (`if amp_on:` in each arm) whose tests are equal, so
+        that the calls run under the same conditions below it: exactly one of them runs."""
+        lines = [self._init_line(ref) for ref in (first, other)]
+        chains = [list(self.names.ancestors(line)) for line in lines]
+        other_ids = {id(node) for node in chains[1]}
+        outer = next((a for a in chains[0] if isinstance(a, cst.If) and id(a) in other_ids), None)
+        if outer is None or not isinstance(outer.orelse, cst.Else):
             return None
-        return a
+        if {_arm(outer, chain) for chain in chains} != {"body", "orelse"}:
+            return None
+        for chain in chains:
+            for node in chain:
+                if node is outer:
+                    break
+                if not isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite, cst.If, cst.Else)):
+                    return None  # a loop, a `with`, a `try` between: not one plain choice
+        if same_conditions:
+            keys = [[b.key for b in branches(self.names, line, stop=outer)] for line in lines]
+            if keys[0] != keys[1]:
+                return None
+        return outer
 
-    def _first_in_arm(self, line: cst.CSTNode) -> bool:
-        body = list(getattr(self.names.parent(line), "body", ()))
-        return bool(body) and body[0] is line
+    def _check_not_an_other_arm(self, first: AmpRef, other: AmpRef) -> None:
+        """A call in the other arm of an `if` from the first is no re-initialization after it (it
+        runs instead of it): unless the two are alternatives under the same conditions, the
+        scaler's `enabled` would follow the first arm's conditions only."""
+        outer = self._arms_if(first, other, same_conditions=False)
+        if outer is None:
+            return
+        where = f"`amp.initialize` at lines {self._line(first.call)} and {self._line(other.call)}, the two arms of the `if` at line {self._line(outer)},"
+        inner = [self._inner_conditions(ref, outer) for ref in (first, other)]
+        if [b.key for b in inner[0]] != [b.key for b in inner[1]]:
+            tests = [
+                " and ".join(("" if b.taken else "not ") + f"`{self.ctx.code(b.test).strip()}`" for b in branches) or "no test"
+                for branches in inner
+            ]
+            raise Unfixable(
+                f"{where} run under different conditions within their arms ({tests[0]}; {tests[1]}): a GradScaler "
+                "created before the `if` would follow one arm's conditions only"
+            )
+        raise Unfixable(
+            f"{where} are no alternatives the fix follows (fp16 levels only, each call and its arm's tests first in "
+            "the arm, no name bound in the `if`'s test): a GradScaler created before the `if` is not proven to match"
+        )
+
+    def _inner_conditions(self, ref: AmpRef, outer: cst.If) -> List[Branch]:
+        return branches(self.names, self._init_line(ref), stop=outer)
+
+    def _leads_its_arm(self, line: cst.CSTNode, outer: cst.If) -> bool:
+        """`line`, and each `if` enclosing it below `outer`, comes first in its block: nothing in
+        the arm runs before the tests that a scaler created before `outer` now reads."""
+        node = line
+        while node is not outer:
+            parent = self.names.parent(node)
+            if isinstance(parent, cst.If):  # an `elif`: its chain's earlier tests ran first
+                node = parent
+                continue
+            body = list(getattr(parent, "body", ()))
+            if not body or body[0] is not node:
+                return False
+            holder = self.names.parent(parent)
+            if isinstance(holder, cst.Else):
+                holder = self.names.parent(holder)
+            node = holder
+        return True
 
     def _plan_alternatives(self, first: AmpRef, other: AmpRef) -> None:
         """The other arm's call goes (the caller removes its line); the scaler is created once,

@@ -196,8 +196,8 @@ class ScalerAccess:
         alternatives_if = getattr(self.p, "alternatives_if", None)
         forced_hoist = None
         if alternatives_if is not None and any(b.statement is alternatives_if for b in conditions):
+            forced_hoist = conditions[0].statement  # before that `if` (or an outer one), not in its arm
             conditions = [b for b in conditions if b.statement is not alternatives_if]
-            forced_hoist = alternatives_if
         self.conditions: List[Tuple[str, Tuple[str, bool]]] = []
         for branch in conditions:
             code = condition_code(self.p.module, [branch])
@@ -208,7 +208,7 @@ class ScalerAccess:
                 )
             self.conditions.append((code, branch.key))
         if conditions or forced_hoist is not None:
-            self.hoist_before = conditions[0].statement if conditions else forced_hoist
+            self.hoist_before = forced_hoist if forced_hoist is not None else conditions[0].statement
             while isinstance(self.names.parent(self.hoist_before), cst.If):  # an `elif`
                 self.hoist_before = self.names.parent(self.hoist_before)
         for conjunct in spec.enabled:

@@ -1,0 +1,58 @@
+"""`amp.initialize` alternatives below the arms of one `if`/`else` (_multi_init.py).
+
+The fixture tests/fixtures/AMP101/multi_init_if_else_guarded_arms.py (written from scratch) calls
+`amp.initialize` in both arms of `if torch.cuda.device_count() > 1:`, each under the same inner
+`if use_amp:`: exactly one runs, so it is one setup and the GradScaler is created before the outer
+`if` (whose test has side effects but is no condition of the scaler), enabled by the inner test.
+Where the inner tests differ, or a call is no longer first in its arm, the fix keeps refusing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import FIXTURES, check, fix
+
+GUARDED = FIXTURES / "AMP101" / "multi_init_if_else_guarded_arms.py"
+
+
+def _reasons(code: str):
+    return {f.no_fix_reason for f in check(code, select=["AMP1"]) if f.code == "AMP101"}
+
+
+def test_guarded_alternatives_become_one_scaler_before_the_outer_if():
+    migrated = fix(GUARDED.read_text(), select=["AMP1"])
+    assert "amp.initialize" not in migrated and "apex" not in migrated
+    assert migrated.count("GradScaler(") == 1
+    before, after = migrated.split("    if torch.cuda.device_count() > 1:")
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=use_amp)' in before
+    assert "if use_amp:\n            net" not in after  # both inner `if`s went with their calls
+    compile(migrated, "migrated.py", "exec")
+
+
+def test_different_inner_conditions_keep_refusing():
+    reasons = _reasons((FIXTURES / "AMP101" / "multi_init_if_else_guarded_arms_differ.py").read_text())
+    assert reasons and all("run under different conditions within their arms" in (r or "") for r in reasons), reasons
+
+
+def test_different_inner_conditions_under_a_pure_test_are_no_reinitialization():
+    # Before: the second call counted as a re-initialization, and the scaler followed the first arm's tests only.
+    code = GUARDED.read_text().replace("torch.cuda.device_count() > 1", "multi_gpu").replace("use_amp):", "use_amp, multi_gpu):")
+    code = code.replace("    else:\n        if use_amp:", "    else:\n        if use_amp or multi_gpu:")
+    reasons = _reasons(code)
+    assert reasons and all("different conditions" in (r or "") for r in reasons), reasons
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        # code before the inner test in one arm: the scaler would read the test too early
+        ("    else:\n        if use_amp:", "    else:\n        use_amp = not use_amp\n        if use_amp:"),
+        # other options in one arm
+        ('opt_level="O1")\n        core = net\n', 'opt_level="O2", loss_scale=128.0)\n        core = net\n'),
+    ],
+)
+def test_arms_that_are_no_alternatives_keep_refusing(edit):
+    code = GUARDED.read_text()
+    assert edit[0] in code
+    assert all(r for r in _reasons(code.replace(edit[0], edit[1])))
