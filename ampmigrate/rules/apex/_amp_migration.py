@@ -305,6 +305,8 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, M
                 raise Unfixable(
                     f"`amp.initialize` at line {self._line(ref.call)} binds other names than the model and optimizer it is given"
                 )
+            if ref in alternatives and self._defers_alternative(first, ref, line):
+                continue  # _multi_init.py: its line gets the O3 guard in `_place_home`
             self.removal.remove_statement(line)
             self.handled.add(line)
         again = [r for r in repeats if r not in siblings and r not in alternatives]
@@ -344,6 +346,7 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, M
         from ampmigrate.rules.apex._checkpoint_threading import check_passed
 
         check_passed(self)  # no call of a checkpoint helper of another file left without its scaler
+        self._check_alternative_placed()  # _multi_init.py
         details = self.notes + ([f"unsafe: {'; '.join(self.unsafe)}"] if self.unsafe else [])
         if details:
             message += " (" + "; ".join(details) + ")"
@@ -928,6 +931,7 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, M
         else:
             self.removal.remove_statement(self.init_line)
         self.handled.add(self.init_line)
+        self._place_alternative_guard()  # _multi_init.py
         if hoist is not None:
             self.hoisted = (hoist, self.ctx.parse_statement(creation + "\n"))
 

@@ -522,6 +522,32 @@ class MultiInits:
             node = holder
         return True
 
+    def _defers_alternative(self, first: AmpRef, other: AmpRef, line: cst.CSTNode) -> bool:
+        """A run-time `opt_level` (the same expression in both calls): the other arm's line becomes
+        the same O3 guard as the first's (`_place_home`), not nothing, so O3 stops in either arm."""
+        if scaler_spec(self.module, self.names, other.call, self.ctx.quote).o3_test is None:
+            return False
+        self.alternative_line = line
+        return True
+
+    def _place_alternative_guard(self) -> None:
+        line = getattr(self, "alternative_line", None)
+        if line is None or line in self.handled:
+            return
+        if not getattr(self, "o3_guard", None):
+            self.removal.remove_statement(line)
+        else:
+            guard = self.ctx.parse_statement(self.o3_guard)
+            self.builder.replace(line, guard.with_changes(leading_lines=line.leading_lines))
+        self.handled.add(line)
+
+    def _check_alternative_placed(self) -> None:
+        line = getattr(self, "alternative_line", None)
+        if line is not None and line not in self.handled:
+            raise Unfixable(
+                f"`amp.initialize` at line {self._line(line)}, the other arm's setup, is left with nothing to become"
+            )
+
     def _plan_alternatives(self, first: AmpRef, other: AmpRef) -> None:
         """The other arm's call goes (the caller removes its line); the scaler is created once,
         before the `if` (ScalerAccess reads `alternatives_if`), not under its condition."""
@@ -589,8 +615,11 @@ def _same_migration(first, other) -> bool:
     if first is None or other is None or first.error or other.error:
         return False
     fp16 = {"O1", "O2"}
-    if not first.levels or not other.levels or not (first.levels <= fp16 and other.levels <= fp16):
+    if first.o3_test is not None:
+        if first.levels != other.levels or first.opt_level_code != other.opt_level_code:
+            return False
+    elif not first.levels or not other.levels or not (first.levels <= fp16 and other.levels <= fp16):
         return False
-    if first.o3_test is not None or other.o3_test is not None or list(first.unsafe) != list(other.unsafe):
-        return False
+    if first.o3_test != other.o3_test or list(first.unsafe) != list(other.unsafe):
+        return False  # a run-time `opt_level` only where both calls read the same one
     return list(first.keywords) == list(other.keywords) and first.enabled_keys == other.enabled_keys
