@@ -56,3 +56,21 @@ def test_arms_that_are_no_alternatives_keep_refusing(edit):
     code = GUARDED.read_text()
     assert edit[0] in code
     assert all(r for r in _reasons(code.replace(edit[0], edit[1])))
+
+
+def test_a_run_time_opt_level_guards_o3_in_both_arms():
+    code = (FIXTURES / "AMP101" / "multi_init_if_else_guarded_arms_runtime_level.py").read_text()
+    (finding,) = [f for f in check(code, select=["AMP1"]) if f.code == "AMP101" and f.location.row == 9]
+    assert finding.fix is not None and finding.fix.applicability == "safe", finding.no_fix_reason
+    migrated = fix(code, select=["AMP1"])
+    assert migrated.count('if opt_level == "O3":') == 2 and migrated.count("GradScaler(") == 1
+    assert 'GradScaler("cuda", enabled=opt_level != "O0")' in migrated.split("if torch.cuda.device_count()")[0]
+
+
+def test_run_time_opt_levels_of_other_expressions_are_no_alternatives():
+    code = (FIXTURES / "AMP101" / "multi_init_if_else_guarded_arms_runtime_level.py").read_text()
+    code = code.replace("def train(net, opt, batches, opt_level):", "def train(net, opt, batches, opt_level, level2):")
+    head, tail = code.split("    else:\n", 1)
+    tail = tail.replace("opt_level=opt_level", "opt_level=level2", 1)
+    reasons = _reasons(head + "    else:\n" + tail)
+    assert reasons and all(reasons), reasons
