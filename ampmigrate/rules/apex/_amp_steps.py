@@ -18,10 +18,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ampmigrate.api import CLIP_GRAD
-from ampmigrate.rules.apex._amp_common import Step, Unfixable
-from ampmigrate.rules.apex._presence import Unsupported, simplify
-from ampmigrate.rules.apex._flow import (
+from ampmigrate.analysis.statements import (
     Branch,
     body_of,
     condition_code,
@@ -31,6 +28,9 @@ from ampmigrate.rules.apex._flow import (
     loops_between,
     walk,
 )
+from ampmigrate.api import CLIP_GRAD
+from ampmigrate.rules.apex._amp_common import Step, Unfixable
+from ampmigrate.rules.apex._presence import Unsupported, simplify
 
 
 class StepRewrites:
