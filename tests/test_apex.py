@@ -8,16 +8,15 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from conftest import FIXTURES, check, codes, fix
 
+from ampmigrate.analysis.statements import branches, following, preceding
+from ampmigrate.diagnostics import Fix
 from ampmigrate.engine.context import rebuild_args
 from ampmigrate.engine.fixer import apply_fixes
-from ampmigrate.diagnostics import Fix
 from ampmigrate.engine.names import NameIndex
-from ampmigrate.rules.apex._scaler_access import add_parameter
-from ampmigrate.rules.apex._flow import branches, following, preceding
 from ampmigrate.rules.apex._presence import Unsupported, simplify
-
-from conftest import FIXTURES, check, codes, fix
+from ampmigrate.rules.apex._scaler_access import add_parameter
 
 APEX_EXPECTED = sorted(p for p in FIXTURES.glob("AMP1*/*.expected.py"))
 
@@ -457,7 +456,7 @@ def test_this_files_code_reading_gradients_in_the_window_is_refused():
 
 
 def test_a_grad_is_none_test_in_the_window_is_no_read():
-    assert _amp101_reasons("window_reader_grad_none_test.py") == {None}
+    assert _amp101_reasons("window_reader_grad_is_none.py") == {None}
 
 
 def test_a_plain_backward_after_the_unscale_is_refused():

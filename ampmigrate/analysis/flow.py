@@ -35,10 +35,23 @@ reach a given event before a disqualifying one (and before the loop iterates aga
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, Generic, Iterable, List, Optional, Sequence, Set, Tuple, TypeVar
+from typing import (
+    Callable,
+    Dict,
+    FrozenSet,
+    Generic,
+    Iterable,
+    List,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    TypeVar,
+)
 
 import libcst as cst
 
+from ampmigrate.analysis.statements import block_of, enclosing_compound, in_loop_body
 from ampmigrate.engine.cst_walk import nodes_of_type, walk
 from ampmigrate.engine.names import NameIndex, dotted
 
@@ -552,7 +565,7 @@ def reaches(names: NameIndex, statement: cst.BaseStatement, classify: Callable[[
     first = True
     while THROUGH in outcomes:
         outcomes.discard(THROUGH)
-        block, index = _position(names, current)
+        block, index = block_of(names, current)
         if block is None:
             return False
         rest = block[index:] if first else block[index + 1 :]
@@ -560,12 +573,12 @@ def reaches(names: NameIndex, statement: cst.BaseStatement, classify: Callable[[
         outcomes |= scanner.block(rest)
         if THROUGH not in outcomes:
             break
-        owner = _owner(names, current)
+        owner = enclosing_compound(names, current)
         if owner is None or isinstance(owner, (cst.FunctionDef, cst.Module)):
             outcomes.discard(THROUGH)
             outcomes.add(STOP)  # the function ends without the event
             break
-        if isinstance(owner, _LOOPS) and _in_loop_body(names, current, owner):
+        if isinstance(owner, _LOOPS) and in_loop_body(names, current, owner):
             outcomes.discard(THROUGH)
             outcomes.add(STOP)  # the next iteration starts without the event
             break
@@ -648,40 +661,3 @@ class _Scanner:
                 outs |= self.block(_statements(case.body))
             return outs
         return {THROUGH}
-
-
-def _position(names: NameIndex, statement: cst.CSTNode) -> Tuple[Optional[Sequence[cst.CSTNode]], int]:
-    parent = names.parent(statement)
-    if isinstance(parent, (cst.IndentedBlock, cst.Module)):
-        for index, child in enumerate(parent.body):
-            if child is statement:
-                return parent.body, index
-    if isinstance(parent, cst.If) and parent.orelse is statement:  # `elif`: its own one-statement block
-        return [statement], 0
-    return None, 0
-
-
-def _owner(names: NameIndex, statement: cst.CSTNode) -> Optional[cst.CSTNode]:
-    """The compound statement whose block holds `statement` (an `elif` chain's first `if`)."""
-    node = names.parent(statement)
-    while node is not None and not isinstance(node, (cst.BaseCompoundStatement, cst.Module)):
-        node = names.parent(node)
-    if isinstance(node, cst.If):
-        parent = names.parent(node)
-        while isinstance(parent, cst.If) and parent.orelse is node:
-            node, parent = parent, names.parent(parent)
-    return node
-
-
-def _in_loop_body(names: NameIndex, statement: cst.CSTNode, loop) -> bool:
-    node: Optional[cst.CSTNode] = statement
-    while node is not None and node is not loop:
-        if node is loop.body:
-            return True
-        node = names.parent(node)
-    return False
-
-
-def block_of(names: NameIndex, statement: cst.CSTNode) -> Tuple[Optional[Sequence[cst.CSTNode]], int]:
-    """The statement list holding `statement`, and its index there."""
-    return _position(names, statement)

@@ -31,10 +31,9 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
+from ampmigrate.analysis.statements import is_pure
 from ampmigrate.engine.grad_norm_helpers import grad_norm_call_ok, grad_norm_helpers
-
 from ampmigrate.rules.apex._amp_common import Step, Unfixable
-from ampmigrate.rules.apex._flow import is_pure
 from ampmigrate.rules.grad_scaler.amp301_clip_without_unscale import (
     _contains,
     _result_used_only_inside,

@@ -7,9 +7,9 @@ from typing import List, Optional, Sequence, Set
 
 import libcst as cst
 
+from ampmigrate.analysis.statements import Branch
 from ampmigrate.diagnostics import Fix
 from ampmigrate.engine.names import Scope
-from ampmigrate.rules.apex._flow import Branch
 
 CODE = "AMP101"
 O3_CODE = "AMP102"

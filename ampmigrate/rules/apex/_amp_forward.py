@@ -11,9 +11,9 @@ from typing import List, Tuple
 
 import libcst as cst
 
+from ampmigrate.analysis.statements import body_of, walk
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._amp_common import Step, Unfixable
-from ampmigrate.rules.apex._flow import body_of, walk
 from ampmigrate.rules.apex._regions import Region, merge
 
 

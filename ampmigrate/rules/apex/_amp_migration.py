@@ -24,7 +24,19 @@ from typing import List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from ampmigrate.api import APEX_AMP_CAST_ANNOTATIONS, TORCH_AMP_GRAD_SCALER_SINCE, format_version
+from ampmigrate.analysis.statements import (
+    Branch,
+    body_of,
+    branches,
+    expression_key,
+    is_pure,
+    walk,
+)
+from ampmigrate.api import (
+    APEX_AMP_CAST_ANNOTATIONS,
+    TORCH_AMP_GRAD_SCALER_SINCE,
+    format_version,
+)
 from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.context import FileContext, FixBuilder
 from ampmigrate.engine.names import Scope
@@ -40,19 +52,29 @@ from ampmigrate.rules.apex._amp_common import (
     Unfixable,
 )
 from ampmigrate.rules.apex._amp_forward import ForwardRegions
-from ampmigrate.rules.apex._amp_options import INITIALIZE_PARAMS, bound_arguments, scaler_spec
+from ampmigrate.rules.apex._amp_options import (
+    INITIALIZE_PARAMS,
+    bound_arguments,
+    scaler_spec,
+)
 from ampmigrate.rules.apex._amp_refs import AmpRef, amp_usage
 from ampmigrate.rules.apex._amp_steps import StepRewrites
-from ampmigrate.rules.apex._flow import Branch, body_of, branches, expression_key, is_pure, walk
-from ampmigrate.rules.apex._presence import Action, Unsupported, choose, presence_action, simplify, unwrap
-from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions
 from ampmigrate.rules.apex._loop_helper_steps import LoopHelperSteps
 from ampmigrate.rules.apex._method_windows import MethodWindows
-from ampmigrate.rules.apex._window_readers import WindowReaders
 from ampmigrate.rules.apex._multi_init import MORE_THAN_ONCE, MultiInits
+from ampmigrate.rules.apex._presence import (
+    Action,
+    Unsupported,
+    choose,
+    presence_action,
+    simplify,
+    unwrap,
+)
+from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions
 from ampmigrate.rules.apex._removal import Removal, none_assignments, unused_after
 from ampmigrate.rules.apex._scaler_access import ScalerAccess
 from ampmigrate.rules.apex._unused_optimizer import optimizers_unused
+from ampmigrate.rules.apex._window_readers import WindowReaders
 
 __all__ = ["AmpPlan", "Site", "amp_plan"]
 
@@ -649,7 +671,10 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, M
         for ref in self.refs:
             if ref.api in ("state_dict", "load_state_dict") or (ref.api == "_amp_state"):
                 scaler_scopes.append(self._function_scope(ref.node))
-        from ampmigrate.rules.apex._checkpoint_threading import helper_calls, pass_scaler
+        from ampmigrate.rules.apex._checkpoint_threading import (
+            helper_calls,
+            pass_scaler,
+        )
 
         helpers = helper_calls(self)  # checkpoint helpers of other files taking the scaler
         scaler_scopes.extend(self._function_scope(call) for call, _, _ in helpers)

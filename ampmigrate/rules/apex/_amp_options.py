@@ -14,8 +14,8 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from ampmigrate.analysis.statements import expression_key, is_pure
 from ampmigrate.engine.names import NameIndex
-from ampmigrate.rules.apex._flow import expression_key, is_pure
 
 # amp.initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model_type=None, ...)
 INITIALIZE_PARAMS = (

@@ -18,11 +18,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ampmigrate.api import CLIP_GRAD
-from ampmigrate.rules.apex._amp_common import Step, Unfixable
-from ampmigrate.rules.apex._presence import Unsupported, simplify
-from ampmigrate.rules.apex._regions import NoRegion, autocast_regions
-from ampmigrate.rules.apex._flow import (
+from ampmigrate.analysis.statements import (
     Branch,
     body_of,
     condition_code,
@@ -32,6 +28,10 @@ from ampmigrate.rules.apex._flow import (
     loops_between,
     walk,
 )
+from ampmigrate.api import CLIP_GRAD
+from ampmigrate.rules.apex._amp_common import Step, Unfixable
+from ampmigrate.rules.apex._presence import Unsupported, simplify
+from ampmigrate.rules.apex._regions import NoRegion, autocast_regions
 
 
 class StepRewrites:

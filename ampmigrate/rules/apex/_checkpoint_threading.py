@@ -22,14 +22,24 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 import libcst as cst
 
+from ampmigrate.analysis.statements import walk
 from ampmigrate.diagnostics import SAFE, Fix
-from ampmigrate.engine.apex_checkpoint import STATE_APIS, StateDecision, decide_state, state_helpers_called
+from ampmigrate.engine.apex_checkpoint import (
+    STATE_APIS,
+    StateDecision,
+    decide_state,
+    state_helpers_called,
+)
 from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._amp_common import AmpPlan, Unfixable
 from ampmigrate.rules.apex._amp_migration import NO_INIT_REASON, _Planner
-from ampmigrate.rules.apex._cross_threading import _check_min_torch, _ParameterAccess, _plan_elsewhere, _spelled
-from ampmigrate.rules.apex._flow import walk
+from ampmigrate.rules.apex._cross_threading import (
+    _check_min_torch,
+    _ParameterAccess,
+    _plan_elsewhere,
+    _spelled,
+)
 from ampmigrate.rules.apex._method_windows import _first_statement, _is_docstring
 from ampmigrate.rules.apex._scaler_access import add_parameter
 

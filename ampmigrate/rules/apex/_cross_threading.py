@@ -26,6 +26,7 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
+from ampmigrate.analysis.statements import walk
 from ampmigrate.api import TORCH_AMP_GRAD_SCALER_SINCE, format_version
 from ampmigrate.diagnostics import SAFE, Fix
 from ampmigrate.engine.apex_threading import Decision, decide, initializer_targets
@@ -33,8 +34,11 @@ from ampmigrate.engine.caller_uses import uses
 from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._amp_common import AmpPlan, Unfixable
-from ampmigrate.rules.apex._amp_migration import NO_INIT_REASON, NO_STEP_REASON, _Planner
-from ampmigrate.rules.apex._flow import walk
+from ampmigrate.rules.apex._amp_migration import (
+    NO_INIT_REASON,
+    NO_STEP_REASON,
+    _Planner,
+)
 from ampmigrate.rules.apex._scaler_access import ScalerAccess, add_parameter
 from ampmigrate.source import SourceError, SourceFile
 
@@ -261,7 +265,10 @@ class _InitSide(_Planner):
         self.unsafe.extend(u for u in unsafe if u not in self.unsafe)
         self.access = _InitAccess(self, [])
         self.scaler_scopes = [self.home]  # tests of apex's presence here become `scaler.is_enabled()`
-        from ampmigrate.rules.apex._checkpoint_threading import helper_calls, pass_scaler
+        from ampmigrate.rules.apex._checkpoint_threading import (
+            helper_calls,
+            pass_scaler,
+        )
 
         helpers = helper_calls(self)  # checkpoint helpers (engine/apex_checkpoint.py)
         if any(self._function_scope(call) is not self.home for call, _, _ in helpers):

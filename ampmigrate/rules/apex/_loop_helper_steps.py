@@ -24,8 +24,8 @@ from typing import List, Optional
 
 import libcst as cst
 
+from ampmigrate.analysis.statements import expression_key, walk
 from ampmigrate.rules.apex._amp_common import Step
-from ampmigrate.rules.apex._flow import expression_key, walk
 
 
 class LoopHelperSteps:

@@ -26,12 +26,12 @@ from typing import Dict, Iterator, List, Optional, Set
 
 import libcst as cst
 
+from ampmigrate.analysis.statements import body_of, expression_key, following, walk
 from ampmigrate.api import CLIP_GRAD
 from ampmigrate.engine.fixer import _is_docstring
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._amp_common import Step, Unfixable
 from ampmigrate.rules.apex._amp_options import literal_value
-from ampmigrate.rules.apex._flow import body_of, expression_key, following, walk
 
 
 def _first_param(scope: Scope) -> Optional[str]:

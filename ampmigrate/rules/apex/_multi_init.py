@@ -27,12 +27,16 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from ampmigrate.analysis.statements import Branch, branches, expression_key, walk
 from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.context import FixBuilder
 from ampmigrate.rules.apex._amp_common import AmpPlan, Step, Unfixable
-from ampmigrate.rules.apex._amp_options import INITIALIZE_PARAMS, bound_arguments, scaler_spec
+from ampmigrate.rules.apex._amp_options import (
+    INITIALIZE_PARAMS,
+    bound_arguments,
+    scaler_spec,
+)
 from ampmigrate.rules.apex._amp_refs import AmpRef
-from ampmigrate.rules.apex._flow import Branch, branches, expression_key, walk
 
 SCALE_LOSS_PARAMS = ("loss", "optimizers", "loss_id", "model", "delay_unscale", "delay_overflow_check")
 MORE_THAN_ONCE = "`amp.initialize` is called more than once in this file"

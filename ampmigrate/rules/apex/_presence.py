@@ -14,8 +14,8 @@ from typing import Callable, Optional, Set, Union
 
 import libcst as cst
 
+from ampmigrate.analysis.statements import is_pure, walk
 from ampmigrate.engine.names import NameIndex
-from ampmigrate.rules.apex._flow import is_pure, walk
 
 Folded = Union[bool, cst.BaseExpression]
 

@@ -16,8 +16,14 @@ from typing import Callable, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from ampmigrate.analysis.statements import (
+    body_of,
+    climbable,
+    containing_block,
+    preceding,
+    walk,
+)
 from ampmigrate.engine.names import NameIndex
-from ampmigrate.rules.apex._flow import body_of, climbable, containing_block, preceding, walk
 
 StatementTest = Callable[[cst.CSTNode], bool]
 

@@ -14,9 +14,9 @@ from typing import Dict, Iterable, List, Optional, Set
 
 import libcst as cst
 
+from ampmigrate.analysis.statements import body_of, containing_block
 from ampmigrate.engine.context import FixBuilder
 from ampmigrate.engine.names import Binding, NameIndex
-from ampmigrate.rules.apex._flow import body_of, containing_block
 
 
 class Removal:

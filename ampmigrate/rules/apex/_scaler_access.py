@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from ampmigrate.analysis.statements import condition_code, is_pure
 from ampmigrate.engine.context import rebuild_args
 from ampmigrate.engine.names import Binding, Scope
 from ampmigrate.rules.apex._amp_common import Unfixable
-from ampmigrate.rules.apex._flow import condition_code, is_pure
 
 if TYPE_CHECKING:
     from ampmigrate.rules.apex._amp_migration import _Planner

@@ -16,12 +16,12 @@ from typing import List, Optional, Set
 
 import libcst as cst
 
+from ampmigrate.analysis.statements import walk
 from ampmigrate.engine.context import rebuild_args
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._amp_common import Unfixable
 from ampmigrate.rules.apex._amp_migration import NO_INIT_REASON, _Planner
 from ampmigrate.rules.apex._checkpoint_threading import _HelperAccess
-from ampmigrate.rules.apex._flow import walk
 from ampmigrate.rules.apex._method_windows import _first_statement, _is_docstring
 from ampmigrate.rules.apex._scaler_access import ScalerAccess, add_parameter
 

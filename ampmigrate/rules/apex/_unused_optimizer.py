@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from ampmigrate.analysis.statements import walk
 from ampmigrate.rules.apex._amp_options import INITIALIZE_PARAMS, bound_arguments
-from ampmigrate.rules.apex._flow import walk
 
 if TYPE_CHECKING:
     from ampmigrate.rules.apex._amp_common import AmpRef

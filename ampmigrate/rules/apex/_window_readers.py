@@ -25,8 +25,8 @@ from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
+from ampmigrate.analysis.statements import walk
 from ampmigrate.rules.apex._amp_common import Step, Unfixable
-from ampmigrate.rules.apex._flow import walk
 
 
 class WindowReaders:

@@ -7,7 +7,7 @@ from typing import Callable, Optional, Sequence
 
 import libcst as cst
 
-from ampmigrate.analysis import flow
+from ampmigrate.analysis import flow, statements
 from ampmigrate.analysis.scaler_protocol import (
     BACKWARD,
     OPAQUE,
@@ -21,9 +21,9 @@ from ampmigrate.analysis.scaler_protocol import (
     OptimizerKey,
 )
 from ampmigrate.analysis.scaler_typing import has_protocol_shape
+from ampmigrate.api import ANY_GRAD_SCALER
 from ampmigrate.engine.ast_nodes import memo, nodes_of
 from ampmigrate.engine.names import NameIndex
-from ampmigrate.api import ANY_GRAD_SCALER
 from ampmigrate.rules.base import Rule
 
 TRIGGERS = (r"GradScaler",)  # every scaler of a file is made from (or annotated as) a GradScaler class
@@ -91,7 +91,7 @@ def call_statement(names: NameIndex, call: cst.Call) -> Optional[cst.SimpleState
 
 
 def in_block(names: NameIndex, statement: cst.CSTNode) -> bool:
-    block, _ = flow.block_of(names, statement)
+    block, _ = statements.block_of(names, statement)
     return block is not None and isinstance(names.parent(statement), (cst.IndentedBlock, cst.Module))
 
 
@@ -155,7 +155,7 @@ def remove_statement(fix, names: NameIndex, statement: cst.SimpleStatementLine, 
         blank.append(line)
     if not blank:
         return
-    block, index = flow.block_of(names, statement)
+    block, index = statements.block_of(names, statement)
     if block is None or index + 1 >= len(block):
         return
     following = block[index + 1]

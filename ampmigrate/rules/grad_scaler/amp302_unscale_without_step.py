@@ -15,10 +15,22 @@ from typing import Optional, Tuple
 
 import libcst as cst
 
-from ampmigrate.analysis import flow
-from ampmigrate.analysis.scaler_protocol import STEP, UNSCALE, Event, UnitAnalysis, analyses
-from ampmigrate.rules.grad_scaler._shared import call_statement, callee, direct_statements, moved, remove_statement
-from ampmigrate.rules.grad_scaler._shared import ProtocolRule
+from ampmigrate.analysis import statements
+from ampmigrate.analysis.scaler_protocol import (
+    STEP,
+    UNSCALE,
+    Event,
+    UnitAnalysis,
+    analyses,
+)
+from ampmigrate.rules.grad_scaler._shared import (
+    ProtocolRule,
+    call_statement,
+    callee,
+    direct_statements,
+    moved,
+    remove_statement,
+)
 
 
 class UnscaleWithoutStep(ProtocolRule):
@@ -71,7 +83,7 @@ def _move_plan(ctx, unit: UnitAnalysis, event: Event) -> Tuple[Optional[Tuple[cs
     statement = call_statement(names, event.node)
     if statement is None:
         return None, "the `unscale_` shares its statement with other code"
-    block, index = flow.block_of(names, statement)
+    block, index = statements.block_of(names, statement)
     for later in block[index + 1 :]:
         events = reader.of(later)
         if not events:

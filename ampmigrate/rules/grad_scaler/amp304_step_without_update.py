@@ -11,11 +11,22 @@ from __future__ import annotations
 
 from typing import List
 
-from ampmigrate.analysis import flow
-from ampmigrate.analysis.scaler_protocol import STEP, UPDATE, Event, UnitAnalysis, analyses
+from ampmigrate.analysis import statements
+from ampmigrate.analysis.scaler_protocol import (
+    STEP,
+    UPDATE,
+    Event,
+    UnitAnalysis,
+    analyses,
+)
 from ampmigrate.analysis.scalers import escapes, family
-from ampmigrate.rules.grad_scaler._shared import call_statement, callee, line_of, simple_expression
-from ampmigrate.rules.grad_scaler._shared import ProtocolRule
+from ampmigrate.rules.grad_scaler._shared import (
+    ProtocolRule,
+    call_statement,
+    callee,
+    line_of,
+    simple_expression,
+)
 
 
 class StepWithoutUpdate(ProtocolRule):
@@ -48,12 +59,12 @@ class StepWithoutUpdate(ProtocolRule):
         lines = [call_statement(ctx.names, e.node) for e in steps]
         if any(line is None for line in lines):
             return "a step is part of a larger statement"
-        blocks = {id(flow.block_of(ctx.names, line)[0]) for line in lines}
+        blocks = {id(statements.block_of(ctx.names, line)[0]) for line in lines}
         if len(blocks) != 1:
             return "the steps are in different blocks"
         if not simple_expression(steps[0].receiver):
             return "the scaler is not a plain name"
-        block, _ = flow.block_of(ctx.names, lines[0])
+        block, _ = statements.block_of(ctx.names, lines[0])
         last = max(lines, key=lambda line: list(block).index(line))
         scaler = ctx.code(steps[0].receiver)
         fix = ctx.fix(f"Add `{scaler}.update()` after the last step")

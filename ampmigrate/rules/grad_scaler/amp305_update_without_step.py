@@ -15,10 +15,16 @@ from typing import Optional, Tuple
 
 import libcst as cst
 
-from ampmigrate.analysis import flow
+from ampmigrate.analysis import statements
 from ampmigrate.analysis.scaler_protocol import STEP, UPDATE, UnitAnalysis, analyses
-from ampmigrate.rules.grad_scaler._shared import call_statement, callee, direct_statements, moved, remove_statement
-from ampmigrate.rules.grad_scaler._shared import ProtocolRule
+from ampmigrate.rules.grad_scaler._shared import (
+    ProtocolRule,
+    call_statement,
+    callee,
+    direct_statements,
+    moved,
+    remove_statement,
+)
 
 
 class UpdateWithoutStep(ProtocolRule):
@@ -50,7 +56,7 @@ def _move_plan(ctx, unit: UnitAnalysis, call: cst.Call) -> Tuple[Optional[Tuple[
     statement = call_statement(names, call)
     if statement is None:
         return None, "the `update()` shares its statement with other code"
-    block, index = flow.block_of(names, statement)
+    block, index = statements.block_of(names, statement)
     for earlier in reversed(block[:index]):
         if not reader.of(earlier):
             continue

@@ -1,5 +1,7 @@
-"""Statement-level control flow for the apex migration: blocks, what runs after or before a
-statement in the same loop iteration, and which `if` branches enclose a node.
+"""Where a statement sits: its block, what runs after or before it in the same loop iteration,
+and which `if` branches enclose a node. One statement model for every family: the path-aware
+walk of `analysis/flow.py` (the AMP3 protocol rules) and the apex migration both place
+statements with these functions.
 
 The apex rewrite reasons about one training step: the `with amp.scale_loss(...)` statement, the
 `optimizer.step()` that follows it, the clip between them, and the forward pass before it. Those
@@ -28,6 +30,42 @@ def body_of(block: cst.CSTNode) -> Optional[Sequence[cst.BaseStatement]]:
     if isinstance(block, (cst.IndentedBlock, cst.Module)):
         return block.body
     return None
+
+
+def block_of(names: NameIndex, statement: cst.CSTNode) -> Tuple[Optional[Sequence[cst.CSTNode]], int]:
+    """The statement list holding `statement`, and its index there; an `elif` is its own
+    one-statement block. (None, 0) for a statement of a one-line suite."""
+    parent = names.parent(statement)
+    if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+        for index, child in enumerate(parent.body):
+            if child is statement:
+                return parent.body, index
+    if isinstance(parent, cst.If) and parent.orelse is statement:
+        return [statement], 0
+    return None, 0
+
+
+def enclosing_compound(names: NameIndex, statement: cst.CSTNode) -> Optional[cst.CSTNode]:
+    """The compound statement (or module) whose block holds `statement`; for a statement in an
+    `elif` chain, the chain's first `if`."""
+    node = names.parent(statement)
+    while node is not None and not isinstance(node, (cst.BaseCompoundStatement, cst.Module)):
+        node = names.parent(node)
+    if isinstance(node, cst.If):
+        parent = names.parent(node)
+        while isinstance(parent, cst.If) and parent.orelse is node:
+            node, parent = parent, names.parent(parent)
+    return node
+
+
+def in_loop_body(names: NameIndex, statement: cst.CSTNode, loop: cst.CSTNode) -> bool:
+    """Whether `statement` is in `loop`'s body (not its `else:` block)."""
+    node: Optional[cst.CSTNode] = statement
+    while node is not None and node is not loop:
+        if node is loop.body:
+            return True
+        node = names.parent(node)
+    return False
 
 
 def containing_block(names: NameIndex, statement: cst.CSTNode) -> Optional[cst.CSTNode]:
