@@ -172,6 +172,11 @@ class Cache:
             pack = self._packs[kind] = self._read_pack(kind)
         return pack
 
+    def has_entry(self, path: str, kind: str) -> bool:
+        """Whether some result of `kind` is stored for `path` (for whatever bytes): where none is,
+        the file need not even be read to know it is a miss."""
+        return path in self._stored.get(kind, ()) or path in self._pack(kind)
+
     def load(self, path: str, kind: str, digest: str):
         """(findings, errors, parsed) stored for `path` and output `kind`, if stored for these bytes."""
         entry = self._stored.get(kind, {}).get(path) or self._pack(kind).get(path)

@@ -217,7 +217,10 @@ def _from_cache(
     path: str, job: Job, cache: Cache, settings: Settings, project: Optional[ProjectImports], index: Optional[ProjectIndex]
 ) -> Optional[FileResult]:
     """In the parent, before any worker: a stored result, or the error of a file that cannot be
-    read. A warm run so needs no worker at all."""
+    read. A warm run so needs no worker at all. A file with no entry at all is not read here
+    (a cold run reads and hashes each file once, in its worker)."""
+    if not cache.has_entry(path, job.cache_kind):
+        return None
     try:
         raw = read_regular_file(path, settings.max_file_size * READ_LIMIT_FACTOR)
     except FileTooLarge as exc:
