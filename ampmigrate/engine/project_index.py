@@ -148,6 +148,7 @@ class ProjectIndex:
         self._importers: Dict[str, List[str]] = {}  # path -> the files of the run importing it
         self._trained_names: Dict[str, Dict[str, str]] = {}  # path -> name -> a training file importing it
         self._trained_results: Dict[str, Dict[str, str]] = {}  # path -> builder -> a file training its result
+        self._grad_norm_files = True  # whether some module has a gradient-norm helper (`_link`)
         # `from X import a, b` of every file (a byte regex): module -> the names imported from it.
         self._exports: Dict[str, Set[str]] = {}
         self._module_names: Dict[str, List[str]] = {}  # path -> module_names(path), computed once
@@ -195,6 +196,7 @@ class ProjectIndex:
         """Who imports whom, once (queries are per file; a scan per query would be quadratic)."""
         self._importers: Dict[str, List[str]] = {}
         self._trained_names: Dict[str, Dict[str, str]] = {}
+        self._grad_norm_files = any(summary.grad_norm_helpers for summary in self.modules.values())
         for path, summary in sorted(self.modules.items()):
             targets = {self.module_for(spec) for spec in summary.imports}
             for target in targets:
@@ -390,6 +392,8 @@ class ProjectIndex:
                     parts.append(f"{spec}:scalers={sorted(self.modules[other].scaler_param_uses.items())}")
                 if other is not None and other != absolute and self.modules[other].fft_helpers:
                     parts.append(f"{spec}:fft={sorted(self.modules[other].fft_helpers.items())}")
+                if not self._grad_norm_files:  # the usual case: no sibling to look for
+                    continue
                 for near in sorted({other, self.sibling_module(absolute, spec)} - {None}):
                     if near != absolute and self.modules[near].grad_norm_helpers:
                         parts.append(f"{spec}:gradnorm={sorted(self.modules[near].grad_norm_helpers.items())}")
