@@ -448,3 +448,16 @@ def test_results_round_trip_through_json():
 def test_cache_objects_carry_only_their_key():
     settings_key = Cache.open("/nonexistent", Engine(__import__("conftest").make_settings()).settings).key
     assert len(settings_key) == 32
+
+
+def test_a_warm_run_reads_each_file_once(project, monkeypatch):
+    """The project index hashes every file it reads; the cache lookup takes that hash instead of
+    reading and hashing the file a second time."""
+    import ampmigrate.engine.runner as runner_module
+
+    reference = run(project)
+    reads = []
+    original = runner_module.read_regular_file
+    monkeypatch.setattr(runner_module, "read_regular_file", lambda path, *a, **k: (reads.append(path), original(path, *a, **k))[1])
+    assert run(project) == reference
+    assert reads == []

@@ -190,11 +190,13 @@ def _keep(cache: Optional[Cache], job: Job, result: FileResult) -> None:
         cache.store(result.path, job.cache_kind, result.cache_digest, result.findings, result.errors, result.parsed)
 
 
-def _digest(raw: bytes, path: str, project: Optional[ProjectImports], index: Optional[ProjectIndex]) -> str:
-    """What a file's result depends on besides the run's settings: its bytes, in fix mode the
-    names other modules import from it (their fixes are withheld), and what rules learn about it
-    from other files (the project index)."""
-    digest = content_hash(raw)
+def _digest(
+    raw: Optional[bytes], path: str, project: Optional[ProjectImports], index: Optional[ProjectIndex], content: str = ""
+) -> str:
+    """What a file's result depends on besides the run's settings: its bytes (`content`: their
+    hash, where known), in fix mode the names other modules import from it (their fixes are
+    withheld), and what rules learn about it from other files (the project index)."""
+    digest = content or content_hash(raw or b"")
     imported = project.imported_from(path) if project is not None else ()
     if imported:
         digest += ":" + ",".join(sorted(imported))
@@ -221,6 +223,10 @@ def _from_cache(
     (a cold run reads and hashes each file once, in its worker)."""
     if not cache.has_entry(path, job.cache_kind):
         return None
+    # The project index hashed the bytes it read moments ago: a warm run reads each file once.
+    content = index.content_hash(path) if index is not None else None
+    if content is not None:
+        return _cached(cache, path, job, _digest(None, path, project, index, content))
     try:
         raw = read_regular_file(path, settings.max_file_size * READ_LIMIT_FACTOR)
     except FileTooLarge as exc:
