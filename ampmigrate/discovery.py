@@ -56,6 +56,15 @@ def _read_ignore(path: Path) -> str:
         return ""
 
 
+def _realpath(path) -> str:
+    """`os.path.realpath`, or the absolute path where resolving a link raises (a symlink into
+    `/proc/<pid>/` of another user's process raises PermissionError, not a loop)."""
+    try:
+        return os.path.realpath(path)
+    except OSError:
+        return os.path.abspath(path)
+
+
 class _Walker:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -81,7 +90,7 @@ class _Walker:
         else its real path (when the walk started through a symlink), else its name.
         `real_parent`: the resolved directory `path` is in when `path` is not a symlink, which
         saves resolving every entry of a large tree again. Never raises on symlink loops."""
-        real = os.path.join(real_parent, path.name) if real_parent is not None else os.path.realpath(path)
+        real = os.path.join(real_parent, path.name) if real_parent is not None else _realpath(path)
         absolute = os.path.abspath(path)
         if self._anchor_prefix is not None and absolute.startswith(self._anchor_prefix):
             relative = absolute[len(self._anchor_prefix) :].replace(os.sep, "/")
@@ -99,7 +108,7 @@ class _Walker:
         # One file reached through several paths (a symlink to it, a symlinked directory) is
         # checked once, under the first path found: fixing it twice would conflict. `real`: its
         # real path where the walk knows it (a file that is no symlink, in a resolved directory).
-        key = real if real is not None else os.path.realpath(path)
+        key = real if real is not None else _realpath(path)
         if key not in self.seen:
             self.seen.add(key)
             self.result.files.append(path)
@@ -151,7 +160,7 @@ class _Walker:
         self._walk_dir(top, top_abs, repo, patterns, ancestors=frozenset())
 
     def _walk_dir(self, display: Path, absolute: Path, repo: Path, patterns, ancestors) -> None:
-        real = os.path.realpath(absolute)
+        real = _realpath(absolute)
         if real in ancestors:
             self.result.errors.append(FileError(str(display), "symlink loop; directory skipped"))
             return

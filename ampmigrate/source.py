@@ -145,8 +145,8 @@ def write_atomic(path: str, data: bytes, expected: bytes) -> None:
     Refuses (SourceError) when the file no longer holds `expected`, i.e. it changed on disk since
     it was read. A symlink is written through: its target is replaced, the link stays a link.
     """
-    target = os.path.realpath(path)
     try:
+        target = os.path.realpath(path)
         with open(target, "rb") as handle:
             current = handle.read()
         mode = stat.S_IMODE(os.stat(target).st_mode)

@@ -231,6 +231,43 @@ def test_a_directory_that_can_be_listed_but_not_entered_does_not_abort_discovery
     ]
 
 
+def test_a_link_whose_target_cannot_be_resolved_does_not_abort_discovery(tmp_path, monkeypatch):
+    # A symlink into another process's /proc/<pid>/ (cwd, root) raises PermissionError when
+    # resolved, even for root in a container; a run over /tmp met one and stopped.
+    (tmp_path / "good.py").write_text(LEGACY, encoding="utf-8")
+    target = tmp_path.parent / (tmp_path.name + "-target")
+    target.mkdir()
+    (target / "inner.py").write_text(LEGACY, encoding="utf-8")
+    link = tmp_path / "proc_cwd"
+    link.symlink_to(target, target_is_directory=True)
+    real_realpath = os.path.realpath
+
+    def unresolvable(path, *args, **kwargs):
+        if os.fspath(path).startswith(str(link)):
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
+        return real_realpath(path, *args, **kwargs)
+
+    monkeypatch.setattr(os.path, "realpath", unresolvable)
+    found = discover([str(tmp_path)], Settings(root=str(tmp_path)))
+    assert str(tmp_path / "good.py") in found.files
+
+
+@pytest.mark.skipif(not os.path.islink("/proc/1/cwd"), reason="no /proc")
+def test_a_real_proc_link_in_the_tree_does_not_abort_the_run(tmp_path):
+    try:
+        os.path.realpath("/proc/1/cwd")
+        unresolvable = False
+    except OSError:
+        unresolvable = True
+    if not unresolvable:
+        pytest.skip("this process may resolve /proc/1/cwd")
+    (tmp_path / "good.py").write_text(LEGACY, encoding="utf-8")
+    (tmp_path / "proc_cwd").symlink_to("/proc/1/cwd", target_is_directory=True)
+    result = _run(tmp_path, "check", "--output-format", "concise", ".")
+    assert "internal error" not in result.stderr
+    assert "good.py:2:6: AMP201" in result.stdout
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root enters any directory")
 def test_a_directory_without_execute_permission_for_real(tmp_path):
     locked = tmp_path / "locked"
