@@ -461,3 +461,23 @@ def test_a_warm_run_reads_each_file_once(project, monkeypatch):
     monkeypatch.setattr(runner_module, "read_regular_file", lambda path, *a, **k: (reads.append(path), original(path, *a, **k))[1])
     assert run(project) == reference
     assert reads == []
+
+
+def test_a_pack_written_by_another_run_meanwhile_is_merged_not_lost(tmp_path):
+    """A run reuses the pack it read at its start only while that is still the file on disk."""
+    files = []
+    for name in ("a.py", "b.py", "c.py"):
+        (tmp_path / name).write_text("x = 1\n", encoding="utf-8")
+        files.append(str(tmp_path / name))
+    first, second = Cache(str(tmp_path / "cache"), "k"), Cache(str(tmp_path / "cache"), "k")
+    first.store(files[0], "check", "h0", [], [], False)
+    first.flush()
+    one, two = Cache(str(tmp_path / "cache"), "k"), Cache(str(tmp_path / "cache"), "k")
+    assert one.load(files[0], "check", "h0") == ([], [], False) and two.has_entry(files[0], "check")
+    two.store(files[1], "check", "h1", [], [], True)
+    two.flush()  # another run, meanwhile
+    one.store(files[2], "check", "h2", [], [], False)
+    one.flush()
+    again = Cache(str(tmp_path / "cache"), "k")
+    assert [again.load(f, "check", h) for f, h in zip(files, ("h0", "h1", "h2"))] == [([], [], False), ([], [], True), ([], [], False)]
+    assert second.load(files[0], "check", "other bytes") is None

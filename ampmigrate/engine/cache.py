@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ampmigrate import __version__
 from ampmigrate.config import Settings
@@ -110,12 +110,14 @@ class Cache:
         self.keys = os.path.join(directory, FORMAT)  # one directory per run key
         self.entries = os.path.join(self.keys, key)
         self.writable = True
-        self._packs: Dict[str, Dict[str, list]] = {}  # kind -> path -> [content hash, result]
-        self._stored: Dict[str, Dict[str, list]] = {}  # kind -> path -> entry, not yet written
+        self._packs: Dict[str, Dict[str, list]] = {}  # kind -> path -> [content hash, result] as read
+        self._read_as: Dict[str, Optional[Tuple[int, int, int]]] = {}  # kind -> the pack file read (`_identity`)
+        # kind -> path -> (content hash, findings, errors, parsed): stored, encoded only by `flush`.
+        self._stored: Dict[str, Dict[str, Tuple[str, List[Finding], List[FileError], bool]]] = {}
 
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
-        state["_packs"], state["_stored"] = {}, {}
+        state["_packs"], state["_read_as"], state["_stored"] = {}, {}, {}
         return state
 
     @property
@@ -156,20 +158,23 @@ class Cache:
         return removed
 
     # ------------------------------------------------------------------ entries
-    def _read_pack(self, kind: str) -> Dict[str, list]:
-        """The entries of `kind`'s pack on disk; {} when it is missing or not a pack."""
+    def _read_pack(self, kind: str) -> Tuple[Dict[str, list], Optional[Tuple[int, int, int]]]:
+        """The entries of `kind`'s pack on disk ({} when it is missing or not a pack), and which
+        file they were read from (`_identity`)."""
         try:
             with open(self.pack_path(kind), "rb") as handle:
+                identity = _identity(os.fstat(handle.fileno()))
                 data = json.loads(handle.read())
             entries = data["entries"] if data.get("format") == PACK_FORMAT and data.get("kind") == kind else {}
-            return entries if isinstance(entries, dict) else {}
+            return (entries if isinstance(entries, dict) else {}), identity
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return {}
+            return {}, None
 
     def _pack(self, kind: str) -> Dict[str, list]:
         pack = self._packs.get(kind)
         if pack is None:
-            pack = self._packs[kind] = self._read_pack(kind)
+            pack, self._read_as[kind] = self._read_pack(kind)
+            self._packs[kind] = pack
         return pack
 
     def has_entry(self, path: str, kind: str) -> bool:
@@ -179,7 +184,10 @@ class Cache:
 
     def load(self, path: str, kind: str, digest: str):
         """(findings, errors, parsed) stored for `path` and output `kind`, if stored for these bytes."""
-        entry = self._stored.get(kind, {}).get(path) or self._pack(kind).get(path)
+        stored = self._stored.get(kind, {}).get(path)
+        if stored is not None:
+            return stored[1:] if stored[0] == digest else None
+        entry = self._pack(kind).get(path)
         try:
             if entry is None or entry[0] != digest:
                 return None
@@ -188,28 +196,48 @@ class Cache:
             return None  # corrupt: recomputed and rewritten
 
     def store(self, path: str, kind: str, digest: str, findings: List[Finding], errors: List[FileError], parsed: bool) -> None:
-        """Keep `path`'s result for `flush` to write."""
+        """Keep `path`'s result for `flush` to write (encoded then, one entry at a time)."""
         if self.writable:
-            self._stored.setdefault(kind, {})[path] = [digest, encode_result(findings, errors, parsed)]
+            self._stored.setdefault(kind, {})[path] = (digest, findings, errors, parsed)
 
     def flush(self) -> None:
         """Write every pack with entries stored since the last flush: what is on disk now (another
-        run may have written meanwhile), less the files that no longer exist, plus this run's."""
+        run may have written meanwhile: the pack this run read is reused only if it is still the
+        file there), less the files that no longer exist, plus this run's. The pack is written
+        one entry at a time: no second copy of all results is held in memory."""
         stored, self._stored = self._stored, {}
         for kind, entries in stored.items():
             if not entries or not self.writable:
                 continue
-            pack = {path: entry for path, entry in self._read_pack(kind).items() if path not in entries and os.path.exists(path)}
-            pack.update(entries)
-            self._packs[kind] = pack
-            data = {"format": PACK_FORMAT, "kind": kind, "entries": pack}
+            base = self._packs.pop(kind, None)
+            read_as = self._read_as.pop(kind, None)
             try:
-                # `dumps` runs the C encoder in one go; `dump` streams through the Python one.
-                self._write(self.pack_path(kind), json.dumps(data, separators=(",", ":")).encode())
+                on_disk = _identity(os.stat(self.pack_path(kind)))
+            except OSError:
+                on_disk = None
+            if base is None or read_as is None or read_as != on_disk:
+                base, _ = self._read_pack(kind)
+            kept = {path: entry for path, entry in base.items() if path not in entries and os.path.exists(path)}
+            del base
+
+            def chunks(kept=kept, entries=entries, kind=kind):
+                yield b'{"format":%d,"kind":%s,"entries":{' % (PACK_FORMAT, json.dumps(kind).encode())
+                separator = b""
+                for path, entry in kept.items():
+                    yield separator + json.dumps(path).encode() + b":" + json.dumps(entry, separators=(",", ":")).encode()
+                    separator = b","
+                for path, (digest, findings, errors, parsed) in entries.items():
+                    encoded = [digest, encode_result(findings, errors, parsed)]
+                    yield separator + json.dumps(path).encode() + b":" + json.dumps(encoded, separators=(",", ":")).encode()
+                    separator = b","
+                yield b"}}"
+
+            try:
+                self._write(self.pack_path(kind), chunks())
             except OSError:
                 self.writable = False  # e.g. a read-only checkout: run on without the cache
 
-    def _write(self, target: str, data: bytes) -> None:
+    def _write(self, target: str, data: Iterable[bytes]) -> None:
         directory = os.path.dirname(target)
         if not os.path.exists(os.path.join(self.directory, "CACHEDIR.TAG")):
             self._create_directory()  # (the project index may have made the run key's directory)
@@ -217,7 +245,8 @@ class Cache:
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
         try:
             with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
+                for chunk in data:
+                    handle.write(chunk)
             os.replace(tmp, target)  # atomic: readers see the old pack or the new one
         except BaseException:
             try:
@@ -236,6 +265,11 @@ class Cache:
         if not os.path.exists(tag):
             with open(tag, "w", encoding="utf-8") as handle:
                 handle.write("Signature: 8a477f597d28d172789f06886806bc55\n# ampmigrate cache directory.\n")
+
+
+def _identity(status: os.stat_result) -> Tuple[int, int, int]:
+    """Which file a pack is: a pack is replaced (a new inode), never written in place."""
+    return status.st_ino, status.st_mtime_ns, status.st_size
 
 
 # ---------------------------------------------------------------------------------- results <-> JSON
