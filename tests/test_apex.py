@@ -271,6 +271,89 @@ torch.manual_seed(0)
 trainer = Accumulator(nn.Linear(8, 1), steps=3)
 RESULT = trainer.fit([(torch.randn(4, 8), torch.randn(4, 1)) for _ in range(12)], epochs=3), trainer.checkpoint()
 ''',
+    # a second, plain backward before the step (a regularizer, FGM's adversarial loss): apex had
+    # unscaled, so the fix scales it too; left plain, it would shrink by the loss scale
+    "plain_backward": '''
+import torch
+from torch import nn
+from apex import amp
+
+
+def train(model, data, epochs):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    losses = []
+    for _ in range(epochs):
+        for x, y in data:
+            loss = nn.functional.mse_loss(model(x), y)
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            reg_loss = 0.5 * model(x).pow(2).mean()
+            reg_loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+    return losses, {"amp": amp.state_dict()}
+
+
+torch.manual_seed(0)
+net = nn.Linear(8, 1)
+RESULT = train(net, [(torch.randn(4, 8), torch.randn(4, 1)) for _ in range(6)], epochs=3)
+''',
+    # transformers' Trainer of 2020: the scaled backward in `_training_step`, the clip and the
+    # step in `train()` after the call (the clip binds: a wrong scale would change every step)
+    "caller_step": '''
+import torch
+from torch import nn
+
+try:
+    from apex import amp
+except ImportError:
+    amp = None
+
+
+class Trainer:
+    def __init__(self, model, fp16, accumulation):
+        self.model = model
+        self.fp16 = fp16
+        self.accumulation = accumulation
+
+    def train(self, data, epochs):
+        model = self.model
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        if self.fp16:
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        losses = []
+        for _ in range(epochs):
+            for i, (x, y) in enumerate(data):
+                losses.append(self._training_step(model, (x, y), optimizer))
+                if (i + 1) % self.accumulation == 0:
+                    if self.fp16:
+                        torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 0.05)
+                    else:
+                        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
+                    optimizer.step()
+                    model.zero_grad()
+        return losses
+
+    def _training_step(self, model, batch, optimizer):
+        x, y = batch
+        loss = nn.functional.mse_loss(model(x), y) / self.accumulation
+        if self.fp16:
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        return loss.item()
+
+    def checkpoint(self):
+        return {"model": self.model.state_dict(), "amp": amp.state_dict()}
+
+
+torch.manual_seed(0)
+trainer = Trainer(nn.Linear(8, 1), fp16=True, accumulation=2)
+RESULT = trainer.train([(torch.randn(4, 8), torch.randn(4, 1)) for _ in range(8)], epochs=3), trainer.checkpoint()
+''',
 }
 
 
@@ -330,3 +413,39 @@ def test_a_module_passed_as_a_value_is_not_a_presence_test():
     with pytest.raises(Unsupported):
         presence_action(names, passed, set(refs))
     assert presence_action(names, tested, set(refs)).kind == "unwrap"
+
+
+# ---------------------------------------------------------------------- the step in the caller
+def _amp101_reasons(name: str):
+    code = (FIXTURES / "AMP101" / name).read_text(encoding="utf-8")
+    return {f.no_fix_reason for f in check(code, select=["AMP1"]) if f.code == "AMP101"}
+
+
+def test_a_plain_backward_between_the_scaled_backward_and_the_step_is_scaled_too():
+    fixed = (FIXTURES / "AMP101" / "plain_backward_in_window.expected.py").read_text(encoding="utf-8")
+    assert "scaler.scale(reg_loss).backward()" in fixed and "reg_loss.backward()" not in fixed.replace("scale(reg_loss)", "")
+
+
+def test_a_plain_backward_that_is_not_a_loss_statement_is_refused():
+    (reason,) = _amp101_reasons("plain_backward_expression.py")
+    assert "at line 13 adds gradients after the scaled backward at line 10" in reason
+    assert "not a `loss.backward()` statement of its own" in reason
+
+
+def test_a_backward_function_with_a_second_caller_is_not_stepped_from_the_first():
+    (reason,) = _amp101_reasons("caller_step_called_twice.py")
+    assert "`training_step()` uses apex.amp but is not only called (directly) from the function" in reason
+
+
+def test_an_optimizer_passed_under_another_name_is_not_followed():
+    (reason,) = _amp101_reasons("caller_step_renamed_optimizer.py")
+    assert "no `opt.step()` follows" in reason
+
+
+def test_the_caller_step_migration_passes_the_scaler_and_steps_after_the_call():
+    fixed = (FIXTURES / "AMP101" / "caller_step_function.expected.py").read_text(encoding="utf-8")
+    assert "def training_step(model, batch, optimizer, accum, scaler):" in fixed
+    assert "training_step(model, batch, optimizer, accum, scaler=scaler)" in fixed
+    # unscale_ once per step, in the caller's stepping branch, before the clip
+    branch = fixed.split("if (step + 1) % accum == 0:")[1]
+    assert branch.index("scaler.unscale_(optimizer)") < branch.index("clip_grad_norm_") < branch.index("scaler.step(optimizer)")

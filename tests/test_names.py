@@ -242,3 +242,24 @@ def test_agrees_with_libcst_on_imported_names(path):
     for node, names in ours.items():
         if _only_imports(index, node) and node in theirs:
             assert names == theirs[node], module.code_for_node(node)
+
+
+def test_global_declared_after_the_import():
+    # CPython accepts `global` after an import of the name: it still binds the module's name.
+    found = _names_by_code(
+        "class M:\n    def setup(self):\n        try:\n            from torch.cuda import amp\n            global amp\n"
+        "        except ImportError:\n            pass\n"
+        "    def use(self):\n        return amp.autocast\n"
+        "def outer():\n    ac = None\n    def inner():\n        from torch.cuda.amp import autocast as ac\n"
+        "        nonlocal ac\n    return ac\n"
+    )
+    assert found["amp.autocast"] == {"torch.cuda.amp.autocast"}
+    assert found["ac"] == {"torch.cuda.amp.autocast"}
+
+
+def test_global_declared_after_a_local_use_only_elsewhere_stays_local():
+    found = _names_by_code(
+        "def setup():\n    from torch.cuda import amp\n    return amp\n"
+        "def use():\n    return amp.autocast\n"
+    )
+    assert "amp.autocast" not in found

@@ -23,9 +23,9 @@ from __future__ import annotations
 import ast
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
-from ampmigrate.engine.apex_threading import SCALER_NAMES, _apex_amp_names, _enclosing_top_function, _importing, _params
+from ampmigrate.engine.apex_threading import SCALER_NAMES, _apex_amp_names, _enclosing_top_function, _importing, _own_nodes, _params
 
 if TYPE_CHECKING:
     from ampmigrate.engine.project_index import ModuleSummary, ProjectIndex
@@ -49,8 +49,8 @@ def summarize_checkpoint(tree: ast.Module, summary: "ModuleSummary") -> None:
     inits = [n for n in uses if n.attr in ("initialize", "init")]
     if inits:
         summary.apex_initializes = len(inits)
-        imported = {
-            a.asname or a.name
+        imported = {  # local name -> the name imported (`from m import A as B`: B -> A)
+            a.asname or a.name: a.name
             for node in tree.body
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
             for a in node.names
@@ -59,7 +59,7 @@ def summarize_checkpoint(tree: ast.Module, summary: "ModuleSummary") -> None:
         calls = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in imported:
-                entry = counts.setdefault(node.id, [0, 0])
+                entry = counts.setdefault(imported[node.id], [0, 0])
                 entry[0 if id(node) in calls else 1] += 1
         summary.apex_name_uses = {name: (c, o) for name, (c, o) in sorted(counts.items())}
         return
@@ -70,11 +70,17 @@ def summarize_checkpoint(tree: ast.Module, summary: "ModuleSummary") -> None:
     scaler = next((name for name in SCALER_NAMES if name not in taken), "")
     loads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     functions: Dict[str, Tuple[List[str], str, str]] = {}
+    attributes = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     for node in uses:
         function = _enclosing_top_function(tree, node)
         if function is None:
-            summary.apex_state_functions["<other>"] = ([], "", f"`amp.{node.attr}` is used outside a top-level function")
-            return
+            cls = state_class(tree, node)
+            if cls is None:
+                summary.apex_state_functions["<other>"] = ([], "", f"`amp.{node.attr}` is used outside a top-level function or a method")
+                return
+            if cls.name not in functions:
+                functions[cls.name] = _class_record(cls, loads, scaler, attributes)
+            continue
         if function.name in functions:
             continue
         problem = ""
@@ -88,6 +94,59 @@ def summarize_checkpoint(tree: ast.Module, summary: "ModuleSummary") -> None:
     summary.apex_state_functions.update(functions)
 
 
+def state_class(tree: ast.Module, node: ast.AST) -> Optional[ast.ClassDef]:
+    """The top-level class one of whose methods holds `node` in its own body (not in a function
+    or class defined inside the method); None otherwise."""
+    for cls in tree.body:
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for method in cls.body:
+            if isinstance(method, ast.FunctionDef) and any(inner is node for inner in _own_nodes(method)):
+                return cls
+    return None
+
+
+def class_init(cls: ast.ClassDef) -> Optional[ast.FunctionDef]:
+    return next((s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+
+
+def _class_record(cls: ast.ClassDef, loads: Set[str], scaler: str, attributes: Set[str]) -> Tuple[List[str], str, str]:
+    """A checkpoint saver class (`TrainingRestorer(opts, model, optimizer)` whose `save()` runs
+    `amp.state_dict()`): its constructor takes the scaler as a new parameter, stored first thing
+    in `__init__` as `self.<scaler>`, and its methods read it there. The record is the helper's:
+    (the constructor's parameters, the scaler's name, why not). Beside `*args` / `**kwargs` the
+    scaler is a keyword-only parameter: every call of the run passes it by keyword, and none
+    unpacks arguments (rules/apex/_checkpoint_threading.py `helper_calls`)."""
+    init = class_init(cls)
+    params = _params(init)[1:] if init is not None else []
+    problem = ""
+    if cls.name in loads:
+        problem = f"`{cls.name}` is also used in its own file, where no GradScaler is made"
+    elif not scaler or scaler in attributes:
+        problem = "every usual name for the scaler is taken in this file"
+    elif cls.decorator_list or cls.keywords or any(not (isinstance(b, ast.Name) and b.id == "object") for b in cls.bases):
+        problem = f"`{cls.name}` has base classes, a metaclass or decorators, so its construction cannot be followed"
+    elif init is None or not init.args.args:
+        problem = f"`{cls.name}` has no `__init__` of its own to take the scaler"
+    elif init.args.posonlyargs or scaler in {a.arg for a in (init.args.vararg, init.args.kwarg) if a is not None}:
+        problem = f"`{cls.name}.__init__` takes positional-only parameters or `*{scaler}`"
+    else:
+        for statement in cls.body:
+            if isinstance(statement, (ast.Assign, ast.AnnAssign)) and "__slots__" in ast.dump(statement):
+                problem = f"`{cls.name}` declares `__slots__`"
+            elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and statement.name in ("__setattr__", "__getattribute__", "__new__"):
+                problem = f"`{cls.name}` defines `{statement.name}`"
+            elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                instance = statement.args.args[0].arg if statement.args.args else None
+                if statement.decorator_list or instance is None:
+                    problem = f"`{cls.name}.{statement.name}()` is not a plain method"
+                elif any(isinstance(n, ast.Name) and n.id == instance and not isinstance(n.ctx, ast.Load) for n in ast.walk(statement)):
+                    problem = f"`{cls.name}.{statement.name}()` rebinds `{instance}`"
+            if problem:
+                break
+    return (params, scaler, problem)
+
+
 # ---------------------------------------------------------------------------------- the decision
 @dataclass(frozen=True)
 class StateDecision:
@@ -98,9 +157,12 @@ class StateDecision:
     caller_paths: Tuple[str, ...] = ()
 
 
-def decide_state(index: "ProjectIndex", path: str, function: str) -> StateDecision:
+def decide_state(index: "ProjectIndex", path: str, function: str, alone: bool = False) -> StateDecision:
     """Whether checkpoint helper `function` of the module at `path` and every file calling it
-    migrate together, by the index facts alone (both sides call this and get the same answer)."""
+    migrate together, by the index facts alone (both sides call this and get the same answer).
+    A helper no file of the run calls takes the scaler too when another helper of its file is
+    called by the run (the run holds the program using the file; every call, none, passes it);
+    `alone` asks without that."""
     absolute = os.path.abspath(path)
     summary = index.modules.get(absolute)
     here = index.relative(absolute)
@@ -138,7 +200,13 @@ def decide_state(index: "ProjectIndex", path: str, function: str) -> StateDecisi
             callers.append(where)
             paths.append(other)
     if not callers:
-        return StateDecision(False, f"no file of the run with `amp.initialize` calls `{function}()` from {here}")
+        unused = StateDecision(False, f"no file of the run with `amp.initialize` calls `{function}()` from {here}")
+        if alone:
+            return unused
+        for other in records:
+            if other != function and decide_state(index, path, other, alone=True).migrate:
+                return StateDecision(True, "", scaler)
+        return unused
     return StateDecision(True, "", scaler, tuple(callers), tuple(paths))
 
 

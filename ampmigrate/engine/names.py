@@ -496,9 +496,21 @@ class _Indexer(cst.CSTVisitor):
         leave = hooks(type(self), type(original_node))[1]
         if leave is not None:
             leave(self, original_node)
-        if self.pushed.pop(original_node, None) is not None:
+        scope = self.pushed.pop(original_node, None)
+        if scope is not None:
             self.scopes.pop()
+            if scope.global_names or scope.nonlocal_names:
+                self._rebind_declared(scope)
         self.stack.pop()
+
+    def _rebind_declared(self, scope: Scope) -> None:
+        """A `global`/`nonlocal` declaration holds for the whole function, also for a name it
+        bound before the declaration (`from apex import amp` then `global amp` in a method, which
+        CPython accepts for imports): move such bindings where `_bind` would have put them."""
+        for name in [n for n in scope.bindings if n in scope.global_names or n in scope.nonlocal_names]:
+            moved = scope.bindings.pop(name)
+            for binding in moved:
+                self._bind(scope, name, binding)
 
     @property
     def scope(self) -> Scope:

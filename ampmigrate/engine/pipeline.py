@@ -69,7 +69,7 @@ class Engine:
         self.project = project
         candidates = list(rules) if rules is not None else all_rules()
         self.enabled: Set[str] = set(settings.enabled_codes(r.code for r in candidates))
-        self.rules = [r for r in candidates if r.code in self.enabled]
+        self.rules = [r for r in candidates if r.code in self.enabled and r.applies_to_run(index)]
         # Every rule code there is, for telling an unknown `# noqa: AMP999` from an unselected one.
         self.known_codes = frozenset(cls.code for cls in rule_classes()) | {r.code for r in candidates}
         # prefilter=False parses every file for every rule (tests compare it with the filter).

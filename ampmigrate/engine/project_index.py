@@ -29,13 +29,14 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 from ampmigrate.engine import collector
 from ampmigrate.engine.apex_checkpoint import state_key, summarize_checkpoint
 from ampmigrate.engine.apex_threading import summarize_threading, threading_key
+from ampmigrate.engine.apex_values import apex_amp_args, apex_amp_getters, top_functions
 from ampmigrate.engine.grad_norm_helpers import grad_norm_helpers
 from ampmigrate.engine.project import module_names
 from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 12
+_FORMAT = 13
 
 
 @dataclass
@@ -101,6 +102,12 @@ class ModuleSummary:
     # (engine/grad_norm_helpers.py): {name: (positional parameters, the norm-type parameter or "")}.
     # Called on a micro-step of apex accumulation, `f(params) / scaler.get_scale()` is apex's value.
     grad_norm_helpers: Dict[str, Tuple[List[str], str]] = field(default_factory=dict)
+    # Top-level functions whose every return value is apex's amp module or None
+    # (engine/apex_values.py): `amp = get_amp(fp16)` elsewhere binds apex's amp.
+    apex_amp_getters: List[str] = field(default_factory=list)
+    # The calls of this file handing apex's amp module to a parameter: (callee as written, line,
+    # position or -1, keyword or ""). engine/apex_values.py.
+    apex_amp_args: List[Tuple[str, int, int, str]] = field(default_factory=list)
 
 
 def _as_data(summary: ModuleSummary) -> dict:
@@ -137,6 +144,8 @@ def _as_data(summary: ModuleSummary) -> dict:
         "apex_initializes": summary.apex_initializes,
         "apex_name_uses": {name: tuple(uses) for name, uses in summary.apex_name_uses.items()},
         "grad_norm_helpers": {name: (list(positional), norm) for name, (positional, norm) in summary.grad_norm_helpers.items()},
+        "apex_amp_getters": list(summary.apex_amp_getters),
+        "apex_amp_args": [tuple(item) for item in summary.apex_amp_args],
     }
 
 
@@ -220,6 +229,7 @@ class ProjectIndex:
     def _add(self, path: str, summary: ModuleSummary) -> None:
         summary.scaler_passed_to = [tuple(item) for item in summary.scaler_passed_to]
         summary.apex_amp_passed_to = [tuple(item) for item in summary.apex_amp_passed_to]
+        summary.apex_amp_args = [tuple(item) for item in summary.apex_amp_args]
         summary.checkpoint_savers = {k: (list(v[0]), list(v[1])) for k, v in summary.checkpoint_savers.items()}
         summary.scaler_param_uses = {k: (list(v[0]), dict(v[1])) for k, v in summary.scaler_param_uses.items()}
         summary.apex_init_calls = [tuple(item) for item in summary.apex_init_calls]
@@ -272,6 +282,15 @@ class ProjectIndex:
         path, name = found
         kind = self.modules[path].clip_helpers.get(name)
         return (kind, path) if kind else None
+
+    def apex_amp_getter(self, qname: str) -> Optional[str]:
+        """The file of the run defining `qname` (`utils.get_amp`) when that function returns
+        apex's amp module or None (engine/apex_values.py)."""
+        found = self.function(qname)
+        if found is None:
+            return None
+        path, name = found
+        return path if name in self.modules[path].apex_amp_getters else None
 
     def trained_with(self, path: str, name: str) -> Optional[str]:
         """Another file of the run that trains (calls `.backward()`, makes a GradScaler, ...) and
@@ -376,6 +395,44 @@ class ProjectIndex:
         (within the size limit, readable): the runner's cache lookup need not read it again."""
         return self._content_hashes.get(os.path.abspath(path))
 
+    def apex_amp_callees(self, path: str) -> FrozenSet[str]:
+        """Last parts of the callees that the file at `path` and the files importing it hand
+        apex's amp module to (`scheduler.save_checkpoint` -> `save_checkpoint`)."""
+        absolute = os.path.abspath(path)
+        if absolute not in self.modules:
+            return frozenset()
+        return frozenset(
+            callee.rpartition(".")[2]
+            for other in (absolute, *self._importers.get(absolute, ()))
+            for callee, *_ in self.modules[other].apex_amp_args
+        )
+
+    def apex_amp_state_passed_from(
+        self, path: str, function: str, params: List[Tuple[str, int]]
+    ) -> Optional[Tuple[str, List[str]]]:
+        """(a file of the run, `path` itself included, the parameters) when that file hands apex's
+        amp module, by keyword or position, to one of `params` ((name, position or -1): what
+        `function` of the module at `path` uses only to save or restore amp's state,
+        engine/apex_values.py `apex_state_params`)."""
+        absolute = os.path.abspath(path)
+        if absolute not in self.modules or not params:
+            return None
+        name = function.rpartition(".")[2]
+        shift = 1 if "." in function else 0  # `obj.method(a, b)`: `a` is the parameter after `self`
+        for other in (absolute, *self._importers.get(absolute, ())):
+            matched = sorted(
+                {
+                    param
+                    for callee, _, position, keyword in self.modules[other].apex_amp_args
+                    if callee.rpartition(".")[2] == name and (not shift or "." in callee)
+                    for param, index in params
+                    if keyword == param or (not keyword and position >= 0 and index == position + shift)
+                }
+            )
+            if matched:
+                return other, matched
+        return None
+
     def imported_from(self, path: str) -> FrozenSet[str]:
         """Names files of the run import from the module at `path` (`from .x import name` counts)."""
         names: Set[str] = set()
@@ -397,6 +454,8 @@ class ProjectIndex:
                     parts.append(f"{spec}:savers={sorted(self.modules[other].checkpoint_savers.items())}")
                 if other is not None and other != absolute and self.modules[other].scaler_param_uses:
                     parts.append(f"{spec}:scalers={sorted(self.modules[other].scaler_param_uses.items())}")
+                if other is not None and other != absolute and self.modules[other].apex_amp_getters:
+                    parts.append(f"{spec}:apex_getters={self.modules[other].apex_amp_getters}")
                 if other is not None and other != absolute and self.modules[other].fft_helpers:
                     parts.append(f"{spec}:fft={sorted(self.modules[other].fft_helpers.items())}")
                 if not self._grad_norm_files:  # the usual case: no sibling to look for
@@ -425,6 +484,8 @@ class ProjectIndex:
                 parts.append(f"scaler_from={other}:{self.modules[other].scaler_passed_to}")
             if self.modules[other].apex_amp_passed_to:
                 parts.append(f"apex_amp_from={other}:{self.modules[other].apex_amp_passed_to}")
+            if self.modules[other].apex_amp_args:
+                parts.append(f"apex_amp_args={other}:{self.modules[other].apex_amp_args}")
         if not parts:
             return ""
         return hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest()
@@ -576,6 +637,8 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
             _summarize_apex_amp(tree, summary)
             summarize_threading(tree, summary)
             summarize_checkpoint(tree, summary)
+            summary.apex_amp_getters = apex_amp_getters(tree)
+            summary.apex_amp_args = apex_amp_args(tree, _dotted)
         if needs_results:
             summary.trained_results = _trained_results(tree, summary.from_imports, raw)
         if needs_savers:
@@ -1031,7 +1094,7 @@ def _summarize_apex_amp(tree: ast.Module, summary: ModuleSummary) -> None:
             amp_names.update(a.asname or a.name for a in node.names if a.name == "amp")
         elif isinstance(node, ast.Import):
             amp_names.update(a.asname for a in node.names if a.name == "apex.amp" and a.asname)
-    for owner, function in _functions(tree):
+    for owner, function in top_functions(tree):
         params = {a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]}
         if not params:
             continue
@@ -1059,13 +1122,3 @@ def _summarize_apex_amp(tree: ast.Module, summary: ModuleSummary) -> None:
                     summary.apex_amp_passed_to.append((callee, node.lineno))
     summary.apex_amp_passed_to.sort(key=lambda item: item[1])
 
-
-def _functions(tree: ast.Module):
-    """(class name or "", function) for each top-level function and each direct method."""
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield "", node
-        elif isinstance(node, ast.ClassDef):
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    yield node.name, item

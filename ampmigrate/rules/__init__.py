@@ -11,6 +11,8 @@ def rule_classes() -> List[type]:
     from ampmigrate.rules.meta.amp001_unused_noqa import UnusedNoqa
     from ampmigrate.rules.apex.amp101_apex_amp import ApexAmp
     from ampmigrate.rules.apex.cross_module import ApexAmpPassedIn
+    from ampmigrate.rules.apex.amp_from_helper import ApexAmpFromHelper
+    from ampmigrate.rules.apex.amp_unbound import ApexAmpUnbound
     from ampmigrate.rules.apex.amp102_apex_amp_o3 import ApexAmpO3
     from ampmigrate.rules.apex.amp103_apex_amp_o0 import ApexAmpO0
     from ampmigrate.rules.apex.amp104_apex_amp_handle import ApexAmpHandle
@@ -53,6 +55,8 @@ def rule_classes() -> List[type]:
         UnusedNoqa,
         ApexAmp,
         ApexAmpPassedIn,
+        ApexAmpFromHelper,
+        ApexAmpUnbound,
         ApexAmpO3,
         ApexAmpO0,
         ApexAmpHandle,

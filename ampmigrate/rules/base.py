@@ -18,6 +18,7 @@ from ampmigrate.catalogue import RuleDoc, load_catalogue
 if TYPE_CHECKING:
     from ampmigrate.config import Settings
     from ampmigrate.engine.context import RuleContext
+    from ampmigrate.engine.project_index import ProjectIndex
 
 
 class Rule:
@@ -48,6 +49,12 @@ class Rule:
         the file holds (a precision recommendation in a test file, another target dtype): such a
         file is not searched, screened or parsed for the rule. Must agree with `check`'s own
         early return (tests/test_rule_applicability.py)."""
+        return True
+
+    def applies_to_run(self, index: Optional["ProjectIndex"]) -> bool:
+        """False only where `check` reports nothing on any file of a run with this project
+        index (a rule that reports only through facts the index holds, and the index holds
+        none): the rule is left out of the run, so no file is parsed for it."""
         return True
 
     @classmethod

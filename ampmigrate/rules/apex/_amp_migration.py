@@ -46,9 +46,12 @@ from ampmigrate.rules.apex._amp_steps import StepRewrites
 from ampmigrate.rules.apex._flow import Branch, body_of, branches, expression_key, is_pure, walk
 from ampmigrate.rules.apex._presence import Action, Unsupported, choose, presence_action, simplify, unwrap
 from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions
+from ampmigrate.rules.apex._loop_helper_steps import LoopHelperSteps
 from ampmigrate.rules.apex._method_windows import MethodWindows
+from ampmigrate.rules.apex._multi_init import MORE_THAN_ONCE, MultiInits
 from ampmigrate.rules.apex._removal import Removal, none_assignments, unused_after
 from ampmigrate.rules.apex._scaler_access import ScalerAccess
+from ampmigrate.rules.apex._unused_optimizer import optimizers_unused
 
 __all__ = ["AmpPlan", "Site", "amp_plan"]
 
@@ -76,7 +79,7 @@ def _planner_for(ctx: FileContext) -> "_Planner":
     return split_planner(ctx) or checkpoint_planner(ctx) or _Planner(ctx)
 
 
-class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
+class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, MultiInits, LoopHelperSteps):
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.names = ctx.names
@@ -143,8 +146,13 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
             return self._standalone_fix(plan)
         if len(inits) > 1:
             inits = self._without_inference_inits(inits)
+        if len(inits) > 1 and self._all_inference(inits):
+            return self._inference_fixes(plan, inits)  # _multi_init.py
         if len(inits) > 1:
-            inits = self._without_reinitializations(inits)
+            try:
+                inits = self._without_reinitializations(inits)
+            except Unfixable as exc:
+                return self._per_function_fix(plan, inits, exc)  # _multi_init.py: or its precise reason
         init = inits[0]
         if init.call is None:
             raise Unfixable(f"`{self.ctx.code(init.node)}` is used without being called")
@@ -165,8 +173,8 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
                 f"the fix needs `torch.amp.GradScaler` (torch >= {format_version(TORCH_AMP_GRAD_SCALER_SINCE)}); "
                 f"min-torch is {format_version(self.ctx.settings.min_torch)}"
             )
-        if init.api == "initialize" and spec.optimizers is None and not fp32:
-            return self._inference_fix(plan, init, spec)
+        if init.api == "initialize" and not fp32 and (spec.optimizers is None or optimizers_unused(self, init)):
+            return self._inference_fix(plan, init, spec)  # (an optimizer nothing reads again: _unused_optimizer.py)
         self.fp32 = fp32
         self.spec = spec
         self.unsafe.extend(spec.unsafe)
@@ -202,6 +210,7 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
             self._plan_fp32(steps)
         else:
             self._plan_fp16(steps)
+            self._check_half_inputs(steps)  # _multi_init.py
         self._plan_imports()
         self._emit_removals()
         self._check_nesting()
@@ -259,13 +268,7 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
 
     def _half_cast(self) -> Optional[cst.CSTNode]:
         """A `.half()` call or a float16 dtype in the file, which an fp16 model may rely on."""
-        for node in walk(self.module, into_scopes=True):
-            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "half":
-                return node
-            if isinstance(node, cst.Attribute) and node.attr.value in ("float16", "half", "HalfTensor"):
-                if self.names.qualified_names(node) & {"torch.float16", "torch.half", "torch.cuda.HalfTensor", "torch.HalfTensor"}:
-                    return node
-        return None
+        return next(self._half_casts(), None)  # _multi_init.py
 
     def _without_reinitializations(self, inits: List[AmpRef]) -> List[AmpRef]:
         """`amp.initialize` again on the same model and optimizer with the same options (a resume
@@ -277,8 +280,16 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
         keys = _initialize_keys(first.call, self._init_line(first).body[0])
         repeats = inits[1:]
         siblings = []
+        alternatives = [r for r in repeats if self._alternative_initialize(first, r)]
+        if alternatives and len(repeats) > 1:
+            raise Unfixable(
+                f"{MORE_THAN_ONCE} (line {self._line(alternatives[0].call)} in the other arm of an `if`, and more): "
+                "only two alternatives in the arms of one `if`/`else` are one setup the fix follows"
+            )
         for ref in repeats:
-            if not keys or _initialize_key(ref.call) not in keys:
+            if ref in alternatives:
+                pass  # the other arm of the `if`: one setup at run time (_multi_init.py)
+            elif not keys or _initialize_key(ref.call) not in keys or not self._same_objects(first, ref):
                 if not self._sibling_initialize(first, ref):
                     raise Unfixable(
                         f"`amp.initialize` is called more than once in this file (line {self._line(ref.call)} with "
@@ -293,7 +304,9 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
                 )
             self.removal.remove_statement(line)
             self.handled.add(line)
-        again = [r for r in repeats if r not in siblings]
+        again = [r for r in repeats if r not in siblings and r not in alternatives]
+        if alternatives:
+            self._plan_alternatives(first, alternatives[0])
         if again:
             self._note(
                 "`amp.initialize` of the same model and optimizer again at line "
@@ -352,6 +365,18 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
         self.notes.extend(spec.notes)
         self.builder = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
         self.init_line = self._init_line(init)
+        if not self._inference_autocast(init, spec, why_not):
+            return self._inference_drop(init)
+        self._plan_presence_tests()
+        self._plan_imports()
+        self._emit_removals()
+        self._check_nesting()
+        return self._finish("Migrate inference under apex.amp to torch.autocast fp16")
+
+    def _inference_autocast(self, init: AmpRef, spec, why_not: str) -> bool:
+        """The statements after the inference `amp.initialize` (`self.init_line`) in its block
+        that run the model go under `torch.autocast`, and the call goes; False (nothing planned)
+        where the call is inside a block of its function or no such statement follows."""
         # The line itself, or `if <cond>: model = amp.initialize(...)` alone in its `if` (then the
         # condition joins `enabled` and the `if` goes), directly in the function's (module's) body.
         anchor, conditions = self.init_line, []
@@ -363,12 +388,12 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
             anchor, conditions = guard, [self.ctx.code(guard.test).strip()]
         block = self.names.parent(anchor)
         if self.names.parent(block) is not self._function_scope(init.call).node and block is not self.module:
-            return self._inference_drop(init)  # the call is inside a block of its function
+            return False  # the call is inside a block of its function
         body = list(body_of(block) or ())
         models = self._initialized_names()
         runs = self._statements_running(body[body.index(anchor) + 1 :], models)
         if not runs:
-            return self._inference_drop(init)
+            return False
         if not all(c.code and is_pure(cst.parse_expression(c.code)) for c in spec.enabled):
             raise Unfixable(why_not)
         codes = list(dict.fromkeys([*conditions, *(c.code for c in spec.enabled if c.code != "True")]))
@@ -380,7 +405,6 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
             inner = statement.with_changes(leading_lines=())
             wrapped = header.with_changes(body=header.body.with_changes(body=[inner]), leading_lines=statement.leading_lines)
             self.builder.replace(statement, wrapped)
-        self._plan_presence_tests()
         if anchor is self.init_line:
             self._place_home(None)
         elif self._rebinding() is None:
@@ -388,10 +412,7 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
             self.handled.add(self.init_line)
         else:
             raise Unfixable(why_not + " (it binds other names than the model it is given)")
-        self._plan_imports()
-        self._emit_removals()
-        self._check_nesting()
-        return self._finish("Migrate inference under apex.amp to torch.autocast fp16")
+        return True
 
     def _inference_drop(self, init: AmpRef) -> Fix:
         """No model run follows the inference `amp.initialize` in its block (the model is returned,
@@ -654,6 +675,7 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
             regions.extend((r, step) for r in found)
             self.builder.replace(step.with_node, self._scaled_backward(step))
             self.handled.add(step.with_node)
+        regions.extend(self._scale_plain_backwards(self._plain_backwards(steps)))
         self._emit_steps(steps)
         self._plan_regions(regions)
         self._plan_unscale(steps)
@@ -906,6 +928,8 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions):
         small = self.init_line.body[0]
         if not isinstance(small, cst.Assign) or self.init.api == "init":
             return None  # `handle = amp.init()`: the handle's uses are rewritten instead
+        if _rebinds_its_arguments(small, self.init.call):
+            return None  # `[model] = amp.initialize([model], ...)`
         target = small.targets[0].target
         values = [v for v in (self.spec.models, self.spec.optimizers) if v is not None]
         if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == len(values):
@@ -1145,6 +1169,8 @@ def _rebinds_its_arguments(assign: cst.Assign, call: cst.Call) -> bool:
     lists (`[model] = amp.initialize([model], ...)`)."""
     bound = bound_arguments(call, INITIALIZE_PARAMS) or {}
     values = [bound[n].value for n in ("models", "optimizers") if n in bound]
+    if len(values) == 2 and isinstance(values[1], cst.Name) and values[1].value == "None":
+        values = values[:1]  # `model = amp.initialize(model, None, ...)`: no optimizers
     if len(assign.targets) != 1 or not values:
         return False
     target = assign.targets[0].target

@@ -208,6 +208,8 @@ def scaler_spec(
         return arg.value if arg is not None else None
 
     spec.models, spec.optimizers = value("models"), value("optimizers")
+    if isinstance(spec.optimizers, cst.Name) and spec.optimizers.value == "None":
+        spec.optimizers = None  # `amp.initialize(model, None, ...)`: apex's default, no optimizers
     # ---- opt level
     if handle_api:
         spec.levels = {"O1"}  # amp.init() is the O1 behaviour: patched functions, dynamic scale

@@ -21,6 +21,7 @@ import libcst as cst
 from ampmigrate.api import CLIP_GRAD
 from ampmigrate.rules.apex._amp_common import Step, Unfixable
 from ampmigrate.rules.apex._presence import Unsupported, simplify
+from ampmigrate.rules.apex._regions import NoRegion, autocast_regions
 from ampmigrate.rules.apex._flow import (
     Branch,
     body_of,
@@ -46,6 +47,10 @@ class StepRewrites:
                     break
             if not calls:
                 calls = self._sibling_steps(step, optimizer)
+            if not calls:
+                calls = self._steps_after_helper_loop(step, optimizer)  # _loop_helper_steps.py
+            if not calls:
+                calls = self._caller_steps(step, optimizer)
             if not calls:
                 raise Unfixable(
                     f"no `{self.ctx.code(optimizer).strip()}.step()` follows `amp.scale_loss` at line "
@@ -151,6 +156,73 @@ class StepRewrites:
         the fp32 path of `if fp16: <scaled backward> else: loss.backward()`."""
         here = {b.key for b in self._branches(node, self._stop_node(step, node))}
         return any((b.key[0], not b.taken) in here for b in step.branches if self._chooses_backward(b))
+
+    # ---- a plain backward inside the window
+    def _plain_backwards(self, steps: List[Step]) -> List[Tuple[cst.SimpleStatementLine, cst.Name, Step]]:
+        """`x.backward()` between the scaled backward and the step (an adversarial or a
+        regularization loss): apex had unscaled the gradients by then, so it added `x`'s at scale
+        1. GradScaler keeps them scaled until the step, which would divide those by the loss
+        scale; `_scale_plain_backwards` scales `x` too. Returns each with its step."""
+        scaled = [step.with_node for step in steps]
+        found: List[Tuple[cst.SimpleStatementLine, cst.Name, Step]] = []
+        for step in steps:
+            step_lines = {self._step_line(c) for c in step.steps}
+            for statement in self._window_statements(step):
+                stop = any(any(n is line for n in walk(statement)) for line in step_lines)
+                for node in walk(statement):
+                    if not (
+                        isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+                        and node.func.attr.value == "backward"
+                    ):
+                        continue
+                    if any(a is w for a in self.names.ancestors(node) for w in scaled):
+                        continue  # another `amp.scale_loss` block (several losses, one step)
+                    if (stop and not self._before_any(node, step_lines)) or self._inactive(step, node):
+                        continue
+                    refusal = (
+                        f"`{self.ctx.code(node.func).strip()}()` at line {self._line(node)} adds gradients after "
+                        f"the scaled backward at line {self._line(step.call)} and before the step: apex had "
+                        "unscaled by then, GradScaler has not"
+                    )
+                    expr, line = self.names.parent(node), self.names.parent(self.names.parent(node))
+                    if not (
+                        isinstance(expr, cst.Expr) and isinstance(line, cst.SimpleStatementLine)
+                        and len(line.body) == 1 and isinstance(node.func.value, cst.Name)
+                        and containing_block(self.names, line) is not None
+                    ):
+                        raise Unfixable(f"{refusal}, and it is not a `loss.backward()` statement of its own to scale")
+                    if self._needed_guard(step, line) is not None:
+                        raise Unfixable(f"{refusal}, and the scaler is not disabled where apex was off")
+                    if not any(line is seen for seen, _, _ in found):
+                        found.append((line, node.func.value, step))
+                if stop:
+                    break
+        return found
+
+    def _scale_plain_backwards(self, plain) -> List[Tuple[object, Step]]:
+        """`x.backward()` -> `scaler.scale(x).backward()`, with the autocast region of `x`'s
+        forward pass (apex O1 ran it in float16 too); the regions are returned for merging."""
+        regions = []
+        for line, loss, step in plain:
+            call = line.body[0].value
+            function = self._function_scope(line)
+            try:
+                found = autocast_regions(
+                    self.names, line, loss, self._model_test(function), self._forward_like_test(function), self._is_barrier
+                )
+            except NoRegion:
+                found = []
+            regions.extend((r, step) for r in found)
+            scaler = self.access.expression(line)
+            args = ", ".join(self.ctx.code(a).strip().rstrip(",") for a in call.args)
+            new = self.ctx.parse_statement(f"{scaler}.scale({loss.value}).backward({args})\n")
+            self.builder.replace(line, new.with_changes(leading_lines=line.leading_lines))
+            self.handled.add(line)
+            self._note(
+                f"`{loss.value}.backward()` at line {self._line(line)} runs between the scaled backward and the "
+                "step, so it is scaled too (apex had unscaled the gradients before it)"
+            )
+        return regions
 
     # ---- unscale_ before gradient reads
     def _plan_unscale(self, steps: List[Step]) -> None:

@@ -30,6 +30,8 @@ from ampmigrate.rules.apex._amp_common import AmpPlan, Unfixable
 from ampmigrate.rules.apex._amp_migration import NO_INIT_REASON, _Planner
 from ampmigrate.rules.apex._cross_threading import _check_min_torch, _ParameterAccess, _plan_elsewhere
 from ampmigrate.rules.apex._flow import walk
+from ampmigrate.rules.apex._method_windows import _first_statement, _is_docstring
+from ampmigrate.rules.apex._scaler_access import add_parameter
 
 if TYPE_CHECKING:
     from ampmigrate.engine.project_index import ProjectIndex
@@ -108,7 +110,7 @@ def helper_calls(planner: _Planner) -> List[Tuple[cst.Call, Tuple[str, str], Sta
     index = planner.ctx.project_index
     if index is None:
         return []
-    helpers = state_helpers_called(index, planner.ctx.path)
+    helpers = _local_helpers(planner)
     if not helpers:
         return []
     found = []
@@ -134,12 +136,36 @@ def helper_calls(planner: _Planner) -> List[Tuple[cst.Call, Tuple[str, str], Sta
     return found
 
 
+def _local_helpers(planner: _Planner) -> Dict[str, Tuple[str, str]]:
+    """{local name: (helper's path, helper's name)} of the checkpoint helpers the planner's file
+    imports by name, under the name it imports them as (`from m import Saver as Keeper`: Keeper)."""
+    helpers = state_helpers_called(planner.ctx.project_index, planner.ctx.path)
+    if not helpers:
+        return {}
+    local: Dict[str, Tuple[str, str]] = {}
+    for node in walk(planner.module, into_scopes=True):
+        if not isinstance(node, cst.ImportFrom) or isinstance(node.names, cst.ImportStar):
+            continue
+        for alias in node.names:
+            if isinstance(alias.name, cst.Name) and alias.name.value in helpers:
+                name = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else alias.name.value
+                local[name] = helpers[alias.name.value]
+    return local
+
+
 def pass_scaler(planner: _Planner, calls) -> None:
     """`helper(...)` -> `helper(..., scaler=<the scaler there>)`."""
     passed = getattr(planner, "helpers_passed", set())
+    init = getattr(planner, "init", None)
+    home = getattr(planner, "home", None)
     for call, key, decision in calls:
         if call in planner.handled:
             raise Unfixable(f"the call of `{key[1]}()` at line {planner._line(call)} is rewritten otherwise")
+        if init is not None and init.call is not None and planner._function_scope(call) is home and planner._line(call) < planner._line(init.call):
+            raise Unfixable(
+                f"`{key[1]}()` is called at line {planner._line(call)}, before `amp.initialize` (line "
+                f"{planner._line(init.call)}) where the GradScaler it would take is created"
+            )
         arg = cst.Arg(
             planner.ctx.parse_expression(planner.access.expression(call)),
             keyword=cst.Name(decision.scaler),
@@ -158,7 +184,7 @@ def check_passed(planner: _Planner) -> None:
     """A fix that leaves a helper's call without the scaler would break it (the helper takes one)."""
     if planner.ctx.project_index is None:
         return
-    helpers = state_helpers_called(planner.ctx.project_index, planner.ctx.path)
+    helpers = _local_helpers(planner)
     if not helpers:
         return
     passed = getattr(planner, "helpers_passed", set())
@@ -201,15 +227,21 @@ class _StateSide(_Planner):
         self.spec = None
         self.builder = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
         scopes: List[Scope] = []
+        classes: List[Scope] = []
         for ref in self.refs:
             if ref.api not in STATE_APIS:
                 continue
             scope = self._function_scope(ref.node)
+            cls = _saver_class(self, scope)
+            if cls is not None:
+                classes.append(cls)
+                scopes.append(scope)
+                continue
             name = getattr(scope.node, "name", None)
             if scope.parent is not self.names.module_scope or name is None or name.value not in self.decisions:
                 raise Unfixable(NO_INIT_REASON)
             scopes.append(scope)
-        self.access = _ParameterAccess(self, scopes)
+        self.access = _HelperAccess(self, scopes, classes)
         self.scaler_scopes = list(dict.fromkeys(scopes))
         self._plan_simple_refs()
         self._plan_presence_tests()
@@ -219,7 +251,58 @@ class _StateSide(_Planner):
         self.access.emit()
         names = ", ".join(f"`{n}()`" for n in self.decisions)
         callers = sorted({c for d in self.decisions.values() for c in d.callers})
+        stored = f" (a class keeps it as `self.{self.access.name}`)" if self.access.classes else ""
         return self._finish(
             f"Migrate apex.amp's state to torch.amp.GradScaler: {names} takes the GradScaler that "
-            f"{', '.join(callers)} creates where `amp.initialize` was, as a new `{self.access.name}` parameter"
+            f"{', '.join(callers)} creates where `amp.initialize` was, as a new `{self.access.name}` parameter{stored}"
         )
+
+
+def _saver_class(planner: _Planner, scope: Scope) -> Optional[Scope]:
+    """The class scope of a checkpoint saver class (engine/apex_checkpoint.py `_class_record`)
+    whose method `scope` is; None when `scope` is no method of one."""
+    cls = scope.parent
+    if scope.kind != "function" or cls is None or cls.kind != "class" or cls.parent is not planner.names.module_scope:
+        return None
+    name = cls.node.name.value
+    if name not in planner.decisions:
+        return None
+    if isinstance(scope.node, cst.FunctionDef) and scope.node.decorators:
+        raise Unfixable(f"{NO_INIT_REASON} (`{name}.{scope.node.name.value}()` is not a plain method)")
+    return cls
+
+
+class _HelperAccess(_ParameterAccess):
+    """The scaler as a new parameter of each helper function, and of each saver class's
+    constructor, which stores it first thing as `self.<name>` for its methods."""
+
+    def __init__(self, planner: _Planner, scopes: List[Scope], classes: List[Scope]) -> None:
+        self.classes = list(dict.fromkeys(classes))
+        functions = [s for s in scopes if s.parent not in self.classes]
+        super().__init__(planner, functions)
+        self.methods = [s for s in scopes if s.parent in self.classes]
+
+    def expression(self, node: cst.CSTNode) -> str:
+        scope = self.p._function_scope(node)
+        if scope.parent in self.classes:
+            params = scope.node.params.params
+            if not params:
+                raise Unfixable(f"{NO_INIT_REASON} (a method without `self` uses apex's amp state)")
+            return f"{params[0].name.value}.{self.name}"
+        return self.name
+
+    def emit(self) -> None:
+        super().emit()
+        for cls in self.classes:
+            init = next(
+                (s for s in cls.node.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None
+            )
+            if init is None or not isinstance(init.body, cst.IndentedBlock) or not init.params.params:
+                raise Unfixable(f"{NO_INIT_REASON} (`{cls.node.name.value}.__init__` cannot take the scaler)")
+            self.p.builder.replace(init.params, add_parameter(init.params, self.name))
+            statement = self.p.ctx.parse_statement(f"{init.params.params[0].name.value}.{self.name} = {self.name}\n")
+            body = list(init.body.body)
+            if len(body) == 1 and _is_docstring(body[0]):
+                self.p.builder.insert_after(body[0], statement)
+            else:
+                self.p.builder.insert_before(_first_statement(init), statement)

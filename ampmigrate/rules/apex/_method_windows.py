@@ -60,12 +60,26 @@ def _first_statement(func: cst.FunctionDef) -> cst.BaseStatement:
     return body[1] if len(body) > 1 and _is_docstring(body[0]) else body[0]
 
 
+def _argument_for(call: cst.Call, positional: List[str], name: str, method: bool) -> Optional[cst.BaseExpression]:
+    """The argument `call` passes for parameter `name` (`positional`: the function's positional
+    parameters, `self` first when `method`); None when it is not passed plainly."""
+    if any(arg.star for arg in call.args):
+        return None
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg.value
+    index = positional.index(name) - (1 if method else 0) if name in positional else -1
+    plain = [arg for arg in call.args if arg.keyword is None]
+    return plain[index].value if 0 <= index < len(plain) else None
+
+
 class MethodWindows:
     def _init_windows(self) -> None:
         self._helper_masters: Dict[cst.CSTNode, List[cst.Call]] = {}  # helper call -> its master_params
         self._helpers_read: Dict[Scope, Set[cst.CSTNode]] = {}  # helper method -> its calls seen in windows
         self._helper_calls_covered: Set[cst.CSTNode] = set()  # those with `unscale_` before them
         self._step_methods: Dict[Step, Scope] = {}  # a scaled backward -> the method that steps
+        self._step_starts: Dict[Step, cst.CSTNode] = {}  # ... and the call after which it steps
         self._detached_checked = False
 
     # ---- the class's methods
@@ -318,6 +332,73 @@ class MethodWindows:
         )
         return calls
 
+    # ---- the step in the function that calls the backward's function
+    def _caller_steps(self, step: Step, optimizer: cst.BaseExpression) -> List[cst.Call]:
+        """`optimizer.step()` after the one call of the backward's function (a method called on
+        `self`, or a function of this module), in the function that calls it: the transformers
+        `Trainer` of 2020 scales the loss in `_training_step(model, inputs, optimizer)` and clips
+        and steps in `train()` after `tr_loss += self._training_step(...)`. The optimizer must be a
+        parameter of the backward's function that the call passes under the same name."""
+        function = step.function
+        func = function.node
+        if not isinstance(func, cst.FunctionDef) or not isinstance(optimizer, cst.Name):
+            return []
+        params = func.params
+        positional = [p.name.value for p in (*params.posonly_params, *params.params)]
+        if optimizer.value not in positional + [p.name.value for p in params.kwonly_params]:
+            return []
+        call = self._only_call_of(function)
+        if call is None:
+            return []
+        caller = self._function_scope(call)
+        if caller not in self.scaler_scopes and caller.node is not getattr(self.home, "node", None):
+            return []
+        argument = _argument_for(call, positional, optimizer.value, method=_plain_method(function))
+        if argument is None or self.ctx.code(argument).strip() != optimizer.value:
+            return []
+        statement = self.names.statement_of(call)
+        wanted = expression_key(argument)
+        calls: List[cst.Call] = []
+        for following_statement in following(self.names, statement, out_of_loops=True):
+            calls = [c for c in self._step_calls(following_statement) if expression_key(c.func.value) == wanted]
+            if calls:
+                break
+        if not calls:
+            return []
+        self._check_nothing_read_after(step, caller)
+        self._step_methods[step] = caller
+        self._step_starts[step] = statement
+        self._note(
+            f"`amp.scale_loss` is in `{func.name.value}()`, called at line {self._line(call)} of "
+            f"`{caller.node.name.value}()`, which steps the optimizer after the call"
+        )
+        return calls
+
+    def _only_call_of(self, function: Scope) -> Optional[cst.Call]:
+        """The single call of `function` in this module (`self.f(...)` from a method of its class,
+        or `f(...)`), None when it is used any other way or called more than once."""
+        name = function.node.name.value
+        if _plain_method(function):
+            refs = self._attribute_refs(name)
+            calls = [
+                self.names.parent(r) for r in refs
+                if isinstance(self.names.parent(r), cst.Call) and self.names.parent(r).func is r
+                and self._self_method_call(self.names.parent(r), self._function_scope(r)) is function
+            ]
+            if len(calls) != 1 or len(refs) != 1:
+                return None
+            return calls[0]
+        if function.parent is None or function.parent.kind != "module":
+            return None
+        refs = [n for n in walk(self.module, into_scopes=True) if isinstance(n, cst.Name) and n.value == name]
+        refs = [r for r in refs if r is not function.node.name]
+        if len(refs) != 1:
+            return None
+        call = self.names.parent(refs[0])
+        if not (isinstance(call, cst.Call) and call.func is refs[0]):
+            return None
+        return call
+
     def _check_nothing_read_after(self, step: Step, method: Scope) -> None:
         master_calls = {r.call for r in self.refs if r.api == "master_params" and r.call is not None}
         for statement in following(self.names, step.with_node, out_of_loops=True):
@@ -368,7 +449,10 @@ class MethodWindows:
         backward's own method, then, when the step is in another method, that method's body."""
         yield from following(self.names, step.with_node, out_of_loops=True)
         method = self._step_methods.get(step)
-        if method is not None:
+        start = self._step_starts.get(step)
+        if start is not None:
+            yield from following(self.names, start, out_of_loops=True)
+        elif method is not None:
             yield from body_of(method.node.body)
 
     def _stop_node(self, step: Step, node: cst.CSTNode) -> cst.CSTNode:

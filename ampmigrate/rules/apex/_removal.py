@@ -47,7 +47,38 @@ class Removal:
             if all(alias in aliases for alias in names):
                 removed.add(node)
             removed.update(self._fallbacks(node, aliases))
+        for node, aliases in self.aliases.items():
+            removed.update(self._global_declarations(node, aliases, removed))
         return removed
+
+    def _global_declarations(
+        self, node: cst.CSTNode, aliases: Set[cst.ImportAlias], removed: Set[cst.CSTNode]
+    ) -> List[cst.CSTNode]:
+        """`global amp` in the function whose `from apex import amp` goes, when every name it
+        declares loses every binding that function made (the import, its fallbacks)."""
+        function = next((a for a in self.names.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.ClassDef))), None)
+        if not isinstance(function, cst.FunctionDef):
+            return []
+        scope = self.names.scope_entries.get(function.body)
+        if scope is None or not scope.global_names:
+            return []
+        gone = set(removed) | set(aliases)
+        found: List[cst.CSTNode] = []
+        for statement in self.names.nodes_of_type((cst.Global,)):
+            if self.names.scope_of(statement) is not scope:
+                continue
+            declared = [item.name.value for item in statement.names]
+            if all(self._bound_only_by(function, name, gone) for name in declared):
+                found.append(statement)
+        return found
+
+    def _bound_only_by(self, function: cst.FunctionDef, name: str, gone: Set[cst.CSTNode]) -> bool:
+        """Every binding of the module-level `name` made inside `function` is among `gone`."""
+        bindings = self.names.module_scope.bindings.get(name, [])
+        inside = [b for b in bindings if function in self.names.ancestors(b.node)]
+        if not inside:
+            return False
+        return all(b.node in gone or b.statement in gone for b in inside)
 
     def _fallbacks(self, node: cst.CSTNode, aliases: Set[cst.ImportAlias]) -> List[cst.CSTNode]:
         """`amp = None` in the `except ImportError:` of the `try` that imported `amp`."""

@@ -191,6 +191,13 @@ class ScalerAccess:
                         break
                 common = min(common, shared)
         conditions = path[common:]
+        # Two `amp.initialize` alternatives in the arms of one `if` (_multi_init.py): apex was set
+        # up in either arm, so that `if` is no condition of the scaler; it is created before it.
+        alternatives_if = getattr(self.p, "alternatives_if", None)
+        forced_hoist = None
+        if alternatives_if is not None and any(b.statement is alternatives_if for b in conditions):
+            conditions = [b for b in conditions if b.statement is not alternatives_if]
+            forced_hoist = alternatives_if
         self.conditions: List[Tuple[str, Tuple[str, bool]]] = []
         for branch in conditions:
             code = condition_code(self.p.module, [branch])
@@ -200,8 +207,8 @@ class ScalerAccess:
                     "so the scaler cannot be created before it"
                 )
             self.conditions.append((code, branch.key))
-        if conditions:
-            self.hoist_before = conditions[0].statement
+        if conditions or forced_hoist is not None:
+            self.hoist_before = conditions[0].statement if conditions else forced_hoist
             while isinstance(self.names.parent(self.hoist_before), cst.If):  # an `elif`
                 self.hoist_before = self.names.parent(self.hoist_before)
         for conjunct in spec.enabled:

@@ -14,10 +14,12 @@ is the split migration's (_cross_threading.py, engine/apex_threading.py).
 
 from __future__ import annotations
 
+import ast
 import os
 
 import libcst as cst
 
+from ampmigrate.engine.apex_values import apex_state_params
 from ampmigrate.rules.apex._amp_refs import amp_usage
 from ampmigrate.rules.apex.amp101_apex_amp import _REPLACEMENT as _ALL
 from ampmigrate.rules.base import Rule
@@ -33,21 +35,53 @@ _REASON = (
 
 class ApexAmpPassedIn(Rule):
     code = "AMP101"
-    triggers = (r"\.scale_loss\(",)
+    triggers = (r"\.scale_loss\(", r"\.(?:load_)?state_dict\(", r"\.master_params\(")
+
+    def applies_to_run(self, index) -> bool:
+        """Only a run where some file passes apex's amp module to a call."""
+        return index is not None and any(
+            summary.apex_amp_passed_to or summary.apex_amp_args for summary in index.modules.values()
+        )
+
+    def screen(self, tree) -> bool:
+        """A `.scale_loss(` call, or a parameter used only for amp's state (what the index records)."""
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "scale_loss":
+                return True
+        return bool(apex_state_params(tree))
+
+    @staticmethod
+    def _state_params(ctx, index):
+        """This file's parameters used only for amp's state (engine/apex_values.py), worked out
+        only when some file hands apex's amp module to a function named like one of its own."""
+        callees = index.apex_amp_callees(ctx.path)
+        if not callees or not any(function.name.value in callees for _, function in _functions(ctx.module)):
+            return {}
+        try:
+            return apex_state_params(ast.parse(ctx.text))
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return {}
 
     def check(self, ctx) -> None:
         index = ctx.file.project_index
         if index is None:
             return
         followed = amp_usage(ctx.file).slots  # this file's own calls: the in-file migration's
+        state = self._state_params(ctx, index)
         for owner, function in _functions(ctx.module):
             if function in followed:
                 continue
             name = f"{owner}.{function.name.value}" if owner else function.name.value
             origin = index.apex_amp_passed_from(ctx.path, name)
-            if origin is None:
-                continue
-            params = set(index.modules[os.path.abspath(ctx.path)].apex_amp_params[name])
+            if origin is not None:
+                params = set(index.modules[os.path.abspath(ctx.path)].apex_amp_params[name])
+            else:
+                # A parameter used only for amp's state, that a call hands apex's amp module to.
+                found = index.apex_amp_state_passed_from(ctx.path, name, state.get(name, []))
+                if found is None:
+                    continue
+                origin, state_params = found
+                params = set(state_params)
             where = index.relative(origin)
             for call, api in _amp_calls(function, params):
                 ctx.report(

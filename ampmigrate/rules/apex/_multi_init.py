@@ -1,0 +1,543 @@
+"""Several `amp.initialize` calls in one file, beyond repeats and same-block siblings.
+
+apex semantics (AMP_FACTS.md section 4): each `amp.initialize` call builds apex's loss scalers
+anew, and every later `amp.scale_loss` uses the ones the last call made. What the planner does
+with several calls:
+
+- every call is inference (no optimizers: an answer model and a rationale model evaluated one
+  after the other): there is no loss scaler to keep, so each call is migrated as one inference
+  setup is (its model's runs after it under `torch.autocast`, or the call goes and the note says
+  the model runs in fp32);
+- calls in the two arms of one `if`/`else` (an fp16 variant of the setup chosen by a flag), with
+  the same models and optimizers: at run time only one of them runs, so they are one setup; when
+  both become the same GradScaler and autocast (O1 and O2 both become fp16 autocast with the
+  default dynamic scale) the scaler is created in each arm;
+- anything else keeps a reason that names what blocks it: the call whose arguments cannot be
+  read, or the functions that each set apex up (one GradScaler per function is not built yet).
+
+A mixin of the planner (`_amp_migration._Planner`): it uses its context, builder and helpers.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterator, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
+from ampmigrate.engine.context import FixBuilder
+from ampmigrate.rules.apex._amp_common import AmpPlan, Step, Unfixable
+from ampmigrate.rules.apex._amp_options import INITIALIZE_PARAMS, bound_arguments, scaler_spec
+from ampmigrate.rules.apex._amp_refs import AmpRef
+from ampmigrate.rules.apex._flow import expression_key, walk
+
+SCALE_LOSS_PARAMS = ("loss", "optimizers", "loss_id", "model", "delay_unscale", "delay_overflow_check")
+MORE_THAN_ONCE = "`amp.initialize` is called more than once in this file"
+HALF_TYPES = frozenset({"torch.float16", "torch.half", "torch.cuda.HalfTensor", "torch.HalfTensor"})
+
+
+class MultiInits:
+    # ---- every call is inference
+    def _all_inference(self, inits: List[AmpRef]) -> bool:
+        """Every call is `amp.initialize(model, ...)` without optimizers, at O1 or O2 (O0 and O3
+        keep their own rules' paths), with arguments that bind cleanly."""
+        for ref in inits:
+            if ref.api != "initialize" or ref.call is None:
+                return False
+            spec = scaler_spec(self.module, self.names, ref.call, self.ctx.quote)
+            if spec.error or spec.optimizers is not None or not spec.levels or not spec.levels <= {"O1", "O2"}:
+                return False
+        return True
+
+    def _inference_fixes(self, plan: AmpPlan, inits: List[AmpRef]) -> Fix:
+        """Each inference `amp.initialize` migrated as a lone one is: its model's runs after it in
+        its block under `torch.autocast` (enabled as apex was), or else the call goes and its model
+        runs in fp32 (the note says so). One fix for all, since the apex import goes with the last."""
+        why_not = (
+            "`amp.initialize` without optimizers is inference, and no statement after it in the same block "
+            'runs the model: wrap the inference in `torch.autocast("cuda", dtype=torch.float16)` by hand'
+        )
+        if any(r.api not in (None, "initialize") for r in self.refs if r not in inits):
+            raise Unfixable(why_not)
+        self.fp32 = False
+        self.builder = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
+        wrapped = False
+        for init in inits:
+            spec = scaler_spec(self.module, self.names, init.call, self.ctx.quote)
+            self.spec, self.init, self.init_line = spec, init, self._init_line(init)
+            if self._inference_autocast(init, spec, why_not):
+                wrapped = True
+                self.unsafe.extend(u for u in spec.unsafe if u not in self.unsafe)
+                for note in spec.notes:
+                    self._note(note)
+            else:
+                self._drop_inference_init(init)
+        self._plan_presence_tests()
+        self._plan_imports()
+        self._emit_removals()
+        self._check_nesting()
+        lines = ", ".join(str(self._line(r.call)) for r in inits)
+        if wrapped:
+            return self._finish(f"Migrate the inference setups under apex.amp (lines {lines}) to torch.autocast fp16")
+        return self._finish(f"Remove apex.amp's inference setups (lines {lines})")
+
+    # ---- a precise reason
+    def _several_inits_reason(self, inits: List[AmpRef], error: Unfixable) -> Unfixable:
+        """The generic "more than once" refusal, made to say what blocks the migration: a call
+        whose arguments cannot be read, or the different functions that each set apex up."""
+        if not str(error).startswith(MORE_THAN_ONCE):
+            return error
+        for ref in inits:
+            if ref.api == "initialize" and ref.call is not None:
+                spec = scaler_spec(self.module, self.names, ref.call, self.ctx.quote)
+                if spec.error:
+                    return Unfixable(
+                        f"`amp.initialize` is called {len(inits)} times in this file, and the call at line "
+                        f"{self._line(ref.call)} cannot be read: {spec.error}"
+                    )
+        if len(inits) == 2 and self._arms_if(*inits) is not None:
+            first, other = inits
+            return Unfixable(
+                f"`amp.initialize` at lines {self._line(first.call)} and {self._line(other.call)}, the two arms of the "
+                f"`if` at line {self._line(self._arms_if(first, other))}, set apex up with different models, optimizers or "
+                "options (loss scaling, `enabled`): a GradScaler whose options each arm chooses is not built yet"
+            )
+        homes = {}
+        for ref in inits:
+            scope = self._function_scope(ref.call if ref.call is not None else ref.node)
+            name = scope.node.name.value + "()" if isinstance(scope.node, cst.FunctionDef) else "the module's top level"
+            homes.setdefault(id(scope.node), (name, []))[1].append(self._line(ref.call if ref.call is not None else ref.node))
+        if len(homes) > 1:
+            where = " and ".join(f"`{name}` (line {', '.join(map(str, lines))})" for name, lines in homes.values())
+            return Unfixable(
+                f"`amp.initialize` sets apex up in {where}: each call makes its own loss scaler, and one GradScaler "
+                "per setup is built only where every call is an `amp.initialize` in a function"
+            )
+        return error
+
+    # ---- casts to half
+    def _half_casts(self) -> Iterator[cst.CSTNode]:
+        """Each `.half()` call or float16 dtype of the file that may run (see `_never_runs`)."""
+        for node in walk(self.module, into_scopes=True):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "half":
+                if not self._never_runs(node):
+                    yield node
+            elif isinstance(node, cst.Attribute) and node.attr.value in ("float16", "half", "HalfTensor"):
+                if self.names.qualified_names(node) & HALF_TYPES and not self._never_runs(node):
+                    yield node
+
+    def _check_half_inputs(self, steps: List[Step]) -> None:
+        """apex trained an fp16 model (O2 casts it, O1 casts inside every patched function, also in
+        evaluation); torch.amp keeps it fp32 and casts only inside the autocast regions the fix adds
+        to the training steps. A `.half()` (`.to(torch.float16)`) elsewhere, as an evaluation loop's
+        `inputs.half()` for the O2 model, would then meet fp32 weights: the fix stops and says where."""
+        homes = {id(step.function.node) for step in steps}
+        for node in self._half_casts():
+            cast = node if isinstance(node, cst.Call) else self._cast_argument(node)
+            if cast is None:
+                continue  # a float16 dtype that makes a tensor or names autocast's dtype
+            scope = self._function_scope(node)
+            if id(scope.node) in homes:
+                continue  # in a training step's function: its forward runs under the new autocast
+            if not self._feeds_a_model(cast) or self._follows_model_dtype(cast):
+                continue
+            where = f"`{scope.node.name.value}()`" if isinstance(scope.node, cst.FunctionDef) else "the module's top level"
+            raise Unfixable(
+                f"line {self._line(node)} casts to half in {where}, outside the training steps the fix puts under "
+                "autocast: apex's fp16 model took such inputs, the migrated fp32 model would not (wrap that code in "
+                '`torch.autocast("cuda", dtype=torch.float16)` or drop the cast, by hand)'
+            )
+
+    def _cast_argument(self, node: cst.CSTNode) -> Optional[cst.Call]:
+        """`x.to(torch.float16)`, `x.type(torch.HalfTensor)`: the call where the dtype converts a value."""
+        arg = self.names.parent(node)
+        call = self.names.parent(arg) if isinstance(arg, cst.Arg) else None
+        if (
+            isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in ("to", "type")
+            and arg.keyword is None
+        ):
+            return call
+        return None
+
+    def _feeds_a_model(self, cast: cst.Call) -> bool:
+        """The cast value goes, as an argument, to a call of something the code holds (a parameter,
+        `self.model`, a local: `model(inputs)`, `model.infer(inputs)`), directly or through the
+        name it is assigned to in its function; not to a function or class it imports or defines."""
+        node: cst.CSTNode = cast
+        parent = self.names.parent(node)
+        while (isinstance(parent, cst.Attribute) and parent.value is node) or (isinstance(parent, cst.Call) and parent.func is node):
+            node, parent = parent, self.names.parent(parent)  # `x.half().cuda(non_blocking=True)`
+        if isinstance(parent, cst.Arg):
+            return self._model_like_call(self.names.parent(parent))
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+            target = parent.targets[0].target
+            scope = self.names.scope_of(target)
+            for binding in self.names.lookup(target.value, scope):
+                if binding.node is not target:
+                    continue
+                for load in self.names.references(binding):
+                    arg = self.names.parent(load)
+                    if isinstance(arg, cst.Arg) and self._model_like_call(self.names.parent(arg)):
+                        return True
+            return False
+        return True  # stored, returned or yielded: where it goes is not in sight
+
+    def _model_like_call(self, call: Optional[cst.CSTNode]) -> bool:
+        if not isinstance(call, cst.Call):
+            return False
+        root = call.func
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        if not isinstance(root, cst.Name):
+            return True
+        bindings = self.names.bindings_of(root)
+        if not bindings:
+            return False  # a builtin (`print`, `len`)
+        return not any(b.kind in ("import", "from-import", "def", "class", "star-import") for b in bindings)
+
+    def _follows_model_dtype(self, cast: cst.Call) -> bool:
+        """The cast runs under a test of the model's own dtype (`if next(model.parameters()).type()
+        == "torch.cuda.HalfTensor"`, or a flag set by such a test): with the model kept fp32 it no
+        longer runs, as it did not under O1."""
+        child: cst.CSTNode = cast
+        for ancestor in self.names.ancestors(cast):
+            if isinstance(ancestor, cst.If) and child is ancestor.body:
+                if self._tests_parameter_dtype(ancestor.test):
+                    return True
+                for name in (n for n in walk(ancestor.test) if isinstance(n, cst.Name)):
+                    assigned = [b for b in self.names.bindings_of(name) if b.kind == "assign"]
+                    if assigned and all(self._set_under_dtype_test(b.statement) for b in assigned):
+                        return True
+            child = ancestor
+        return False
+
+    def _set_under_dtype_test(self, statement: Optional[cst.CSTNode]) -> bool:
+        for ancestor in self.names.ancestors(statement) if statement is not None else ():
+            if isinstance(ancestor, cst.If):
+                return self._tests_parameter_dtype(ancestor.test)
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                return False
+        return False
+
+    def _tests_parameter_dtype(self, test: cst.BaseExpression) -> bool:
+        nodes = list(walk(test))
+        reads_parameters = any(
+            isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "parameters" for n in nodes
+        )
+        names_half = any(
+            (isinstance(n, cst.SimpleString) and "HalfTensor" in n.value)
+            or (isinstance(n, cst.Attribute) and bool(self.names.qualified_names(n) & HALF_TYPES))
+            for n in nodes
+        )
+        return reads_parameters and names_half
+
+    # ---- a cast to half that never runs
+    def _never_runs(self, node: cst.CSTNode) -> bool:
+        """`node` (a `.half()` call, a float16 dtype) lies under `if flag:` where `flag` is a
+        parameter of a top-level function whose every call in this file passes it a false literal
+        (or leaves a false default): `def to_gray(half=False): ... if half: x = x.half()` with
+        only `to_gray(False)` calls. The cast never runs here, so it feeds no model of this file."""
+        child: cst.CSTNode = node
+        for ancestor in self.names.ancestors(node):
+            if isinstance(ancestor, cst.If) and child is ancestor.body and isinstance(ancestor.test, cst.Name):
+                bindings = self.names.bindings_of(ancestor.test)
+                if len(bindings) == 1 and bindings[0].kind == "param" and isinstance(bindings[0].statement, cst.FunctionDef):
+                    if self._false_at_every_call(bindings[0].statement, bindings[0].name):
+                        return True
+            child = ancestor
+        return False
+
+    def _false_at_every_call(self, func: cst.FunctionDef, name: str) -> bool:
+        if not isinstance(self.names.parent(func), cst.Module):
+            return False  # a method or a nested function: its calls are not all in sight
+        params = func.params
+        if isinstance(params.star_arg, cst.Param) or params.star_kwarg is not None:
+            return False  # `*args` / `**kwargs` may carry the flag
+        positional = [*params.posonly_params, *params.params]
+        index = next((i for i, p in enumerate(positional) if p.name.value == name), None)
+        param = positional[index] if index is not None else next((p for p in params.kwonly_params if p.name.value == name), None)
+        if param is None:
+            return False
+        calls = 0
+        for load in self.names.loads:
+            if load.value != func.name.value:
+                continue
+            bindings = self.names.bindings_of(load)
+            if not any(b.node is func for b in bindings):
+                continue
+            if len(bindings) != 1:
+                return False  # the name is rebound somewhere
+            call = self.names.parent(load)
+            if not isinstance(call, cst.Call) or call.func is not load:
+                return False  # handed on as a value: its calls are not in sight
+            if any(a.star for a in call.args):
+                return False
+            given = [a for a in call.args if a.keyword is None]
+            by_keyword = [a for a in call.args if a.keyword is not None and a.keyword.value == name]
+            if index is not None and index < len(given):
+                value = given[index].value
+            elif by_keyword:
+                value = by_keyword[0].value
+            else:
+                value = param.default
+            if not _falsy_literal(value):
+                return False
+            calls += 1
+        return calls > 0
+
+    # ---- one setup per function
+    def _same_objects(self, first: AmpRef, other: AmpRef) -> bool:
+        """`other` names the same model and optimizer objects as `first`: in the same function,
+        or through `self.` attributes in methods of the same class, or module-level names (a local
+        `model, optimizer` of another function is another model: another setup)."""
+        home, there = self._function_scope(first.call), self._function_scope(other.call)
+        if home is there:
+            return True
+        same_class = home.parent is there.parent and home.parent is not None and home.parent.kind == "class"
+        bound = bound_arguments(other.call, INITIALIZE_PARAMS) or {}
+        values = [bound[n].value for n in ("models", "optimizers") if n in bound]
+        while values:
+            value = values.pop()
+            if isinstance(value, (cst.List, cst.Tuple)):
+                values.extend(e.value for e in value.elements)
+            elif isinstance(value, cst.Name):
+                if any(b.scope is not self.names.module_scope for b in self.names.bindings_of(value)):
+                    return False
+            elif isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and value.value.value == "self":
+                if not same_class:
+                    return False
+            else:
+                return False
+        return True
+
+    def _per_function_fix(self, plan: AmpPlan, inits: List[AmpRef], error: Unfixable) -> Fix:
+        """`amp.initialize` in two functions (a learner's `fit()` and its `lr_find()`, a script's
+        `train()` and `train_cdb()`): each call made apex's loss scaler anew for the training that
+        follows it, so each function's setup gets its own GradScaler, planned as a lone setup would
+        be, with the `amp.scale_loss` (`master_params`) that use its optimizer. Every other use must
+        belong to exactly one setup, and the plans must not touch the same code differently."""
+        reason = self._several_inits_reason(inits, error)
+        groups = self._function_groups(inits)
+        if groups is None:
+            raise reason
+        if type(self).__name__ != "_Planner":  # a side of a setup split across files (_cross_threading.py)
+            names = " and ".join(f"`{name}`" for name, _ in groups)
+            raise Unfixable(
+                f"`amp.initialize` sets apex up in {names}, which hand their training (or checkpoints) to another "
+                "file: one GradScaler per function, threaded across files, is not built yet"
+            )
+        merged = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
+        handled: Set[cst.CSTNode] = set()
+        unsafe: List[str] = []
+        messages: List[str] = []
+        for name, refs in groups:
+            sub = type(self)(self.ctx)
+            sub.usage, sub.refs = self.usage, refs
+            sub.handled |= handled  # the import goes once no setup's use is left
+            sub_plan = AmpPlan(sites=[s for s in plan.sites if any(s.node is r.node for r in refs)])
+            try:
+                sub._build(sub_plan)
+            except Unfixable as exc:
+                raise Unfixable(f"the apex setup of `{name}` (one of {len(groups)} functions that call `amp.initialize`): {exc}")
+            handled |= sub.handled
+            plan.levels |= getattr(sub_plan, "levels", set())
+            unsafe.extend(f"`{name}`: {u}" for u in sub.unsafe)
+            messages.extend(f"`{name}`: {note}" for note in sub.notes)
+            _merge(merged, sub.builder, self)
+        self.builder = merged
+        self._check_nesting()
+        names = ", ".join(f"`{name}`" for name, _ in groups)
+        details = [
+            f"one GradScaler for each of {names}, as each `amp.initialize` call made apex's loss scaler anew",
+            *messages,
+            *([f"unsafe: {'; '.join(unsafe)}"] if unsafe else []),
+        ]
+        self.builder.message = "Migrate apex.amp to torch.autocast fp16 and torch.amp.GradScaler (" + "; ".join(details) + ")"
+        self.builder.applicability = UNSAFE if unsafe else SAFE
+        return self.builder.build()
+
+    def _function_groups(self, inits: List[AmpRef]) -> Optional[List[Tuple[str, List[AmpRef]]]]:
+        """The refs of each function calling `amp.initialize`: its calls, and the uses in it or,
+        elsewhere, on the optimizer only its call returned. None where a use fits no single one."""
+        homes: Dict[int, Tuple[str, List[AmpRef], Set[str]]] = {}
+        for ref in inits:
+            if ref.api != "initialize" or ref.call is None:
+                return None
+            scope = self._function_scope(ref.call)
+            if not isinstance(scope.node, cst.FunctionDef):
+                return None
+            name = f"{scope.node.name.value}()"
+            entry = homes.setdefault(id(scope.node), (name, [], set()))
+            entry[1].append(ref)
+            entry[2].update(self._optimizer_keys(ref))
+        if len(homes) < 2:
+            return None
+        for ref in self.refs:
+            if ref in inits:
+                continue
+            functions = " and ".join(f"`{name}`" for name, _, _ in homes.values())
+            if ref.api in (None, "pass") or ref.call is None:
+                raise Unfixable(
+                    f"`amp.initialize` sets apex up in {functions}, and line {self._line(ref.node)} tests or hands on "
+                    "the amp module itself: which of their GradScalers it stands for is unclear"
+                )
+            scope = self._function_scope(ref.node)
+            if id(scope.node) in homes:
+                homes[id(scope.node)][1].append(ref)
+                continue
+            optimizer = self._used_optimizer(ref)
+            owners = [entry for entry in homes.values() if optimizer is not None and optimizer in entry[2]]
+            if len(owners) != 1:
+                raise Unfixable(
+                    f"`amp.initialize` sets apex up in {functions}, each with its own GradScaler now, and "
+                    f"`amp.{ref.api}` at line {self._line(ref.node)} (outside them) served whichever ran last: "
+                    "pass it the GradScaler it needs by hand"
+                )
+            owners[0][1].append(ref)
+        return [(name, refs) for name, refs, _ in homes.values()]
+
+    def _optimizer_keys(self, ref: AmpRef) -> Set[str]:
+        """The optimizer an `amp.initialize` call takes, and the name its result is bound to."""
+        bound = bound_arguments(ref.call, INITIALIZE_PARAMS) or {}
+        keys: Set[str] = set()
+        given = bound.get("optimizers")
+        if given is None:
+            return keys
+        keys.add(expression_key(given.value))
+        small = self._init_line(ref).body[0]
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            target = small.targets[0].target
+            if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+                keys.add(expression_key(target.elements[1].value))
+        return keys
+
+    def _used_optimizer(self, ref: AmpRef) -> Optional[str]:
+        if ref.api == "scale_loss":
+            bound = bound_arguments(ref.call, SCALE_LOSS_PARAMS) or {}
+            given = bound.get("optimizers")
+            return expression_key(given.value) if given is not None else None
+        if ref.api == "master_params" and len(ref.call.args) == 1 and ref.call.args[0].keyword is None:
+            return expression_key(ref.call.args[0].value)
+        return None
+
+    # ---- alternatives in the arms of one `if`
+    def _alternative_initialize(self, first: AmpRef, other: AmpRef) -> bool:
+        """`if a: m, o = amp.initialize(m, o, opt_level="O2") else: m, o = amp.initialize(m, o)`:
+        the same models and optimizers, each call directly in one arm of the same `if` (only one
+        runs), both becoming the same GradScaler and autocast."""
+        if first.call is None or other.call is None or first.api != "initialize" or other.api != "initialize":
+            return False
+        if self._arms_if(first, other) is None:
+            return False
+        bound_first = bound_arguments(first.call, INITIALIZE_PARAMS) or {}
+        bound_other = bound_arguments(other.call, INITIALIZE_PARAMS) or {}
+        for name in ("models", "optimizers"):
+            a, b = bound_first.get(name), bound_other.get(name)
+            if (a is None) != (b is None) or (a is not None and expression_key(a.value) != expression_key(b.value)):
+                return False
+        if "optimizers" not in bound_first:
+            return False
+        first_spec = scaler_spec(self.module, self.names, first.call, self.ctx.quote)
+        other_spec = scaler_spec(self.module, self.names, other.call, self.ctx.quote)
+        if not _same_migration(first_spec, other_spec):
+            return False
+        if first_spec.enabled and not all(self._first_in_arm(self._init_line(r)) for r in (first, other)):
+            return False  # `enabled=` is read before the `if` now: nothing in the arm may change it first
+        return True
+
+    def _arms_if(self, first: AmpRef, other: AmpRef) -> Optional[cst.If]:
+        """The `if` whose two arms (`if`/`else`, not an `elif`) hold the two calls' lines directly."""
+        found = []
+        for ref in (first, other):
+            block = self.names.parent(self._init_line(ref))
+            holder = self.names.parent(block)
+            if isinstance(holder, cst.Else):
+                holder, arm = self.names.parent(holder), "orelse"
+            else:
+                arm = "body"
+            if not isinstance(holder, cst.If) or (arm == "body" and holder.body is not block):
+                return None
+            found.append((holder, arm))
+        (a, arm_a), (b, arm_b) = found
+        if a is not b or arm_a == arm_b or not isinstance(a.orelse, cst.Else):
+            return None
+        return a
+
+    def _first_in_arm(self, line: cst.CSTNode) -> bool:
+        body = list(getattr(self.names.parent(line), "body", ()))
+        return bool(body) and body[0] is line
+
+    def _plan_alternatives(self, first: AmpRef, other: AmpRef) -> None:
+        """The other arm's call goes (the caller removes its line); the scaler is created once,
+        before the `if` (ScalerAccess reads `alternatives_if`), not under its condition."""
+        self.alternatives_if = self._arms_if(first, other)
+        spec = scaler_spec(self.module, self.names, other.call, self.ctx.quote)
+        for note in spec.notes:
+            self._note(note)
+        self._note(
+            f"`amp.initialize` at lines {self._line(first.call)} and {self._line(other.call)} are the two arms of the `if` "
+            f"at line {self._line(self.alternatives_if)}, one setup at run time: one GradScaler, created before the `if`"
+        )
+
+
+def _merge(into: FixBuilder, other: FixBuilder, planner) -> None:
+    """Add `other`'s changes to `into`: the same change twice counts once, two different changes
+    of one node stop the fix."""
+
+    def same(a, b) -> bool:
+        if a is b:
+            return True
+        if isinstance(a, cst.CSTNode) and isinstance(b, cst.CSTNode):
+            return a.deep_equals(b)
+        if isinstance(a, cst.FlattenSentinel) and isinstance(b, cst.FlattenSentinel):
+            return len(a.nodes) == len(b.nodes) and all(x.deep_equals(y) for x, y in zip(a.nodes, b.nodes))
+        return False
+
+    for node in other.replaced():
+        new = other.replacement(node)
+        if into.replaces(node):
+            if not same(into.replacement(node), new):
+                raise Unfixable(
+                    f"the setups of two functions would change line {planner._line(node)} differently"
+                )
+            continue
+        into.replace(node, new)
+    for mine, theirs, insert in ((into._before, other._before, into.insert_before), (into._after, other._after, into.insert_after)):
+        for node, statements in theirs.items():
+            have = mine.get(node, [])
+            insert(node, *[s for s in statements if not any(same(s, h) for h in have)])
+    for module in other._imports:
+        into.require_import(module)
+
+
+def _falsy_literal(node: Optional[cst.BaseExpression]) -> bool:
+    if isinstance(node, cst.Name):
+        return node.value in ("False", "None")
+    if isinstance(node, cst.Integer):
+        return node.value == "0"
+    return False
+
+
+def _arm(statement: cst.If, chain: List[cst.CSTNode]) -> Optional[str]:
+    """Which arm of `statement` the ancestor chain passes through ("body" or "orelse")."""
+    for node in chain:
+        if node is statement.body:
+            return "body"
+        if node is statement.orelse:
+            return "orelse"
+    return None
+
+
+def _same_migration(first, other) -> bool:
+    """Two calls' specs give the same GradScaler and the same autocast: fp16 levels only (O1/O2),
+    the same scaler keywords and `enabled` conditions, and nothing that makes either unsafe."""
+    if first is None or other is None or first.error or other.error:
+        return False
+    fp16 = {"O1", "O2"}
+    if not first.levels or not other.levels or not (first.levels <= fp16 and other.levels <= fp16):
+        return False
+    if first.o3_test is not None or other.o3_test is not None or list(first.unsafe) != list(other.unsafe):
+        return False
+    return list(first.keywords) == list(other.keywords) and first.enabled_keys == other.enabled_keys
