@@ -449,3 +449,21 @@ def test_the_caller_step_migration_passes_the_scaler_and_steps_after_the_call():
     # unscale_ once per step, in the caller's stepping branch, before the clip
     branch = fixed.split("if (step + 1) % accum == 0:")[1]
     assert branch.index("scaler.unscale_(optimizer)") < branch.index("clip_grad_norm_") < branch.index("scaler.step(optimizer)")
+
+
+def test_this_files_code_reading_gradients_in_the_window_is_refused():
+    (reason,) = _amp101_reasons("window_reader_same_file.py")
+    assert "`perturb.attack()` at line 26 runs code of this file that reads `.grad`" in reason
+
+
+def test_a_grad_is_none_test_in_the_window_is_no_read():
+    assert _amp101_reasons("window_reader_grad_none_test.py") == {None}
+
+
+def test_a_plain_backward_after_the_unscale_is_refused():
+    (reason,) = _amp101_reasons("plain_backward_after_clip.py")
+    assert "`reg_loss.backward()` at line 14 adds gradients after they are unscaled at line 12" in reason
+
+
+def test_a_normalized_attack_in_the_window_keeps_the_migration():
+    assert _amp101_reasons("window_reader_normalized.py") == {None}

@@ -54,7 +54,8 @@ def test_both_sides_decide_the_same(tmp_path):
     unused = decide_state(index, saving, "PlainResumer")
     assert unused.migrate and unused.callers == ()
     assert not decide_state(index, saving, "PlainResumer", alone=True).migrate
-    assert set(state_helpers_called(index, str(project / "train.py"))) == {"Resumer"}
+    # keyed by the helper as train.py spells it (`from common.saving import Resumer as TrainingResumer`)
+    assert state_helpers_called(index, str(project / "train.py")) == {"TrainingResumer": (saving, "Resumer")}
 
 
 def test_fix_threads_the_scaler_into_the_class(tmp_path):

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ampmigrate.engine.apex_threading import decide, initializer_targets
 from ampmigrate.engine.project_index import ProjectIndex, summarize
 
@@ -136,15 +138,32 @@ def test_a_third_caller_without_amp_makes_both_refuse(tmp_path):
         "from trainer import do_train\n\n\ndef finetune(model, loader, optimizer):\n    do_train(model, loader, optimizer, 10)\n"
     )
     reasons = _refused(project)
-    assert "finetune.py imports `do_train()` and has no `amp.initialize`" in reasons["trainer.py"]
-    assert "finetune.py imports `do_train()` and has no `amp.initialize`" in reasons["train_net.py"]
+    assert "finetune.py calls `do_train()` and has no `amp.initialize`" in reasons["trainer.py"]
+    assert "finetune.py calls `do_train()` and has no `amp.initialize`" in reasons["train_net.py"]
 
 
-def test_a_module_import_of_the_trainer_makes_both_refuse(tmp_path):
+def test_a_module_import_calling_the_trainer_without_amp_makes_both_refuse(tmp_path):
+    """`import trainer` then `trainer.do_train(...)` in a plain script is a call of B (engine/caller_uses.py)."""
     project = _copy(tmp_path)
-    (project / "other.py").write_text("import torch\nimport trainer\n\nloss = torch.zeros(1)\nloss.backward()\ntrainer.do_train(1, 2, 3, 4)\n")
+    (project / "other.py").write_text("import trainer\n\ntrainer.do_train(1, 2, 3, 4)\n")
     reasons = _refused(project)
-    assert "other.py imports trainer.py as a module" in reasons["trainer.py"]
+    assert "other.py calls `do_train()` and has no `amp.initialize`" in reasons["trainer.py"]
+    assert "other.py calls `do_train()` and has no `amp.initialize`" in reasons["train_net.py"]
+
+
+@pytest.mark.parametrize(
+    "imports, call",
+    [("import trainer", "trainer.do_train"), ("import trainer as T", "T.do_train"), ("from trainer import do_train as run", "run")],
+)
+def test_the_initializer_may_call_the_trainer_through_its_module(tmp_path, imports, call):
+    project = _copy(tmp_path)
+    _edit(project / "train_net.py", "from trainer import do_train", imports)
+    _edit(project / "train_net.py", "    do_train(", f"    {call}(")
+    (project / "other.py").write_text("import trainer\n\nprint(trainer.__doc__)\n")  # imports B, never calls it
+    _fix(project)
+    assert f"{call}(model, data_loader, optimizer, cfg.max_iter, scaler=scaler)" in (project / "train_net.py").read_text()
+    assert "scaler.scale(losses).backward()" in (project / "trainer.py").read_text()
+    _compiles_and_is_stable(project)
 
 
 def test_optimizer_passed_in_another_parameter_refuses(tmp_path):
@@ -192,6 +211,8 @@ def test_a_body_that_does_more_than_backward_makes_both_refuse(tmp_path):
 def test_no_caller_leaves_the_trainer_alone(tmp_path):
     project = _copy(tmp_path)
     (project / "train_net.py").unlink()
+    assert "no file of the run imports trainer.py, so the `amp.initialize`" in _refused(project)["trainer.py"]
+    (project / "evaluate.py").write_text("import trainer\n\nprint(trainer.__doc__)\n")
     assert "no file of the run calls `do_train()`" in _refused(project)["trainer.py"]
 
 
@@ -328,9 +349,10 @@ def test_the_model_may_be_an_attribute(tmp_path):
     _compiles_and_is_stable(project)
 
 
-def test_an_import_that_may_name_the_trainer_makes_both_refuse(tmp_path):
-    """`from core.trainer import do_train` where two files of the run are `core/trainer.py`: the
-    call may be one of B's, so B cannot take a new parameter."""
+def test_a_trainer_of_another_sub_project_is_not_confused(tmp_path):
+    """`from core.trainer import do_train` in `a/train_net.py` where `a/core/trainer.py` and
+    `b/core/trainer.py` are both in the run: Python finds the one under `a/` (the script's folder
+    or a folder above it; engine/import_resolution.py), so the pair migrates."""
     project = tmp_path / "p"
     for side in ("a", "b"):
         (project / side / "core").mkdir(parents=True)
@@ -338,5 +360,23 @@ def test_an_import_that_may_name_the_trainer_makes_both_refuse(tmp_path):
     (project / "b" / "core" / "trainer.py").write_text("def do_train(*args):\n    pass\n")
     main = (SPLIT / "train_net.py").read_text().replace("from trainer import", "from core.trainer import")
     (project / "a" / "train_net.py").write_text(main)
+    _fix(project)
+    assert "scaler=scaler" in (project / "a" / "train_net.py").read_text()
+    assert "scaler.scale(losses).backward()" in (project / "a" / "core" / "trainer.py").read_text()
+    assert (project / "b" / "core" / "trainer.py").read_text() == "def do_train(*args):\n    pass\n"
+    _compiles_and_is_stable(project)
+
+
+def test_an_import_that_may_name_the_trainer_makes_both_refuse(tmp_path):
+    """`from core.trainer import do_train` in `a/x/train_net.py` where `a/x/core/trainer.py` and
+    `a/core/trainer.py` are both in the run: run as a script it finds the first, run as
+    `python -m x.train_net` from `a/` the second; B cannot take a new parameter."""
+    project = tmp_path / "p"
+    (project / "a" / "x" / "core").mkdir(parents=True)
+    (project / "a" / "core").mkdir(parents=True)
+    shutil.copy(SPLIT / "trainer.py", project / "a" / "core" / "trainer.py")
+    (project / "a" / "x" / "core" / "trainer.py").write_text("def do_train(*args):\n    pass\n")
+    main = (SPLIT / "train_net.py").read_text().replace("from trainer import", "from core.trainer import")
+    (project / "a" / "x" / "train_net.py").write_text(main)
     reasons = _refused(project)
-    assert "by a name other files share" in reasons["trainer.py"]
+    assert "a/x/train_net.py imports `core.trainer`, which may be a/core/trainer.py or another file of the run" in reasons["trainer.py"]

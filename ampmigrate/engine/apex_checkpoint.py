@@ -12,9 +12,12 @@ passes `scaler=<the scaler as the caller's plan spells it there>`
 Both files are fixed by independent runs, so both decide from the same index facts with
 `decide_state(index, path, function)`: the helper's file uses apex's amp only for
 `amp.state_dict()` / `amp.load_state_dict(x)` (and tests of whether it imported), each such use in
-a top-level function not called in its own file; every file of the run importing the helper by
-name calls `amp.initialize` itself and only calls the helper (never hands it on). A module import
-of the helper's file, or a caller without `amp.initialize`, makes both sides refuse; so does a
+a top-level function not called in its own file; every file of the run calling the helper, however
+it spells it (`save_checkpoint(...)`, `utils.save_checkpoint(...)`, after `from utils import *`:
+engine/caller_uses.py), calls `amp.initialize` itself and only calls the helper (never hands it,
+or the module, on). A caller without `amp.initialize` makes both sides refuse, unless each of its
+calls lacks a required argument (a `TypeError` before and after); so does an import that may be
+the helper's file or another (engine/import_resolution.py), a re-export of the helper, and a
 caller whose own plan stops (each side also plans the others from the bytes the index read).
 """
 
@@ -25,7 +28,10 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
-from ampmigrate.engine.apex_threading import SCALER_NAMES, _apex_amp_names, _enclosing_top_function, _importing, _own_nodes, _params
+from ampmigrate.engine.apex_threading import SCALER_NAMES, _apex_amp_names, _enclosing_top_function, _own_nodes, _params
+from ampmigrate.engine.caller_uses import binds, signature, uses
+from ampmigrate.engine.import_resolution import Importing, importers
+from ampmigrate.engine.import_resolution import key as resolution_key
 
 if TYPE_CHECKING:
     from ampmigrate.engine.project_index import ModuleSummary, ProjectIndex
@@ -177,28 +183,48 @@ def decide_state(index: "ProjectIndex", path: str, function: str, alone: bool = 
         return StateDecision(False, f"in {here}: {problem}")
     callers: List[str] = []
     paths: List[str] = []
-    for other, names in _importing(index, absolute):
+    sig = signature(index, absolute, function)
+    for other, how in importers(index, absolute):
         where = index.relative(other)
-        if names is None:
+        if how.ambiguity(function):
             return StateDecision(
-                False, f"{where} imports {here} as a module (or by a name other files share), so its calls of "
-                f"`{function}()` cannot be followed"
+                False, f"{where} imports `{how.ambiguity(function)}`, which may be {here} or another file of the run, so its "
+                f"calls of `{function}()` cannot be followed"
             )
-        if function not in names:
+        if function not in how.names and not how.module and not how.star:
+            continue
+        found = uses(index, other, absolute, function)
+        if found is None:
+            return StateDecision(False, f"{where} imports {here} and cannot be read again")
+        if found.escapes:
+            return StateDecision(
+                False, f"{where} uses the module `{found.escapes}` ({here}) otherwise than through its attributes, "
+                f"so its calls of `{function}()` cannot be followed"
+            )
+        if found.rebound:
+            return StateDecision(
+                False, f"{where} imports `*` from {here} and binds `{function}` itself: which one its calls see is unsure"
+            )
+        if found.other:
+            return StateDecision(False, f"{where} uses `{function}()` otherwise than by calling it")
+        if function in found.spellings and function in index.imported_from(other):
+            return StateDecision(
+                False, f"{where} re-exports `{function}()` (other files import it from there), so its calls cannot be followed"
+            )
+        if not found.calls:
             continue
         facts = index.modules[other]
         if not facts.apex_initializes:
-            return StateDecision(
-                False,
-                f"{where} calls `{function}()` and has no `amp.initialize` to create the GradScaler it would take "
-                "(every caller must pass one)",
-            )
-        called, other_uses = facts.apex_name_uses.get(function, (0, 0))
-        if other_uses:
-            return StateDecision(False, f"{where} uses `{function}()` otherwise than by calling it")
-        if called:
-            callers.append(where)
-            paths.append(other)
+            binding = [c for c in found.calls if sig is None or binds(sig, c, scaler)]
+            if binding:
+                return StateDecision(
+                    False,
+                    f"{where} calls `{function}()` and has no `amp.initialize` to create the GradScaler it would take "
+                    "(every caller must pass one)",
+                )
+            continue  # every call lacks a required argument: `TypeError` before the helper runs, before and after
+        callers.append(where)
+        paths.append(other)
     if not callers:
         unused = StateDecision(False, f"no file of the run with `amp.initialize` calls `{function}()` from {here}")
         if alone:
@@ -210,39 +236,57 @@ def decide_state(index: "ProjectIndex", path: str, function: str, alone: bool = 
     return StateDecision(True, "", scaler, tuple(callers), tuple(paths))
 
 
+def _helper_importers(index: "ProjectIndex") -> Dict[str, List[Tuple[str, Importing]]]:
+    """{a helper's file: the files that may import it, and how}, once per index."""
+    memo = index.__dict__.get("_apex_helper_importers")
+    if memo is None:
+        memo = {
+            path: list(importers(index, path))
+            for path, summary in sorted(index.modules.items())
+            if summary.apex_state_functions and "<other>" not in summary.apex_state_functions
+        }
+        index.__dict__["_apex_helper_importers"] = memo
+    return memo
+
+
 def state_helpers_called(index: "ProjectIndex", path: str) -> Dict[str, Tuple[str, str]]:
-    """For a caller's file: {local name: (helper's path, helper's name)} of the checkpoint helpers
-    it imports by name (`from utils import load_checkpoint`)."""
+    """For a caller's file: {the helper as spelled there: (helper's path, helper's name)} of the
+    checkpoint helpers it imports (`load_checkpoint` after `from utils import load_checkpoint`,
+    `utils.load_checkpoint` after `import utils`, `U.load_checkpoint` after `import pkg.utils as U`)."""
     absolute = os.path.abspath(path)
-    facts = index.modules.get(absolute)
     found: Dict[str, Tuple[str, str]] = {}
-    if facts is None:
-        return found
-    for module, name in facts.from_imports:
-        other = index.module_for(module)
-        if other is None or other == absolute:
-            continue
-        if name in index.modules[other].apex_state_functions:
-            found[name] = (other, name)
+    for helper, importing in _helper_importers(index).items():
+        for other, how in importing:
+            if other != absolute or how.ambiguous:
+                continue
+            for name in index.modules[helper].apex_state_functions:
+                if not (name in how.names or how.module or how.star):
+                    continue
+                known = uses(index, absolute, helper, name)
+                for spelling in known.spellings if known is not None else ():
+                    found[spelling] = (helper, name)
     return found
 
 
 def state_key(index: "ProjectIndex", path: str) -> str:
     """What of the index the checkpoint threading of the file at `path` depends on ("" if
-    nothing): the helpers' and the callers' facts, and the bytes of each side."""
+    nothing): the helpers' and the callers' facts, and the bytes of each side and of every file
+    that may import a helper (a new call there can flip the decision)."""
     absolute = os.path.abspath(path)
     facts = index.modules.get(absolute)
     if facts is None:
         return ""
-    if not (facts.apex_state_functions or state_helpers_called(index, absolute)):
+    called = state_helpers_called(index, absolute)
+    if not (facts.apex_state_functions or called):
         return ""
     parts: List[str] = []
     helpers: Set[str] = {absolute} if facts.apex_state_functions else set()
-    helpers |= {p for p, _ in state_helpers_called(index, absolute).values()}
+    helpers |= {p for p, _ in called.values()}
     for helper in sorted(helpers):
-        parts.append(repr((helper, sorted(index.modules[helper].apex_state_functions.items()), index.apex_sources.get(helper, ("",))[0])))
-        for other, names in _importing(index, helper):
+        parts.append(repr((helper, sorted(index.modules[helper].apex_state_functions.items()), index.digests.get(helper))))
+        for other, how in _helper_importers(index).get(helper, ()):
             summary = index.modules[other]
-            parts.append(repr((other, sorted(names) if names is not None else None, summary.apex_initializes,
-                               sorted(summary.apex_name_uses.items()), index.apex_sources.get(other, ("",))[0])))
+            parts.append(repr((other, sorted(how.names), how.module, how.star, how.ambiguous, sorted(how.ambiguous_names.items()), summary.apex_initializes,
+                               index.digests.get(other))))
+    parts.append(resolution_key(index, helpers))
     return "|".join(parts)

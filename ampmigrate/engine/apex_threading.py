@@ -10,10 +10,12 @@ parameter (rules/apex/_cross_threading.py).
 
 The two files are fixed by independent per-file runs, so both decide from the same index facts
 with `decide(index, b_path, function)`: B's function must have a shape the fix migrates and
-take the optimizer in a known parameter, and every file of the run that imports it by name must
-be an A side that migrates (one `amp.initialize` of a shape the fix takes, the function called
-only with the optimizer `initialize` returned, in the parameter B scales with). A file that
-imports B's module as a module, or calls the function without apex, makes both sides refuse.
+take the optimizer in a known parameter, and every file of the run that imports it by name or
+calls it (`trainer.do_train(...)` after `import trainer`: engine/caller_uses.py) must be an A side
+that migrates (one `amp.initialize` of a shape the fix takes, the function called only with the
+optimizer `initialize` returned, in the parameter B scales with). A file that calls the function
+without apex, hands it (or B's module) on, or has an import that may be B or another file
+(engine/import_resolution.py: imports resolve as Python finds them), makes both sides refuse.
 The facts below are read with `ast` (the index never uses LibCST); they are a conservative
 picture of what the planner takes, so that A never migrates without B, nor B without A.
 """
@@ -25,6 +27,11 @@ import hashlib
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
+
+from ampmigrate.engine.caller_uses import dotted as _callee
+from ampmigrate.engine.caller_uses import uses
+from ampmigrate.engine.import_resolution import importers, resolve
+from ampmigrate.engine.import_resolution import key as resolution_key
 
 if TYPE_CHECKING:
     from ampmigrate.engine.project_index import ModuleSummary, ProjectIndex
@@ -118,17 +125,19 @@ def _initializer(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[str]
     optimizer = target.elts[1].id
     counts: Dict[str, int] = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            counts[node.func.id] = counts.get(node.func.id, 0) + 1
+        if isinstance(node, ast.Call) and _callee(node.func):
+            counts[_callee(node.func)] = counts.get(_callee(node.func), 0) + 1
     for node in _own_nodes(function):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.lineno > call.lineno):
+        # `do_train(...)`, or `trainer.do_train(...)` after `import trainer` (engine/caller_uses.py)
+        if not (isinstance(node, ast.Call) and _callee(node.func) and node.lineno > call.lineno):
             continue
+        callee = _callee(node.func)
         for position, arg in enumerate(node.args):
             if isinstance(arg, ast.Name) and arg.id == optimizer:
-                summary.apex_init_calls.append((node.func.id, node.lineno, position, "", counts[node.func.id]))
+                summary.apex_init_calls.append((callee, node.lineno, position, "", counts[callee]))
         for keyword in node.keywords:
             if keyword.arg and isinstance(keyword.value, ast.Name) and keyword.value.id == optimizer:
-                summary.apex_init_calls.append((node.func.id, node.lineno, -1, keyword.arg, counts[node.func.id]))
+                summary.apex_init_calls.append((callee, node.lineno, -1, keyword.arg, counts[callee]))
     summary.apex_init_calls.sort(key=lambda item: item[1])
 
 
@@ -198,6 +207,11 @@ def _step_functions(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[s
         summary.apex_step_functions[function.name] = (positional, optimizer, scaler, problem)
     outside = [n for n in uses if n.attr == "scale_loss" and _enclosing_top_function(tree, n) is None]
     if outside:
+        from ampmigrate.engine.apex_trainer_class import step_classes  # a trainer class's method
+
+        classes, outside = step_classes(tree, uses, scaler, module_level_import)
+        summary.apex_step_functions.update(classes)
+    if outside:
         summary.apex_step_functions["<other>"] = ([], "", "", "`amp.scale_loss` is used outside a top-level function")
 
 
@@ -213,34 +227,12 @@ def _step_problem(tree, function: ast.FunctionDef, scales, uses, amp_names, modu
         return f"`{function.name}()` calls `amp.scale_loss` more than once", ""
     attribute = scales[0]
     call = _parent_call(function, attribute)
-    with_node = next(
-        (
-            w
-            for w in ast.walk(function)
-            if isinstance(w, ast.With) and len(w.items) == 1 and w.items[0].context_expr is call
-        ),
-        None,
-    )
-    if call is None or with_node is None:
-        return "`amp.scale_loss` is not the only item of a `with` statement", ""
-    target = with_node.items[0].optional_vars
-    body = with_node.body
-    if not (
-        isinstance(target, ast.Name)
-        and len(body) == 1
-        and isinstance(body[0], ast.Expr)
-        and isinstance(body[0].value, ast.Call)
-        and isinstance(body[0].value.func, ast.Attribute)
-        and body[0].value.func.attr == "backward"
-        and isinstance(body[0].value.func.value, ast.Name)
-        and body[0].value.func.value.id == target.id
-    ):
-        return "the body of `with amp.scale_loss(...)` does more than `scaled_loss.backward()`", ""
+    problem = scaled_with_problem(function, call)
+    if problem:
+        return problem, ""
     optimizer_node = call.args[1] if len(call.args) >= 2 else next(
         (k.value for k in call.keywords if k.arg == "optimizers"), None
     )
-    if len(call.args) > 2 or any(k.arg not in ("optimizers",) for k in call.keywords):
-        return "`amp.scale_loss` is given more than the loss and the optimizer", ""
     positional = _params(function)
     if not (isinstance(optimizer_node, ast.Name) and optimizer_node.id in positional):
         return "the optimizer passed to `amp.scale_loss` is not a parameter of the function", ""
@@ -273,6 +265,33 @@ def _step_problem(tree, function: ast.FunctionDef, scales, uses, amp_names, modu
     return "", optimizer
 
 
+def scaled_with_problem(root: ast.AST, call: Optional[ast.Call]) -> str:
+    """Why `call` (`amp.scale_loss(...)` in `root`) is not `with amp.scale_loss(loss, opt) as s:
+    s.backward()`, the shape the split migration takes ("" when it is)."""
+    with_node = next(
+        (w for w in ast.walk(root) if isinstance(w, ast.With) and len(w.items) == 1 and w.items[0].context_expr is call),
+        None,
+    )
+    if call is None or with_node is None:
+        return "`amp.scale_loss` is not the only item of a `with` statement"
+    target = with_node.items[0].optional_vars
+    body = with_node.body
+    if not (
+        isinstance(target, ast.Name)
+        and len(body) == 1
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Call)
+        and isinstance(body[0].value.func, ast.Attribute)
+        and body[0].value.func.attr == "backward"
+        and isinstance(body[0].value.func.value, ast.Name)
+        and body[0].value.func.value.id == target.id
+    ):
+        return "the body of `with amp.scale_loss(...)` does more than `scaled_loss.backward()`"
+    if len(call.args) > 2 or any(k.arg not in ("optimizers",) for k in call.keywords):
+        return "`amp.scale_loss` is given more than the loss and the optimizer"
+    return ""
+
+
 # ---------------------------------------------------------------------------------- the decision
 @dataclass(frozen=True)
 class Decision:
@@ -299,25 +318,41 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
         return Decision(False, f"in {here}: {problem}")
     callers: List[str] = []
     paths: List[str] = []
-    for other, names in _importing(index, absolute):
+    for other, how in importers(index, absolute):
         where = index.relative(other)
-        if names is None:
+        if how.ambiguity(function):
             return Decision(
-                False, f"{where} imports {here} as a module (or by a name other files share), so its calls of "
-                f"`{function}()` cannot be followed"
+                False, f"{where} imports `{how.ambiguity(function)}`, which may be {here} or another file of the run, so its "
+                f"calls of `{function}()` cannot be followed"
             )
-        if function not in names:
+        if function not in how.names and not how.module and not how.star:
             continue
+        found = uses(index, other, absolute, function)
+        refusal = _use_refusal(index, other, absolute, function, found)
+        if refusal:
+            return Decision(False, refusal)
+        if not found.calls and function not in how.names:
+            continue  # imports the module and never names `function`
         facts = index.modules[other]
         if not facts.apex_init_function:
             return Decision(
                 False,
-                f"{where} imports `{function}()` and has no `amp.initialize` to create the GradScaler it would "
-                "take (every file importing it must pass one)",
+                f"{where} {'calls' if found.calls else 'imports'} `{function}()` and has no `amp.initialize` to "
+                "create the GradScaler it would take (every file importing it must pass one)",
             )
         if facts.apex_init_problem:
             return Decision(False, f"`amp.initialize` in {where} is not migrated: {facts.apex_init_problem}")
-        calls = [c for c in facts.apex_init_calls if c[0] == function]
+        if facts.apex_name_uses.get(function, (0, 0))[1]:
+            return Decision(
+                False, f"{where} uses `{function}` otherwise than by calling it (a subclass, a value passed on), "
+                "so not every use of it can be given the GradScaler"
+            )
+        calls = [c for c in facts.apex_init_calls if c[0] in found.spellings]
+        if not calls and facts.apex_name_uses.get(function, (0, 0))[0]:
+            return Decision(
+                False, f"{where} constructs or calls `{function}` before `amp.initialize`, or elsewhere than after it "
+                "with the optimizer it returns, where the GradScaler would be created"
+            )
         if not calls:
             return Decision(
                 False, f"{where} does not call `{function}()` with the optimizer `amp.initialize` returns"
@@ -330,10 +365,10 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
                     f"{where}:{line} passes the optimizer to `{function}()` as `{given or '*'}`, not as `{optimizer}`, "
                     "the parameter it scales with",
                 )
-            if total != len(calls):
-                return Decision(
-                    False, f"{where} calls `{function}()` elsewhere than with the optimizer `amp.initialize` returns"
-                )
+        if len({c[1] for c in calls}) != len(found.calls):
+            return Decision(
+                False, f"{where} calls `{function}()` elsewhere than with the optimizer `amp.initialize` returns"
+            )
         targets, stray = _targets(index, other)
         if stray or len(targets) != 1:
             return Decision(
@@ -341,35 +376,48 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
             )
         callers.append(where)
         paths.append(other)
+    if not callers and not any(True for _ in importers(index, absolute)):
+        return Decision(
+            False, f"no file of the run imports {here}, so the `amp.initialize` whose GradScaler `{function}()` would "
+            "take is not in the run"
+        )
     if not callers:
         return Decision(False, f"no file of the run calls `{function}()` from {here} after `amp.initialize`")
     return Decision(True, "", optimizer, scaler, tuple(callers), tuple(paths))
 
 
-def _importing(index: "ProjectIndex", target: str):
-    """(file, names it imports by name from the module at `target`, or None when it imports the
-    module itself: `import pkg.trainer`, `from pkg import trainer`) for each other file of the run."""
-    spellings = set(index.module_names(target))  # what the target may be imported as
-    for other, facts in sorted(index.modules.items()):
-        if other == target:
+def _use_refusal(index: "ProjectIndex", other: str, target: str, function: str, found) -> str:
+    """Why the calls of `function` (of `target`) in `other` cannot be followed ("" when they can)."""
+    where, here = index.relative(other), index.relative(target)
+    if found is None:
+        return f"{where} imports {here} and cannot be read again"
+    if found.escapes:
+        return (
+            f"{where} uses the module `{found.escapes}` ({here}) otherwise than through its attributes, so its "
+            f"calls of `{function}()` cannot be followed"
+        )
+    if found.rebound:
+        return f"{where} imports `*` from {here} and binds `{function}` itself: which one its calls see is unsure"
+    if found.other:
+        return f"{where} uses `{function}()` otherwise than by calling it"
+    return ""
+
+
+def _step_spellings(index: "ProjectIndex", absolute: str) -> Dict[str, Tuple[str, str]]:
+    """{a step function as the file at `absolute` spells it (`do_train`, `trainer.do_train`):
+    (B path, function)} for the step functions of files it imports (by name, as a module, `*`)."""
+    found: Dict[str, Tuple[str, str]] = {}
+    for other, summary in sorted(index.modules.items()):
+        if not summary.apex_step_functions or other == absolute:
             continue
-        names: Optional[Set[str]] = set()
-        for module, name in facts.from_imports:
-            found = index.module_for(module)
-            if found == target:
-                names.add(name)
-            elif found is None and module in spellings:
-                names = None  # a name several files of the run have: it may be the target
-                break
-            elif index.module_for(f"{module}.{name}") == target:
-                names = None
-                break
-        if names is not None:
-            spelled = {m for m, _ in facts.from_imports} | {f"{m}.{n}" for m, n in facts.from_imports}
-            if any(index.module_for(spec) == target for spec in facts.imports if spec not in spelled):
-                names = None
-        if names is None or names:
-            yield other, names
+        for importer, how in importers(index, other):
+            if importer != absolute or how.ambiguous:
+                continue
+            for function in summary.apex_step_functions:
+                known = uses(index, absolute, other, function)
+                for spelling in known.spellings if known is not None else ():
+                    found[spelling] = (other, function)
+    return found
 
 
 def _targets(index: "ProjectIndex", absolute: str) -> Tuple[List[Tuple[str, str]], Optional[str]]:
@@ -377,16 +425,26 @@ def _targets(index: "ProjectIndex", absolute: str) -> Tuple[List[Tuple[str, str]
     file of the run that scales a loss with apex), and a reason when one is no threadable function."""
     facts = index.modules[absolute]
     imported = {name: module for module, name in facts.from_imports}
+    spelled = _step_spellings(index, absolute) if facts.apex_init_calls else {}
     targets: List[Tuple[str, str]] = []
-    for callee, *_ in facts.apex_init_calls:
-        module = imported.get(callee)
-        other = index.module_for(module) if module else None
-        if other is None or not index.modules[other].apex_step_functions:
-            continue
-        if callee not in index.modules[other].apex_step_functions:
-            return [], f"{index.relative(other)} scales a loss with apex's amp, but not in `{callee}()`"
-        if (other, callee) not in targets:
-            targets.append((other, callee))
+    callees = [callee for callee, *_ in facts.apex_init_calls]
+    for name in facts.apex_name_uses:  # also one not called with the optimizer: `decide` says why
+        module = imported.get(name)
+        other = resolve(index, absolute, module) if module else None
+        if other is not None and name in index.modules[other].apex_step_functions and name not in callees:
+            callees.append(name)
+    for callee in callees:
+        pair = spelled.get(callee)
+        if pair is None:
+            module = imported.get(callee)
+            other = resolve(index, absolute, module) if module and "." not in callee else None
+            if other is None or not index.modules[other].apex_step_functions:
+                continue
+            if callee not in index.modules[other].apex_step_functions:
+                return [], f"{index.relative(other)} scales a loss with apex's amp, but not in `{callee}()`"
+            pair = (other, callee)
+        if pair not in targets:
+            targets.append(pair)
     return targets, None
 
 
@@ -420,9 +478,16 @@ def threading_key(index: "ProjectIndex", path: str) -> str:
     if facts is None:
         return ""
     involved = bool(facts.apex_step_functions or facts.apex_init_function)
-    if not involved:
+    step_names = index.__dict__.get("_apex_step_names")
+    if step_names is None:
+        step_names = index.__dict__["_apex_step_names"] = frozenset(
+            name for summary in index.modules.values() for name in summary.apex_step_functions
+        )
+    if not involved and step_names:
         for module, name in facts.from_imports:
-            other = index.module_for(module)
+            if name not in step_names:
+                continue
+            other = resolve(index, absolute, module)
             if other is not None and name in index.modules[other].apex_step_functions:
                 involved = True
                 break
@@ -431,7 +496,9 @@ def threading_key(index: "ProjectIndex", path: str) -> str:
     cached = getattr(index, "_threading_digest", None)
     if cached is None:
         steps = {name for summary in index.modules.values() for name in summary.apex_step_functions}
-        parts = []
+        step_files = [p for p, summary in index.modules.items() if summary.apex_step_functions]
+        spelled = {name for p in step_files for name in index.module_names(p)}
+        parts = [resolution_key(index, step_files)]
         for other, summary in sorted(index.modules.items()):
             if summary.apex_step_functions or summary.apex_init_function:
                 parts.append(
@@ -439,9 +506,10 @@ def threading_key(index: "ProjectIndex", path: str) -> str:
                           summary.apex_init_problem, summary.apex_init_calls,
                           index.apex_sources.get(other, ("",))[0]))
                 )
-            imported = [(m, n) for m, n in summary.from_imports if n in steps or index.module_for(f"{m}.{n}")]
-            if imported:
-                parts.append(repr((other, imported, sorted(summary.imports))))
+            imported = [(m, n) for m, n in summary.from_imports if n in steps or f"{m}.{n}" in spelled]
+            plain = [m for m in (*summary.module_imports, *summary.star_imports) if m in spelled]
+            if imported or plain:
+                parts.append(repr((other, imported, plain, summary.edits_sys_path, index.digests.get(other))))
         cached = hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest()
         index._threading_digest = cached
     return cached

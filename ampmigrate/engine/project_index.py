@@ -36,7 +36,7 @@ from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 13
+_FORMAT = 14
 
 
 @dataclass
@@ -61,6 +61,12 @@ class ModuleSummary:
     # Issue 11: top-level classes whose `__call__` runs `.backward()` (timm-style NativeScaler
     # wrappers): a file that imports one by name trains (see backward_runner_imported).
     backward_runners: List[str] = field(default_factory=list)
+    # Every file (engine/import_resolution.py): the modules of its plain `import a.b` lines, of
+    # its `from m import *` lines (and from-lines the regex cannot split), and whether it may edit
+    # `sys.path` (then its absolute imports may name any file of the run that ends so).
+    module_imports: List[str] = field(default_factory=list)
+    star_imports: List[str] = field(default_factory=list)
+    edits_sys_path: bool = False
     # --- apex.amp across files (rules/apex/cross_module.py) ---
     # Functions and the parameters they call `.scale_loss(...)` on: apex's amp module received.
     apex_amp_params: Dict[str, List[str]] = field(default_factory=dict)
@@ -122,6 +128,9 @@ def _as_data(summary: ModuleSummary) -> dict:
         "scaler_passed_to": [tuple(item) for item in summary.scaler_passed_to],
         "from_imports": [tuple(item) for item in summary.from_imports],
         "backward_runners": list(summary.backward_runners),
+        "module_imports": list(summary.module_imports),
+        "star_imports": list(summary.star_imports),
+        "edits_sys_path": summary.edits_sys_path,
         "apex_amp_params": {name: list(params) for name, params in summary.apex_amp_params.items()},
         "apex_amp_passed_to": [tuple(item) for item in summary.apex_amp_passed_to],
         "trained_results": list(summary.trained_results),
@@ -165,6 +174,9 @@ class ProjectIndex:
         # The bytes (and their digest) of the files with apex setups split across files, as read
         # before any fix: each side plans the others' migration too (rules/apex/_cross_threading.py).
         self.apex_sources: Dict[str, Tuple[str, bytes]] = {}
+        # The digest of every file's bytes as the index read them (engine/apex_importers.py reads
+        # a caller's file again only when its bytes still have this digest).
+        self.digests: Dict[str, str] = {}
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -190,6 +202,7 @@ class ProjectIndex:
                 else:
                     data = _as_data(summarize(raw, package))
             fresh[absolute] = (digest, data)
+            index.digests[absolute] = digest
             index._add(absolute, ModuleSummary(**data))
             if (
                 data.get("apex_step_functions")
@@ -559,6 +572,8 @@ _NEEDS_AST = re.compile(rb"clip_grad_(?:norm|value)|\.scale\(|GradScaler\(")
 _IMPORT = re.compile(rb"^[ \t]*import[ \t]+([\w.]+(?:[ \t]*,[ \t]*[\w.]+)*)", re.MULTILINE)
 _FROM = re.compile(rb"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)", re.MULTILINE)
 _TRAINING_STEP = re.compile(rb"def[ \t]+training_step\b")
+# A whole `import a.b as c, d` line (with backslash continuations), for `module_imports`.
+_IMPORT_LINE = re.compile(rb"^[ \t]*import[ \t]+([^\n#;]*(?:\\\n[^\n#;]*)*)", re.MULTILINE)
 # Where a `def __call__` may be (any whitespace or line continuation between the two tokens).
 _DEF_CALL = re.compile(rb"def[\s\\]+__call__")
 # `from apex import amp` (`from .apex`, continuations) or `import apex.amp as x`: an over-approximation.
@@ -571,8 +586,11 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
     (`test_file`) gets no records for the precision rules, which never report on test code:
     builders it trains, checkpoint helpers, scaler parameters, FFT helpers."""
     summary = ModuleSummary()
-    from_imports = _from_imports(raw, package, shortcuts) if b"import" in raw else []
+    stars: List[str] = []
+    from_imports = _from_imports(raw, package, shortcuts, stars) if b"import" in raw else []
     summary.from_imports = [(module, name) for module, name in from_imports if name]
+    if b"import" in raw:
+        _note_imports(raw, stars, summary, shortcuts)
     if shortcuts:
         needs_ast = (
             b"clip_grad_norm" in raw or b"clip_grad_value" in raw or b".scale(" in raw or b"GradScaler(" in raw
@@ -646,7 +664,10 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
         if needs_scaler_params:
             summary.scaler_param_uses = _scaler_param_uses(tree)
     except RecursionError:
-        return ModuleSummary(trains=summary.trains, imports=summary.imports)
+        return ModuleSummary(
+            trains=summary.trains, imports=summary.imports, from_imports=summary.from_imports,
+            module_imports=summary.module_imports, star_imports=summary.star_imports, edits_sys_path=summary.edits_sys_path,
+        )
     return summary
 
 
@@ -930,7 +951,20 @@ def _imports(raw: bytes, from_imports: List[Tuple[str, str]], shortcuts: bool = 
     return sorted(found)
 
 
-def _from_imports(raw: bytes, package: str, shortcuts: bool = True) -> List[Tuple[str, str]]:
+def _note_imports(raw: bytes, stars: List[str], summary: ModuleSummary, shortcuts: bool) -> None:
+    """`module_imports`, `star_imports` and `edits_sys_path` (engine/import_resolution.py)."""
+    modules: Set[str] = set()
+    for match in _line_matches(_IMPORT_LINE, b"import", raw) if shortcuts else _IMPORT_LINE.finditer(raw):
+        for part in match.group(1).decode("utf-8", "replace").replace("\\\n", " ").split(","):
+            name = part.split(" as ")[0].strip(" \t\r\\")
+            if name and all(piece.isidentifier() for piece in name.split(".")):
+                modules.add(name)
+    summary.module_imports = sorted(modules)
+    summary.star_imports = sorted(set(stars))
+    summary.edits_sys_path = b"sys.path" in raw or b"addsitedir" in raw or b"PYTHONPATH" in raw
+
+
+def _from_imports(raw: bytes, package: str, shortcuts: bool = True, stars: Optional[List[str]] = None) -> List[Tuple[str, str]]:
     """(absolute module, name) of each `from module import name` (relative ones resolved against
     `package`); ("module", "") for a star import or a line the regex cannot split."""
     found: List[Tuple[str, str]] = []
@@ -950,6 +984,8 @@ def _from_imports(raw: bytes, package: str, shortcuts: bool = True) -> List[Tupl
         ]
         found.extend((module, name) for name in names if name.isidentifier())
         found.append((module, ""))
+        if stars is not None and not any(name.isidentifier() for name in names):
+            stars.append(module)  # `from m import *`, or a line the regex cannot split
     return found
 
 

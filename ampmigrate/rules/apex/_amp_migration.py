@@ -48,6 +48,7 @@ from ampmigrate.rules.apex._presence import Action, Unsupported, choose, presenc
 from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions
 from ampmigrate.rules.apex._loop_helper_steps import LoopHelperSteps
 from ampmigrate.rules.apex._method_windows import MethodWindows
+from ampmigrate.rules.apex._window_readers import WindowReaders
 from ampmigrate.rules.apex._multi_init import MORE_THAN_ONCE, MultiInits
 from ampmigrate.rules.apex._removal import Removal, none_assignments, unused_after
 from ampmigrate.rules.apex._scaler_access import ScalerAccess
@@ -79,7 +80,7 @@ def _planner_for(ctx: FileContext) -> "_Planner":
     return split_planner(ctx) or checkpoint_planner(ctx) or _Planner(ctx)
 
 
-class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, MultiInits, LoopHelperSteps):
+class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, MultiInits, LoopHelperSteps, WindowReaders):
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.names = ctx.names
@@ -675,17 +676,22 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, M
             regions.extend((r, step) for r in found)
             self.builder.replace(step.with_node, self._scaled_backward(step))
             self.handled.add(step.with_node)
-        regions.extend(self._scale_plain_backwards(self._plain_backwards(steps)))
+        plain = self._plain_backwards(steps)
+        regions.extend(self._scale_plain_backwards(plain))
         self._emit_steps(steps)
         self._plan_regions(regions)
-        self._plan_unscale(steps)
+        known_readers = self._plan_unscale(steps)
+        self._check_opaque_readers(steps, known_readers)
+        self._check_plain_backwards_before_unscale(plain, self._unscale_points)
         self._plan_simple_refs()
         self._plan_presence_tests()
         self._plan_scaler_creation()
         self.access.emit()
 
     def _scaler_access(self, scopes: List[Scope]) -> ScalerAccess:
-        return ScalerAccess(self, scopes)
+        from ampmigrate.rules.apex._trainer_class import constructed_access
+
+        return constructed_access(self, scopes) or ScalerAccess(self, scopes)  # a trainer class built at home
 
     def _threads_scaler_out(self) -> bool:
         """The scaler goes to a function of another file (the A side of _cross_threading.py)."""

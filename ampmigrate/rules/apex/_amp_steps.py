@@ -225,7 +225,9 @@ class StepRewrites:
         return regions
 
     # ---- unscale_ before gradient reads
-    def _plan_unscale(self, steps: List[Step]) -> None:
+    def _plan_unscale(self, steps: List[Step]) -> Set[cst.CSTNode]:
+        """Puts `unscale_` before the gradient reads of each step's window; returns the reads
+        (and `_unscale_points`, where it went)."""
         inserts: Dict[cst.CSTNode, List[Tuple[str, Step]]] = {}
         self._micro_step_clips: Dict[Step, List[cst.Call]] = {}  # see _accumulation_clip
         self._micro_step_norms: Dict[Step, List[cst.Call]] = {}  # gradient-norm helpers, ditto
@@ -288,6 +290,10 @@ class StepRewrites:
                 if guard is not None:
                     text = f"if {guard}:\n    {text}"
                 self.builder.insert_before(point, self.ctx.parse_statement(text + "\n"))
+        self._unscale_points = [point for point, _ in done]
+        return {reader for found in readers.values() for reader in found} | set(self._helper_masters) | {
+            call for calls in (*self._micro_step_clips.values(), *self._micro_step_norms.values()) for call in calls
+        }
 
     def _hoist_exclusive(self, order: List[cst.CSTNode], inserts) -> List[cst.CSTNode]:
         """`if clip: clip_(...) else: norm(...)`, both reading gradients: one `unscale_` before

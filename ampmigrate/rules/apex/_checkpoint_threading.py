@@ -28,7 +28,7 @@ from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._amp_common import AmpPlan, Unfixable
 from ampmigrate.rules.apex._amp_migration import NO_INIT_REASON, _Planner
-from ampmigrate.rules.apex._cross_threading import _check_min_torch, _ParameterAccess, _plan_elsewhere
+from ampmigrate.rules.apex._cross_threading import _check_min_torch, _ParameterAccess, _plan_elsewhere, _spelled
 from ampmigrate.rules.apex._flow import walk
 from ampmigrate.rules.apex._method_windows import _first_statement, _is_docstring
 from ampmigrate.rules.apex._scaler_access import add_parameter
@@ -116,9 +116,9 @@ def helper_calls(planner: _Planner) -> List[Tuple[cst.Call, Tuple[str, str], Sta
     found = []
     decisions: Dict[str, StateDecision] = {}
     for node in walk(planner.module, into_scopes=True):
-        if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in helpers):
+        name = _spelled(node.func) if isinstance(node, cst.Call) else ""
+        if name not in helpers:
             continue
-        name = node.func.value
         path, function = helpers[name]
         if name not in decisions:
             decisions[name] = _decide(planner, path, function)
@@ -137,20 +137,10 @@ def helper_calls(planner: _Planner) -> List[Tuple[cst.Call, Tuple[str, str], Sta
 
 
 def _local_helpers(planner: _Planner) -> Dict[str, Tuple[str, str]]:
-    """{local name: (helper's path, helper's name)} of the checkpoint helpers the planner's file
-    imports by name, under the name it imports them as (`from m import Saver as Keeper`: Keeper)."""
-    helpers = state_helpers_called(planner.ctx.project_index, planner.ctx.path)
-    if not helpers:
-        return {}
-    local: Dict[str, Tuple[str, str]] = {}
-    for node in walk(planner.module, into_scopes=True):
-        if not isinstance(node, cst.ImportFrom) or isinstance(node.names, cst.ImportStar):
-            continue
-        for alias in node.names:
-            if isinstance(alias.name, cst.Name) and alias.name.value in helpers:
-                name = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else alias.name.value
-                local[name] = helpers[alias.name.value]
-    return local
+    """{the helper as the planner's file spells it: (helper's path, helper's name)}: the local name
+    it imports it as (`from m import Saver as Keeper`: Keeper), or `module.name` after a module
+    import (engine/caller_uses.py finds every spelling)."""
+    return state_helpers_called(planner.ctx.project_index, planner.ctx.path)
 
 
 def pass_scaler(planner: _Planner, calls) -> None:
@@ -189,8 +179,8 @@ def check_passed(planner: _Planner) -> None:
         return
     passed = getattr(planner, "helpers_passed", set())
     for node in walk(planner.module, into_scopes=True):
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in helpers:
-            path, function = helpers[node.func.value]
+        if isinstance(node, cst.Call) and _spelled(node.func) in helpers:
+            path, function = helpers[_spelled(node.func)]
             if (os.path.abspath(path), function) not in passed and decide_state(planner.ctx.project_index, path, function).migrate:
                 raise Unfixable(
                     f"`{function}()` ({planner.ctx.project_index.relative(path)}) saves or loads apex's amp state, and "

@@ -29,6 +29,7 @@ import libcst as cst
 from ampmigrate.api import TORCH_AMP_GRAD_SCALER_SINCE, format_version
 from ampmigrate.diagnostics import SAFE, Fix
 from ampmigrate.engine.apex_threading import Decision, decide, initializer_targets
+from ampmigrate.engine.caller_uses import uses
 from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._amp_common import AmpPlan, Unfixable
@@ -139,9 +140,16 @@ class _StepSide(_Planner):
         self.spec = None
         self.builder = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
         steps = [self._step(r) for r in self.refs if r.api == "scale_loss"]
+        self.trainer_classes: List[Scope] = []
         for step in steps:
-            name = getattr(step.function.node, "name", None)
-            if name is None or name.value not in self.decisions or step.function.parent is not self.names.module_scope:
+            owner = step.function
+            if owner.parent is not None and owner.parent.kind == "class":  # a trainer class's method
+                from ampmigrate.rules.apex._trainer_class import trainer_class
+
+                owner = trainer_class(self, step.function)
+                self.trainer_classes.append(owner)
+            name = getattr(owner.node, "name", None)
+            if name is None or name.value not in self.decisions or owner.parent is not self.names.module_scope:
                 raise Unfixable(NO_INIT_REASON)
         self._plan_fp16(steps)
         self._plan_imports()
@@ -149,13 +157,18 @@ class _StepSide(_Planner):
         self._check_nesting()
         names = ", ".join(f"`{n}()`" for n in self.decisions)
         callers = sorted({c for d in self.decisions.values() for c in d.callers})
+        stored = f" (stored as `self.{self.access.name}`)" if self.trainer_classes else ""
         return self._finish(
             f"Migrate apex.amp to torch.autocast fp16 and torch.amp.GradScaler: {names} takes the GradScaler "
-            f"that {', '.join(callers)} creates where `amp.initialize` was, as a new `{self.access.name}` parameter; "
-            "autocast is enabled when the scaler is"
+            f"that {', '.join(callers)} creates where `amp.initialize` was, as a new `{self.access.name}` parameter"
+            f"{stored}; autocast is enabled when the scaler is"
         )
 
     def _scaler_access(self, scopes: List[Scope]) -> ScalerAccess:
+        if self.trainer_classes:
+            from ampmigrate.rules.apex._trainer_class import TrainerAccess
+
+            return TrainerAccess(self, scopes, self.trainer_classes)
         return _ParameterAccess(self, scopes)
 
     def _plan_scaler_creation(self) -> None:
@@ -231,11 +244,11 @@ class _InitSide(_Planner):
         if self.home.kind != "module" and (self.home.kind != "function" or self.home.parent is not self.names.module_scope):
             raise Unfixable(NO_STEP_REASON)
         _check_min_torch(self)
-        decisions = {callee: decision}
+        # `do_train(...)`, `trainer.do_train(...)`, `T.do_train(...)`: as this file spells it
+        found = uses(index, os.path.abspath(self.ctx.path), other, callee)
+        spellings = found.spellings if found is not None else frozenset()
         self.calls = [
-            node
-            for node in walk(self.home.node)
-            if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in decisions
+            node for node in walk(self.home.node) if isinstance(node, cst.Call) and _spelled(node.func) in spellings
         ]
         if not self.calls or any(self._function_scope(c) is not self.home for c in self.calls):
             where = f"`{self.home.node.name.value}()`" if self.home.kind == "function" else "the module's top level"
@@ -256,7 +269,7 @@ class _InitSide(_Planner):
         self._plan_presence_tests()
         self._plan_scaler_creation()
         for call in self.calls:
-            keyword = decisions[call.func.value].scaler
+            keyword = decision.scaler
             arg = cst.Arg(
                 cst.Name(self.access.name),
                 keyword=cst.Name(keyword),
@@ -278,6 +291,18 @@ class _InitAccess(ScalerAccess):
 
     def _home_uses(self) -> List[cst.CSTNode]:
         return list(self.p.calls)
+
+
+def _spelled(node: cst.BaseExpression) -> str:
+    """`save_checkpoint`, `utils.save_checkpoint`: a callee as the index's caller facts spell it ("" otherwise)."""
+    parts: List[str] = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return ""
+    parts.append(node.value)
+    return ".".join(reversed(parts))
 
 
 def _check_min_torch(planner: _Planner) -> None:

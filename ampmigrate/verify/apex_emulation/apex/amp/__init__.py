@@ -5,7 +5,8 @@ O1 patches every torch function with apex's casting lists; here that is fp16 aut
 for the rest of the run (its weight cache off, as weights change between steps). O2 and O3 convert
 the model to fp16 (O2 keeps batch norm in fp32 and gives the optimizer fp32 master weights; the
 model's forward casts inputs to fp16 and outputs to fp32). `scale_loss` yields `loss.float() *
-scale`; on leaving it the gradients are unscaled (into the master gradients under O2) and checked,
+scale`; on leaving it the gradients of that backward are unscaled (into the master gradients under
+O2), added to those of earlier backwards of the step (which apex set aside on entering) and checked,
 and on overflow a dynamic scale halves and the optimizer's next `step()` is skipped.
 """
 
@@ -160,6 +161,8 @@ class _Stash:
         self.masters = []  # (model param, fp32 master) pairs (O2)
         self.skip_next = False
         self.loss_ids = set()
+        self.params_have_scaled_gradients = False  # a `delay_unscale=True` backward left them scaled
+        self.grad_stash = []  # (param, gradient) set aside by `scale_loss` until its backward is unscaled
 
 
 def _process_optimizer(optimizer, master_weights):
@@ -203,6 +206,53 @@ def _optimizer_list(optimizers):
     return list(optimizers) if isinstance(optimizers, (list, tuple)) else [optimizers]
 
 
+def _stepped_params(optimizer, stash):
+    """The parameters the optimizer steps that the backward fills directly (not O2's masters)."""
+    masters = {id(master) for _, master in stash.masters} if stash is not None else set()
+    return [p for group in optimizer.param_groups for p in group["params"] if id(p) not in masters]
+
+
+def _prepare_backward(optimizer):
+    """apex `_prepare_amp_backward`: gradients already there (an earlier backward of this step,
+    already unscaled) are set aside, so that only the new backward's gradients get unscaled."""
+    stash = getattr(optimizer, "_amp_stash", None)
+    if stash is None or stash.params_have_scaled_gradients:
+        return
+    stash.grad_stash = []
+    for param in _stepped_params(optimizer, stash):
+        stash.grad_stash.append((param, param.grad))
+        param.grad = None
+    for model_param, _ in stash.masters:
+        model_param.grad = None
+
+
+def _post_backward(optimizer, scaler, scale):
+    """apex `_post_amp_backward`: the new gradients divided by the scale (O2: into the fp32 master
+    gradients), plus the gradients set aside before the backward; inf/NaN noted."""
+    stash = getattr(optimizer, "_amp_stash", None)
+    if stash is not None and stash.masters:
+        for model_param, master in stash.masters:
+            if model_param.grad is not None:
+                new = model_param.grad.detach().float()
+                scaler.unscale_grads([new], scale)
+                master.grad = new if master.grad is None else master.grad.add_(new)
+                model_param.grad = None
+    stashed = {id(param): grad for param, grad in stash.grad_stash} if stash is not None else {}
+    for param in _stepped_params(optimizer, stash):
+        old = stashed.get(id(param))
+        if param.grad is None:
+            if old is not None:
+                param.grad = old
+            continue
+        scaler.unscale_grads([param.grad], scale)
+        if old is not None:
+            param.grad.add_(old)
+            scaler.unscale_grads([param.grad], 1.0)  # the overflow check sees the sum, as apex's
+    if stash is not None:
+        stash.grad_stash = []
+        stash.params_have_scaled_gradients = False
+
+
 @contextlib.contextmanager
 def scale_loss(loss, optimizers, loss_id=0, model=None, delay_unscale=False, delay_overflow_check=False):
     props = _amp_state.opt_properties
@@ -211,21 +261,22 @@ def scale_loss(loss, optimizers, loss_id=0, model=None, delay_unscale=False, del
         return
     scaler = _amp_state.loss_scalers[loss_id]
     scale = scaler.loss_scale()
+    if not delay_unscale:
+        for optimizer in _optimizer_list(optimizers):
+            _prepare_backward(optimizer)
     scaled = loss.float() * scale
     if _observe is not None and scale != 1.0:
         _observe.loss_scaled(loss, scaled)
     yield scaled
     if delay_unscale:  # gradient accumulation: the gradients stay scaled until a later scale_loss
+        for optimizer in _optimizer_list(optimizers):
+            stash = getattr(optimizer, "_amp_stash", None)
+            if stash is not None:
+                stash.params_have_scaled_gradients = True
         return
     scaler.clear_overflow_state()
     for optimizer in _optimizer_list(optimizers):
-        stash = getattr(optimizer, "_amp_stash", None)
-        if stash is not None and stash.masters:
-            for model_param, master in stash.masters:
-                if model_param.grad is not None:
-                    master.grad = model_param.grad.detach().float()
-                    model_param.grad = None
-        scaler.unscale([p for group in optimizer.param_groups for p in group["params"]], scale)
+        _post_backward(optimizer, scaler, scale)
     should_skip = scaler.update_scale()
     if should_skip:
         for optimizer in _optimizer_list(optimizers):

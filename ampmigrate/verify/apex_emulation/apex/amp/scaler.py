@@ -23,11 +23,14 @@ class LossScaler:
 
     def unscale(self, params, scale):
         """Divide the gradients of `params` by `scale`; note an inf/NaN among them."""
-        for param in params:
-            if param.grad is None:
-                continue
-            param.grad.mul_(1.0 / scale)
-            if not torch.isfinite(param.grad).all():
+        self.unscale_grads([param.grad for param in params if param.grad is not None], scale)
+
+    def unscale_grads(self, grads, scale):
+        """Divide the gradient tensors `grads` by `scale` in place; note an inf/NaN among them."""
+        for grad in grads:
+            if scale != 1.0:
+                grad.mul_(1.0 / scale)
+            if not torch.isfinite(grad).all():
                 self._has_overflow = True
 
     def clear_overflow_state(self):
