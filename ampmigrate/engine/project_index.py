@@ -167,7 +167,6 @@ class ProjectIndex:
         self._trained_names: Dict[str, Dict[str, str]] = {}  # path -> name -> a training file importing it
         self._trained_results: Dict[str, Dict[str, str]] = {}  # path -> builder -> a file training its result
         self._grad_norm_files = True  # whether some module has a gradient-norm helper (`_link`)
-        self._content_hashes: Dict[str, str] = {}  # path -> the hash of the bytes `build` read
         # `from X import a, b` of every file (a byte regex): module -> the names imported from it.
         self._exports: Dict[str, Set[str]] = {}
         self._module_names: Dict[str, List[str]] = {}  # path -> module_names(path), computed once
@@ -191,7 +190,6 @@ class ProjectIndex:
             if raw is None:
                 continue
             digest = hashlib.blake2b(raw, digest_size=16).hexdigest()  # = cache.content_hash(raw)
-            index._content_hashes[absolute] = digest
             entry = cached.get(absolute)
             if entry is not None and entry[0] == digest:
                 data = entry[1]
@@ -406,7 +404,7 @@ class ProjectIndex:
     def content_hash(self, path: str) -> Optional[str]:
         """`cache.content_hash` of the bytes of the file at `path` as `build` read them, if it did
         (within the size limit, readable): the runner's cache lookup need not read it again."""
-        return self._content_hashes.get(os.path.abspath(path))
+        return self.digests.get(os.path.abspath(path))
 
     def apex_amp_callees(self, path: str) -> FrozenSet[str]:
         """Last parts of the callees that the file at `path` and the files importing it hand
