@@ -133,14 +133,15 @@ class _Progress:
     most of the time, so a count of files would sit at 100% while they are still being parsed."""
 
     def __init__(self, files: Sequence[str]) -> None:
-        self.sizes = {path: _size(path) for path in files}
+        self.enabled = sys.stderr.isatty() and len(files) > 1
+        # The sizes only for a bar that may be shown: a stat() per file otherwise for nothing.
+        self.sizes = {path: _size(path) for path in files} if self.enabled else {}
         self.total = sum(self.sizes.values()) or 1
         self.remaining = len(files)
         self.done = 0
         self.start = time.monotonic()
         self.bar = None
         self.task = None
-        self.enabled = sys.stderr.isatty() and len(files) > 1
 
     def __call__(self, result) -> None:
         self.done += self.sizes.get(result.path, 0)

@@ -104,10 +104,11 @@ class _Walker:
             excluded = self._name_excluded[key] = gitignore.is_ignored(self.excludes, path.name, is_dir)
         return excluded
 
-    def add_file(self, path: str) -> None:
+    def add_file(self, path: str, real: Optional[str] = None) -> None:
         # One file reached through several paths (a symlink to it, a symlinked directory) is
-        # checked once, under the first path found: fixing it twice would conflict.
-        key = _realpath(path)
+        # checked once, under the first path found: fixing it twice would conflict. `real`: its
+        # real path where the walk knows it (a file that is no symlink, in a resolved directory).
+        key = real if real is not None else _realpath(path)
         if key not in self.seen:
             self.seen.add(key)
             self.result.files.append(path)
@@ -204,7 +205,7 @@ class _Walker:
                 if problem:
                     self.result.errors.append(FileError(str(child_display), problem))
                     continue
-                self.add_file(str(child_display))
+                self.add_file(str(child_display), None if is_link else os.path.join(real, entry.name))
 
 
 def _not_a_source_file(path: Path) -> Optional[str]:

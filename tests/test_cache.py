@@ -118,13 +118,14 @@ def run(project: Path, *args: str, command: str = "check"):
     return result.exit_code, result.output
 
 
+def packs(directory: Path):
+    """The packs of per-file results (not the project index's summaries, engine/project_index.py)."""
+    return sorted(p for p in (directory / "v1").rglob("results.*.json") if p.is_file())
+
+
 def entries(directory: Path):
-    """The per-file result entries (not the project index's summaries, engine/project_index.py)."""
-    return sorted(
-        p
-        for p in (directory / "v1").rglob("*")
-        if p.is_file() and not p.name.startswith(".tmp-") and p.name != "project-index.json"
-    )
+    """The per-file result entries: (pack, file path) for each."""
+    return sorted((pack, path) for pack in packs(directory) for path in json.loads(pack.read_bytes())["entries"])
 
 
 # ---------------------------------------------------------------------------------- hits
@@ -278,11 +279,26 @@ def test_editing_a_rule_or_the_catalogue_invalidates(project, monkeypatch, tmp_p
         b'{"path": null, "content": null, "result": null}',
     ],
 )
+def test_corrupt_packs_are_ignored_and_rewritten(project, monkeypatch, garbage, tmp_path):
+    reference = run(project)
+    spy = Spy(monkeypatch, tmp_path / "spy.log")
+    for pack in packs(project / ".ampmigrate_cache"):
+        pack.write_bytes(garbage)
+    assert run(project) == reference
+    assert len(spy.checked) == 3
+    spy.reset()
+    assert run(project) == reference
+    assert spy.checked == []
+
+
+@pytest.mark.parametrize("garbage", [None, [], [1, 2, 3], "x", {}, ["hash", None], ["hash", {"findings": 1}]])
 def test_corrupt_entries_are_ignored_and_rewritten(project, monkeypatch, garbage, tmp_path):
     reference = run(project)
     spy = Spy(monkeypatch, tmp_path / "spy.log")
-    for entry in entries(project / ".ampmigrate_cache"):
-        entry.write_bytes(garbage)
+    for pack in packs(project / ".ampmigrate_cache"):
+        data = json.loads(pack.read_bytes())
+        data["entries"] = {path: garbage for path in data["entries"]}
+        pack.write_text(json.dumps(data), encoding="utf-8")
     assert run(project) == reference
     assert len(spy.checked) == 3
     spy.reset()
@@ -293,12 +309,35 @@ def test_corrupt_entries_are_ignored_and_rewritten(project, monkeypatch, garbage
 def test_entries_with_a_wrong_shape_are_ignored(project, monkeypatch, tmp_path):
     reference = run(project)
     spy = Spy(monkeypatch, tmp_path / "spy.log")
-    for entry in entries(project / ".ampmigrate_cache"):
-        data = json.loads(entry.read_text(encoding="utf-8"))
-        data["result"]["findings"] = [["AMP201"]]  # right content hash, malformed result
-        entry.write_text(json.dumps(data), encoding="utf-8")
+    for pack in packs(project / ".ampmigrate_cache"):
+        data = json.loads(pack.read_text(encoding="utf-8"))
+        for entry in data["entries"].values():
+            entry[1]["findings"] = [["AMP201"]]  # right content hash, malformed result
+        pack.write_text(json.dumps(data), encoding="utf-8")
     assert run(project) == reference
     assert len(spy.checked) == 3
+
+
+def test_one_pack_per_output_kind_written_once_a_run(project, monkeypatch, tmp_path):
+    """A cold run creates one file for its results (creating files is what costs), merged with
+    another run's entries; entries of files that no longer exist go at the next write."""
+    written = []
+    original = Cache._write
+    monkeypatch.setattr(Cache, "_write", lambda self, target, data: (written.append(target), original(self, target, data))[1])
+    run(project)
+    assert [Path(t).name for t in written] == ["results.check.json"]
+    written.clear()
+    run(project)
+    assert written == []  # warm: nothing to write
+    other = project / "other"
+    other.mkdir()
+    (other / "more.py").write_text(LEGACY, encoding="utf-8")
+    CliRunner().invoke(main, ["check", str(other), "--config", str(project / "pyproject.toml"), "-j", "1"])
+    assert len(entries(project / ".ampmigrate_cache")) == 4  # the first run's three are kept
+    (project / "src" / "clean.py").unlink()
+    (other / "more.py").write_text(CLEAN, encoding="utf-8")
+    CliRunner().invoke(main, ["check", str(other), "--config", str(project / "pyproject.toml"), "-j", "1"])
+    assert sorted(Path(path).name for _, path in entries(project / ".ampmigrate_cache")) == ["more.py", "train.py", "value_use.py"]
 
 
 def test_an_unwritable_cache_directory_is_not_an_error(project, tmp_path):
@@ -323,7 +362,7 @@ def test_json_output_has_its_own_entries_with_edits(project, monkeypatch, tmp_pa
 @pytest.mark.slow  # two CLI processes
 def test_two_processes_at_once(project, tmp_path):
     """Concurrent runs sharing a cache directory agree with an uncached run, and leave only
-    whole entries (each written to a temporary file and renamed into place)."""
+    whole packs (each written to a temporary file and renamed into place)."""
     for i in range(40):
         text = (LEGACY, VALUE_USE, CLEAN)[i % 3]
         (project / "src" / f"module_{i:02d}.py").write_text(text + f"\n# module {i}\n", encoding="utf-8")
@@ -347,8 +386,8 @@ def test_two_processes_at_once(project, tmp_path):
             assert (proc.returncode, out, err) == (reference.returncode, reference.stdout, reference.stderr)
     names = [p.name for p in (cache_dir / "v1").rglob("*") if p.is_file()]
     assert not [n for n in names if n.startswith(".tmp-")]
-    for entry in entries(cache_dir):
-        assert json.loads(entry.read_bytes())["result"]["findings"] is not None
+    for pack in packs(cache_dir):
+        assert all(entry[1]["findings"] is not None for entry in json.loads(pack.read_bytes())["entries"].values())
 
 
 # ---------------------------------------------------------------------------------- fix
@@ -409,3 +448,36 @@ def test_results_round_trip_through_json():
 def test_cache_objects_carry_only_their_key():
     settings_key = Cache.open("/nonexistent", Engine(__import__("conftest").make_settings()).settings).key
     assert len(settings_key) == 32
+
+
+def test_a_warm_run_reads_each_file_once(project, monkeypatch):
+    """The project index hashes every file it reads; the cache lookup takes that hash instead of
+    reading and hashing the file a second time."""
+    import ampmigrate.engine.runner as runner_module
+
+    reference = run(project)
+    reads = []
+    original = runner_module.read_regular_file
+    monkeypatch.setattr(runner_module, "read_regular_file", lambda path, *a, **k: (reads.append(path), original(path, *a, **k))[1])
+    assert run(project) == reference
+    assert reads == []
+
+
+def test_a_pack_written_by_another_run_meanwhile_is_merged_not_lost(tmp_path):
+    """A run reuses the pack it read at its start only while that is still the file on disk."""
+    files = []
+    for name in ("a.py", "b.py", "c.py"):
+        (tmp_path / name).write_text("x = 1\n", encoding="utf-8")
+        files.append(str(tmp_path / name))
+    first, second = Cache(str(tmp_path / "cache"), "k"), Cache(str(tmp_path / "cache"), "k")
+    first.store(files[0], "check", "h0", [], [], False)
+    first.flush()
+    one, two = Cache(str(tmp_path / "cache"), "k"), Cache(str(tmp_path / "cache"), "k")
+    assert one.load(files[0], "check", "h0") == ([], [], False) and two.has_entry(files[0], "check")
+    two.store(files[1], "check", "h1", [], [], True)
+    two.flush()  # another run, meanwhile
+    one.store(files[2], "check", "h2", [], [], False)
+    one.flush()
+    again = Cache(str(tmp_path / "cache"), "k")
+    assert [again.load(f, "check", h) for f, h in zip(files, ("h0", "h1", "h2"))] == [([], [], False), ([], [], True), ([], [], False)]
+    assert second.load(files[0], "check", "other bytes") is None

@@ -121,11 +121,14 @@ def test_rule_list_fits_80_columns():
     assert "AMP201 legacy-cuda-amp-autocast  (fix: safe, warning)" in out
 
 
-def test_progress_counts_bytes_and_stays_below_100_while_files_are_left(tmp_path):
+def test_progress_counts_bytes_and_stays_below_100_while_files_are_left(tmp_path, monkeypatch):
     small, large = tmp_path / "s.py", tmp_path / "l.py"
     small.write_text("x" * 10)
     large.write_text("x" * 990)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)  # a bar is shown on a terminal only
     progress = _Progress([str(small), str(large)])
+    assert progress.enabled
+    monkeypatch.setattr(progress, "start", float("inf"))  # no bar drawn during the test
 
     class Done:
         def __init__(self, path):

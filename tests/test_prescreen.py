@@ -143,6 +143,36 @@ def test_rules_without_prefixes_fall_back_to_triggers():
     assert [r.code for r in prefilter.rules_for("amp = 1\n", screen=False)] == ["AMP201"]
 
 
+LIGHTNING_SPELLINGS = [
+    "import lightning as L\nL.Trainer(precision=16)\n",
+    "from lightning import Trainer\nTrainer(precision=16)\n",
+    "from lightning.pytorch import *\nTrainer(precision=16)\n",
+    "import pytorch_lightning.trainer.trainer as t\nt.Trainer(precision=16)\n",
+    "import lightning\nT = lightning.Fabric\nT(precision=16)\n",
+    "import lightning\ndef f(t: 'lightning.Trainer'):\n    t.fit(precision=16)\n",
+]
+
+
+@pytest.mark.parametrize("text", LIGHTNING_SPELLINGS)
+def test_the_last_part_of_a_prefix_is_spelled_wherever_the_rule_can_report(text):
+    """Every way the resolver reaches `lightning.Trainer` spells `Trainer` (prefilter._requirements):
+    the text stage keeps the Lightning rules for each of these, the screens too."""
+    engine = Engine(make_settings({"select": ["AMP405", "AMP406"]}))
+    assert {r.code for r in engine.rules_for(text, "train.py", screen=False)} == {"AMP405", "AMP406"}
+
+
+def test_a_file_that_never_spells_the_last_part_is_not_parsed(monkeypatch):
+    """Lightning's own modules say `precision=` and `lightning` everywhere; only about half spell
+    `Trainer` or `Fabric`. The others are dropped by the text stage, before any `ast` parse."""
+    import ampmigrate.engine.prefilter as prefilter_module
+
+    parsed = []
+    monkeypatch.setattr(prefilter_module, "parse", lambda text: parsed.append(text))
+    engine = Engine(make_settings({"select": ["AMP405", "AMP406"]}))
+    text = "from lightning.fabric.plugins import Precision\n\n\ndef f(precision='16-mixed'):\n    return Precision(precision=precision)\n"
+    assert engine.rules_for(text, "plugin.py") == [] and parsed == []
+
+
 def test_requires_and_the_ast_screen():
     from ampmigrate.engine.prefilter import Prefilter
     from ampmigrate.rules.base import Rule

@@ -52,6 +52,14 @@ def grad_norm_helpers(tree: Optional[ast.Module]) -> Dict[str, Record]:
     """The top-level functions of `tree` whose value is the p-norm of their parameters' gradients."""
     if tree is None:
         return {}
+    found: Dict[str, Record] = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            record = recognize(node)
+            if record is not None:
+                found[node.name] = record
+    if not found:  # the usual case: no walk of the whole tree below
+        return found
     bound: Dict[str, int] = {}
     for node in tree.body:
         for name in _top_level_bindings(node):
@@ -60,13 +68,7 @@ def grad_norm_helpers(tree: Optional[ast.Module]) -> Dict[str, Record]:
         if isinstance(node, ast.Global):
             for name in node.names:
                 bound[name] = bound.get(name, 0) + 1
-    found: Dict[str, Record] = {}
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and bound.get(node.name) == 1:
-            record = recognize(node)
-            if record is not None:
-                found[node.name] = record
-    return found
+    return {name: record for name, record in found.items() if bound.get(name) == 1}
 
 
 def positive_finite_literal(node: ast.AST) -> Optional[float]:

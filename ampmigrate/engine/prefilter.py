@@ -35,11 +35,24 @@ from ampmigrate.rules.base import Rule
 def _requirements(rule: Rule) -> List[str]:
     """The regexes all of which a file matches wherever `rule` can report: its own `requires`,
     and for a rule with `qualified_prefixes`, the name of a package they are in (a qualified
-    name starts at an import, which spells it: `transformers` for `transformers.TrainingArguments`)."""
+    name starts at an import, which spells it: `transformers` for `transformers.TrainingArguments`)
+    and the last part of one of the prefixes (`Trainer` for `lightning.Trainer`).
+
+    The last part: the resolver (engine/names.py) builds a qualified name from what the file
+    spells, one identifier per part: an import's dotted module and name (`from lightning
+    import Trainer`, `import torch.cuda.amp as a`), an attribute (`pl.Trainer`), a free name a
+    star import exports (`Trainer` under `from lightning import *`), an alias assignment of one
+    of those, or the same inside a string annotation or a `# type:` comment. A name equal to or
+    under a prefix so has each of the prefix's parts spelled somewhere in the text, the last one
+    included, as a whole identifier. (Lightning's own tree mentions `precision=` and
+    `lightning` in most files, and `Trainer` or `Fabric` in about half of them.)"""
     required = list(rule.requires)
     if rule.qualified_prefixes:
         packages = sorted({prefix.split(".")[0] for prefix in rule.qualified_prefixes})
         required.append(r"\b(?:%s)\b" % "|".join(re.escape(p) for p in packages))
+        lasts = sorted({prefix.rsplit(".", 1)[-1] for prefix in rule.qualified_prefixes})
+        if not set(lasts) <= set(packages):  # else the package's regex already asks as much
+            required.append(r"\b(?:%s)\b" % "|".join(re.escape(p) for p in lasts))
     return required
 
 

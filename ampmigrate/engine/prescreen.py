@@ -101,11 +101,16 @@ class QualifiedNameScreen:
 
     # ------------------------------------------------------------------ name bookkeeping
     def hits(self, qname: str) -> Set[str]:
-        """The prefixes `qname` is equal to or under."""
+        """The prefixes `qname` is equal to or under: those among its own dotted prefixes (one
+        set lookup per part, not a test per prefix)."""
         found = set()
-        for prefix in self.prefixes:
-            if qname == prefix or qname.startswith(prefix + "."):
-                found.add(prefix)
+        end = qname.find(".")
+        while end != -1:
+            if qname[:end] in self.prefixes:
+                found.add(qname[:end])
+            end = qname.find(".", end + 1)
+        if qname in self.prefixes:
+            found.add(qname)
         return found
 
     def hits_star(self, module: str) -> Set[str]:

@@ -166,6 +166,7 @@ class ProjectIndex:
         self._importers: Dict[str, List[str]] = {}  # path -> the files of the run importing it
         self._trained_names: Dict[str, Dict[str, str]] = {}  # path -> name -> a training file importing it
         self._trained_results: Dict[str, Dict[str, str]] = {}  # path -> builder -> a file training its result
+        self._grad_norm_files = True  # whether some module has a gradient-norm helper (`_link`)
         # `from X import a, b` of every file (a byte regex): module -> the names imported from it.
         self._exports: Dict[str, Set[str]] = {}
         self._module_names: Dict[str, List[str]] = {}  # path -> module_names(path), computed once
@@ -188,7 +189,7 @@ class ProjectIndex:
             raw = _read(absolute, max_size)
             if raw is None:
                 continue
-            digest = hashlib.blake2b(raw, digest_size=16).hexdigest()
+            digest = hashlib.blake2b(raw, digest_size=16).hexdigest()  # = cache.content_hash(raw)
             entry = cached.get(absolute)
             if entry is not None and entry[0] == digest:
                 data = entry[1]
@@ -217,6 +218,7 @@ class ProjectIndex:
         """Who imports whom, once (queries are per file; a scan per query would be quadratic)."""
         self._importers: Dict[str, List[str]] = {}
         self._trained_names: Dict[str, Dict[str, str]] = {}
+        self._grad_norm_files = any(summary.grad_norm_helpers for summary in self.modules.values())
         for path, summary in sorted(self.modules.items()):
             targets = {self.module_for(spec) for spec in summary.imports}
             for target in targets:
@@ -399,6 +401,11 @@ class ProjectIndex:
                 return other
         return None
 
+    def content_hash(self, path: str) -> Optional[str]:
+        """`cache.content_hash` of the bytes of the file at `path` as `build` read them, if it did
+        (within the size limit, readable): the runner's cache lookup need not read it again."""
+        return self.digests.get(os.path.abspath(path))
+
     def apex_amp_callees(self, path: str) -> FrozenSet[str]:
         """Last parts of the callees that the file at `path` and the files importing it hand
         apex's amp module to (`scheduler.save_checkpoint` -> `save_checkpoint`)."""
@@ -462,6 +469,8 @@ class ProjectIndex:
                     parts.append(f"{spec}:apex_getters={self.modules[other].apex_amp_getters}")
                 if other is not None and other != absolute and self.modules[other].fft_helpers:
                     parts.append(f"{spec}:fft={sorted(self.modules[other].fft_helpers.items())}")
+                if not self._grad_norm_files:  # the usual case: no sibling to look for
+                    continue
                 for near in sorted({other, self.sibling_module(absolute, spec)} - {None}):
                     if near != absolute and self.modules[near].grad_norm_helpers:
                         parts.append(f"{spec}:gradnorm={sorted(self.modules[near].grad_norm_helpers.items())}")

@@ -21,3 +21,6 @@ class FileResult:
     fixed_codes: Dict[str, int] = field(default_factory=dict)  # the same, per rule code (--show-fixes)
     new_text: Optional[str] = None  # fix mode: the fixed text, when it differs
     old_text: Optional[str] = None  # fix mode: the original text, when it changed
+    # Set by a worker on a result the cache should keep: the key it is stored under (its bytes'
+    # hash and dependencies); the run's process stores it (engine/runner.py, engine/cache.py).
+    cache_digest: Optional[str] = field(default=None, compare=False, repr=False)

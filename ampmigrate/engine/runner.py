@@ -104,6 +104,9 @@ class _Deferred:
 def process_file(engine: Engine, path: str, job: Job, cache: Optional[Cache] = None) -> FileResult:
     outcome = _process(engine, path, job, cache, defer_large=False)
     assert isinstance(outcome, FileResult)
+    if cache is not None:
+        _keep(cache, job, outcome)
+        cache.flush()
     return outcome
 
 
@@ -152,7 +155,7 @@ def _process_unguarded(
 
         result = process_notebook(engine, text, path, job.mode, unsafe=job.unsafe, want_edits=job.want_edits)
         if cache is not None and _cacheable(result, job):
-            cache.store(path, job.cache_kind, digest, result.findings, result.errors, result.parsed)
+            result.cache_digest = digest
         return result
     if _CONTROL_CHARACTER.search(source.raw) is not None:
         # Binary data that happens to decode: Python accepts these bytes only inside strings
@@ -177,15 +180,23 @@ def _process_unguarded(
     else:
         result = _fix(engine, source.decoded, path, job, rules)
     if cache is not None and _cacheable(result, job):
-        cache.store(path, job.cache_kind, digest, result.findings, result.errors, result.parsed)
+        result.cache_digest = digest  # stored by the run's process (`_keep`), which writes the cache
     return result
 
 
-def _digest(raw: bytes, path: str, project: Optional[ProjectImports], index: Optional[ProjectIndex]) -> str:
-    """What a file's result depends on besides the run's settings: its bytes, in fix mode the
-    names other modules import from it (their fixes are withheld), and what rules learn about it
-    from other files (the project index)."""
-    digest = content_hash(raw)
+def _keep(cache: Optional[Cache], job: Job, result: FileResult) -> None:
+    """Store a result that a worker (or `process_file`) found cacheable, in the run's process."""
+    if cache is not None and result.cache_digest is not None:
+        cache.store(result.path, job.cache_kind, result.cache_digest, result.findings, result.errors, result.parsed)
+
+
+def _digest(
+    raw: Optional[bytes], path: str, project: Optional[ProjectImports], index: Optional[ProjectIndex], content: str = ""
+) -> str:
+    """What a file's result depends on besides the run's settings: its bytes (`content`: their
+    hash, where known), in fix mode the names other modules import from it (their fixes are
+    withheld), and what rules learn about it from other files (the project index)."""
+    digest = content or content_hash(raw or b"")
     imported = project.imported_from(path) if project is not None else ()
     if imported:
         digest += ":" + ",".join(sorted(imported))
@@ -208,7 +219,14 @@ def _from_cache(
     path: str, job: Job, cache: Cache, settings: Settings, project: Optional[ProjectImports], index: Optional[ProjectIndex]
 ) -> Optional[FileResult]:
     """In the parent, before any worker: a stored result, or the error of a file that cannot be
-    read. A warm run so needs no worker at all."""
+    read. A warm run so needs no worker at all. A file with no entry at all is not read here
+    (a cold run reads and hashes each file once, in its worker)."""
+    if not cache.has_entry(path, job.cache_kind):
+        return None
+    # The project index hashed the bytes it read moments ago: a warm run reads each file once.
+    content = index.content_hash(path) if index is not None else None
+    if content is not None:
+        return _cached(cache, path, job, _digest(None, path, project, index, content))
     try:
         raw = read_regular_file(path, settings.max_file_size * READ_LIMIT_FACTOR)
     except FileTooLarge as exc:
@@ -312,6 +330,7 @@ def run_files(
         if isinstance(outcome, workers.Failure):
             outcome = FileResult(files[slot], errors=[FileError(files[slot], outcome.reason)])
         slots[slot] = outcome
+        _keep(cache, job, outcome)
         if on_result:
             on_result(outcome)
 
@@ -322,8 +341,12 @@ def run_files(
             done(slot, stored)
         else:
             todo.append(slot)
-    if todo:
-        _run_in_workers(files, todo, settings, job, jobs, cache, project, index, done)
+    try:
+        if todo:
+            _run_in_workers(files, todo, settings, job, jobs, cache, project, index, done)
+    finally:
+        if cache is not None:
+            cache.flush()  # one write per pack that changed (engine/cache.py)
     result.results = [outcome for outcome in slots if outcome is not None]
     return result
 

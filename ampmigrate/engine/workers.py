@@ -12,9 +12,11 @@ processed in worker processes, even with one job, and the parent watches each on
 - workers die with the parent, even one killed by SIGKILL (PR_SET_PDEATHSIG on Linux; elsewhere
   a worker notices when the parent's end of its pipe closes, between files).
 
-A worker streams one message per event: ("file", key) when it starts a file, ("round",) when
-it starts a parse, ("done", key, result) when it has a file's result. The parent so always knows
-which file a dead or killed worker was on.
+A worker streams one message per event: ("file", key, cpu) when it starts a file, ("round", cpu)
+when it starts a parse, ("done", key, result) when it has a file's result, where `cpu` is its CPU
+time then (the budget's start: the parent need not read `/proc` for it). The parent so always
+knows which file a dead or killed worker was on. It looks at busy workers' CPU time and memory
+in `/proc` every `POLL_INTERVAL`, not after every message (a cold run sends two per file).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ _CONNECTION: Optional[Connection] = None
 def new_parse() -> None:
     """Called in a worker before each LibCST parse: the budget starts afresh."""
     if _CONNECTION is not None:
-        _CONNECTION.send(("round",))
+        _CONNECTION.send(("round", time.process_time()))
 
 
 def _die_with_parent(parent: int) -> None:
@@ -94,7 +96,7 @@ def _worker_main(
         if items is None:
             os._exit(0)
         for key, item in items:
-            connection.send(("file", key))
+            connection.send(("file", key, time.process_time()))
             connection.send(("done", key, process_item(item)))
 
 
@@ -114,8 +116,9 @@ class _Worker:
         self.cpu_start = 0.0
         self.wall_start = 0.0
 
-    def start_budget(self) -> None:
-        self.cpu_start = _cpu_seconds(self.process.pid)
+    def start_budget(self, cpu: float) -> None:
+        """The budget starts now; `cpu`: the worker's CPU time, as it reported it."""
+        self.cpu_start = cpu
         self.wall_start = time.monotonic()
 
     def over_budget(self, limits: Limits) -> Optional[str]:
@@ -186,6 +189,7 @@ class WorkerPool:
             self._spawn()
         idle = [w for w in self._workers if not w.pending]
         busy: Dict[Connection, _Worker] = {}
+        checked = time.monotonic()  # when busy workers' budgets were last looked at
 
         def assign(worker: _Worker) -> None:
             batch = queue.pop()
@@ -222,9 +226,9 @@ class WorkerPool:
                 kind = message[0]
                 if kind == "file":
                     worker.current = message[1]
-                    worker.start_budget()
+                    worker.start_budget(message[2])
                 elif kind == "round":
-                    worker.start_budget()
+                    worker.start_budget(message[1])
                 elif kind == "done":
                     key, result = message[1], message[2]
                     worker.pending = [item for item in worker.pending if item[0] != key]
@@ -233,6 +237,9 @@ class WorkerPool:
                         del busy[connection]
                         idle.append(worker)
                     yield key, result
+            if time.monotonic() - checked < POLL_INTERVAL:
+                continue
+            checked = time.monotonic()
             for worker in list(busy.values()):
                 if worker.current is None:
                     continue

@@ -19,16 +19,11 @@ class Report:
 
 
 def renderer(name: str):
-    from ampmigrate.output import concise, full, github, json_format, sarif
+    """The `render` function of format `name`; only its module is imported (`full` imports rich)."""
+    import importlib
 
-    table: Dict[str, object] = {
-        "full": full.render,
-        "concise": concise.render,
-        "json": json_format.render,
-        "github": github.render,
-        "sarif": sarif.render,
-    }
-    return table[name]
+    modules: Dict[str, str] = {"full": "full", "concise": "concise", "json": "json_format", "github": "github", "sarif": "sarif"}
+    return importlib.import_module(f"ampmigrate.output.{modules[name]}").render
 
 
 def fix_marker(finding: Finding, unsafe_fixes: bool) -> str:
