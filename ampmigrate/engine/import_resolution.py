@@ -178,7 +178,10 @@ def importers(index: "ProjectIndex", target: str) -> Iterator[Tuple[str, Importi
         found = candidates(index, importer, spec)
         return target in found, len(found) > 1
 
-    for other, summary in sorted(index.modules.items()):
+    users = _spec_users(index)
+    mentioning = set().union(*(users.get(name, ()) for name in names)) if names else set()
+    for other in sorted(mentioning):
+        summary = index.modules[other]
         if other == target:
             continue
         how = Importing()
@@ -205,6 +208,21 @@ def importers(index: "ProjectIndex", target: str) -> Iterator[Tuple[str, Importi
                     how.star = True
         if how:
             yield other, how
+
+
+def _spec_users(index: "ProjectIndex") -> Dict[str, Set[str]]:
+    """dotted name -> the files whose imports spell it (leading dots dropped), built once: only
+    those can import a given file, so `importers` does not read every file's imports per call
+    (that was quadratic in a monorepo)."""
+    state = _state(index)
+    users = state.get("users")
+    if users is None:
+        users = {}
+        for other, summary in index.modules.items():
+            for spec in _specs(summary):
+                users.setdefault(spec.lstrip("."), set()).add(other)
+        state["users"] = users
+    return users
 
 
 def key(index: "ProjectIndex", paths) -> str:
