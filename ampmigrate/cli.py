@@ -199,11 +199,11 @@ def _run(
     index_root = root or _project_root(settings) or settings.root
     index_cache = cache.index_path if cache is not None else None
     if index_cache is None or not os.path.exists(index_cache):
-        # A cold run: the engine will be needed; it is imported while a child builds the index.
-        from ampmigrate.engine.index_builder import build_beside
-        from ampmigrate.engine.runner import import_engine
+        # A cold run: the engine will be needed; a child builds the index while this process
+        # imports the engine and the workers screen the files (engine/index_builder.py).
+        from ampmigrate.engine.index_builder import IndexBeside
 
-        index = build_beside(import_engine, index_root, found.files, index_cache, settings.max_file_size)
+        index = IndexBeside.start(index_root, found.files, index_cache, settings.max_file_size)
     else:
         index = ProjectIndex.build(index_root, found.files, cache_path=index_cache, max_size=settings.max_file_size)
     progress = _Progress(found.files)
@@ -213,6 +213,8 @@ def _run(
         )
     finally:
         progress.close()
+        if not isinstance(index, ProjectIndex):
+            index.close()  # run_files has waited for it (or failed)
     if cache is not None:
         cache.prune()  # other run keys' entries unused for a month (an upgrade, an old config)
     result.errors.extend(found.errors)

@@ -30,6 +30,10 @@ PATTERNS = [
     r"x|\bamp",
     r"^\bamp",
     r"\b[ab]mp",
+    r"[Nn][Oo][Qq][Aa]\s*:\s*[Aa][Mm][Pp]",  # AMP001's trigger: a lower-case guard first
+    r"[Nn]o[Qq]a\b",
+    r"[Nn][Oo]",  # too short to guard
+    r"[Nn]é[Qq]a",  # a non-ASCII literal: not guarded
 ]
 TEXTS = [
     "",
@@ -43,6 +47,9 @@ TEXTS = [
     "émile élan\n",
     "AMP Amp aMp",
     "ampamp amp\namp",
+    "x = 1  # NOQA:AMP101\ny = 2  # nOqA :  aMp\n# noqa: amp\n",
+    "# NoQa\u212a: Amp  İNOQA: AMP  ΣNOQAΣ:AMP\n",
+    "Noqa NOQA noQa nOQa néqa NéQa\n",
 ]
 
 
@@ -68,3 +75,11 @@ def test_the_common_trigger_shape_is_rewritten():
     assert compile_trigger(r"\bamp\b").pattern is None
     assert compile_trigger(r"\bhalf\(|\bfp16\b").pattern is None
     assert compile_trigger(r"\b\.half").pattern == r"\b\.half"  # nothing to gain: left alone
+
+
+def test_a_pattern_spelling_both_cases_is_guarded_by_a_lower_case_search():
+    guarded = compile_trigger(r"[Nn][Oo][Qq][Aa]\s*:\s*[Aa][Mm][Pp]")
+    assert type(guarded).__name__ == "_LowerCaseGuard"
+    assert guarded.search("x  # no qa: amp") is None
+    assert guarded.search("x  # NoQA:AMP1").span() == (5, 13)
+    assert type(compile_trigger(r"[Nn][Oo]")).__name__ == "Pattern"

@@ -61,6 +61,7 @@ class Engine:
         *,
         prefilter: bool = True,
         index: Optional[ProjectIndex] = None,
+        index_pending: bool = False,
     ) -> None:
         self.settings = settings
         # What the other files of the run do (engine/project_index.py), built before any rule runs.
@@ -70,6 +71,14 @@ class Engine:
         candidates = list(rules) if rules is not None else all_rules()
         self.enabled: Set[str] = set(settings.enabled_codes(r.code for r in candidates))
         self.rules = [r for r in candidates if r.code in self.enabled and r.applies_to_run(index)]
+        # `index_pending`: the index is being built (engine/runner.py's first round, which only
+        # screens; `index` is None). The rules that report only through the index's facts
+        # (`applies_to_run(None)` is False) are then only matched by their regexes
+        # (`index_rules_match`); the run's process knows later whether any applies.
+        self._index_rules: Optional[Prefilter] = None
+        if index_pending:
+            waiting = [r for r in candidates if r.code in self.enabled and not r.applies_to_run(None)]
+            self._index_rules = Prefilter(waiting) if waiting else None
         # Every rule code there is, for telling an unknown `# noqa: AMP999` from an unselected one.
         self.known_codes = frozenset(cls.code for cls in rule_classes()) | {r.code for r in candidates}
         # prefilter=False parses every file for every rule (tests compare it with the filter).
@@ -145,6 +154,18 @@ class Engine:
         if current != text:
             result.new_text, result.old_text = current, text
         return result
+
+    def index_rules_match(self, text: str) -> bool:
+        """With the index pending: whether the triggers of some rule that reports only through
+        the index's facts match `text` (its `ast` screen is left for when the index is here)."""
+        if self._index_rules is None:
+            return False
+        return bool(self._index_rules.rules_for(text, screen=False))
+
+    def index_rules_apply(self) -> bool:
+        """Whether some enabled rule that reports only through the index's facts applies to
+        this run (its index holds such facts)."""
+        return any(not rule.applies_to_run(None) for rule in self.rules)
 
     # ------------------------------------------------------------------ internals
     def rules_for(self, text: str, path: Optional[str] = None, *, screen: bool = True) -> List[Rule]:

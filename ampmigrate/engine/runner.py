@@ -27,6 +27,7 @@ from ampmigrate.engine import workers
 from ampmigrate.engine.cache import Cache, content_hash, has_fix_to_apply
 from ampmigrate.engine.results import TOO_DEEP, FileResult
 from ampmigrate.engine.project import ProjectImports
+from ampmigrate.engine.index_builder import IndexBeside
 from ampmigrate.engine.project_index import ProjectIndex
 from ampmigrate.notebook import is_notebook
 from ampmigrate.source import FileTooLarge, SourceError, SourceFile, read_regular_file, write_atomic
@@ -93,12 +94,21 @@ class RunResult:
 # ---------------------------------------------------------------------------------- one file
 @dataclass(frozen=True)
 class _Deferred:
-    """Round one's answer for a large file that needs LibCST: do it in round two. The rules
-    the pre-filter chose are reused there if the file still has the same bytes."""
+    """Round one's answer for a large file that needs LibCST (every such file, while the project
+    index is pending): do it in round two. The rules the pre-filter chose (`rule_key`) are
+    reused there if the file still has the same bytes; `rules` None: round two decides (a
+    notebook). `index_rules`: the triggers of a rule that reports only through the project
+    index matched (round one had no index to tell whether it applies)."""
 
     size: int
     digest: str
-    codes: Tuple[str, ...]
+    rules: Optional[Tuple[str, ...]]
+    index_rules: bool = False
+
+
+def rule_key(rule) -> str:
+    """One rule, the same in every process (several rules may share a code)."""
+    return f"{type(rule).__module__}.{type(rule).__qualname__}"
 
 
 def process_file(engine: Engine, path: str, job: Job, cache: Optional[Cache] = None) -> FileResult:
@@ -117,10 +127,14 @@ def _process(
     cache: Optional[Cache],
     defer_large: bool,
     screened: Optional[_Deferred] = None,
+    pending: bool = False,
 ) -> Union[FileResult, _Deferred]:
-    """One file, start to end; whatever goes wrong is this file's error, never the run's."""
+    """One file, start to end; whatever goes wrong is this file's error, never the run's.
+    `pending`: the project index is not built yet (`engine.index` is None, its rules are all
+    the candidates): every file that needs LibCST is deferred, and the digests lack the index's
+    part (`_with_index` adds it in the run's process)."""
     try:
-        return _process_unguarded(engine, path, job, cache, defer_large, screened)
+        return _process_unguarded(engine, path, job, cache, defer_large, screened, pending)
     except RecursionError:
         return FileResult(path, errors=[FileError(path, TOO_DEEP)])
     except Exception as exc:  # an engine bug must not stop the run
@@ -134,6 +148,7 @@ def _process_unguarded(
     cache: Optional[Cache],
     defer_large: bool,
     screened: Optional[_Deferred] = None,
+    pending: bool = False,
 ) -> Union[FileResult, _Deferred]:
     try:
         source = _read(path, engine.settings.max_file_size * READ_LIMIT_FACTOR)
@@ -141,7 +156,7 @@ def _process_unguarded(
         return FileResult(path, errors=[FileError(path, _too_large(exc.size, engine.settings))])
     except SourceError as exc:
         return FileResult(path, errors=[FileError(path, str(exc))])
-    digest = _digest(source.raw, path, engine.project, engine.index) if cache is not None or defer_large or screened else ""
+    digest = _digest(source.raw, path, engine.project, engine.index) if cache is not None or defer_large or screened or pending else ""
     if cache is not None:
         cached = _cached(cache, path, job, digest)
         if cached is not None:
@@ -151,6 +166,8 @@ def _process_unguarded(
     except SourceError as exc:
         return FileResult(path, errors=[FileError(path, str(exc))])
     if is_notebook(path):
+        if pending:
+            return _Deferred(len(source.raw), digest, None, True)
         from ampmigrate.engine.notebooks import process_notebook
 
         result = process_notebook(engine, text, path, job.mode, unsafe=job.unsafe, want_edits=job.want_edits)
@@ -166,15 +183,19 @@ def _process_unguarded(
         if rejected is not None:
             return FileResult(path, errors=[FileError(path, f"not Python source: {rejected}")])
     too_large = len(source.raw) > engine.settings.max_file_size
-    if screened is not None and screened.digest == digest:
-        rules = [rule for rule in engine.rules if rule.code in screened.codes]
+    if screened is not None and screened.rules is not None and screened.digest == digest:
+        rules = [rule for rule in engine.rules if rule_key(rule) in screened.rules]
     else:
         # An oversized file is only reported when a trigger matches; it is not even parsed by `ast`.
         rules = engine.rules_for(text, path, screen=not too_large)
+    if pending:
+        index_rules = engine.index_rules_match(text)
+        if rules or index_rules:
+            return _Deferred(len(source.raw), digest, tuple(rule_key(rule) for rule in rules), index_rules)
     if rules and too_large:
         result = FileResult(path, errors=[FileError(path, _too_large(len(source.raw), engine.settings))])
     elif rules and defer_large and len(source.raw) >= LARGE_FILE:
-        return _Deferred(len(source.raw), digest, tuple(rule.code for rule in rules))
+        return _Deferred(len(source.raw), digest, tuple(rule_key(rule) for rule in rules))
     elif job.mode == "check":
         result = engine.check_text(text, path, want_edits=job.want_edits, rules=rules)
     else:
@@ -200,10 +221,13 @@ def _digest(
     imported = project.imported_from(path) if project is not None else ()
     if imported:
         digest += ":" + ",".join(sorted(imported))
+    return _with_index(digest, path, index)
+
+
+def _with_index(digest: str, path: str, index: Optional[ProjectIndex]) -> str:
+    """`digest` (bytes and imports) with what the file's result depends on in the index."""
     depends = index.dependency_key(path) if index is not None else ""
-    if depends:
-        digest += "@" + depends
-    return digest
+    return digest + "@" + depends if depends else digest
 
 
 def _cached(cache: Cache, path: str, job: Job, digest: str) -> Optional[FileResult]:
@@ -282,26 +306,31 @@ def _read(path: str, limit: int) -> _LazySource:
 
 
 # ---------------------------------------------------------------------------------- workers
-_WORKER: Optional[Tuple[Engine, Optional[Cache], Job]] = None
+_WORKER: Optional[Tuple[Engine, Optional[Cache], Job, bool]] = None
 
 
 def _init_worker(
-    settings: Settings, cache: Optional[Cache], project: Optional[ProjectImports], index: Optional[ProjectIndex], job: Job
+    settings: Settings,
+    cache: Optional[Cache],
+    project: Optional[ProjectImports],
+    index: Optional[ProjectIndex],
+    job: Job,
+    pending: bool = False,
 ) -> None:
     global _WORKER
     from ampmigrate.engine.pipeline import Engine  # imported before the fork (_run_in_workers)
 
-    engine = Engine(settings, project=project, index=index)
+    engine = Engine(settings, project=project, index=index, index_pending=pending)
     engine.before_parse = workers.new_parse  # each LibCST parse gets the whole budget
-    _WORKER = (engine, cache, job)
+    _WORKER = (engine, cache, job, pending)
 
 
 def _worker_item(item: Tuple[str, bool, Optional[_Deferred]]) -> Union[FileResult, _Deferred]:
     """One file in a worker: round one (`defer_large`) or round two (`screened` given)."""
     assert _WORKER is not None
-    engine, cache, job = _WORKER
+    engine, cache, job, pending = _WORKER
     path, defer_large, screened = item
-    return _process(engine, path, job, cache, defer_large=defer_large, screened=screened)
+    return _process(engine, path, job, cache, defer_large=defer_large, screened=screened, pending=pending)
 
 
 def limits(settings: Settings) -> workers.Limits:
@@ -318,10 +347,31 @@ def run_files(
     on_result: Optional[Callable[[FileResult], None]] = None,
     cache: Optional[Cache] = None,
     project: Optional[ProjectImports] = None,
-    index: Optional[ProjectIndex] = None,
+    index: Union[ProjectIndex, IndexBeside, None] = None,
 ) -> RunResult:
     """Every file in worker processes (engine/workers.py), also with one job: a file that
-    crashes the parser, or goes over its time or memory budget, is that file's error."""
+    crashes the parser, or goes over its time or memory budget, is that file's error.
+    `index` may still be being built (engine/index_builder.py): the workers then screen the
+    files meanwhile, and analyse those that need LibCST once it is here."""
+    pending = index if isinstance(index, IndexBeside) else None
+    try:
+        return _run_files(files, settings, job, jobs, on_result, cache, project, index, pending)
+    finally:
+        if pending is not None:
+            pending.close()
+
+
+def _run_files(
+    files: Sequence[str],
+    settings: Settings,
+    job: Job,
+    jobs: Optional[int],
+    on_result: Optional[Callable[[FileResult], None]],
+    cache: Optional[Cache],
+    project: Optional[ProjectImports],
+    index: Union[ProjectIndex, IndexBeside, None],
+    pending: Optional[IndexBeside],
+) -> RunResult:
     jobs = max(1, jobs or os.cpu_count() or 1)
     result = RunResult()
     slots: List[Optional[FileResult]] = [None] * len(files)
@@ -336,13 +386,17 @@ def run_files(
 
     todo: List[int] = []
     for slot, path in enumerate(files):
+        if pending is not None and cache is not None and cache.has_entry(path, job.cache_kind):
+            index, pending = pending.result(), None  # a stored result's key needs the index
         stored = _from_cache(path, job, cache, settings, project, index) if cache is not None else None
         if stored is not None:
             done(slot, stored)
         else:
             todo.append(slot)
     try:
-        if todo:
+        if todo and pending is not None:
+            _run_pending(files, todo, settings, job, jobs, cache, project, pending, done)
+        elif todo:
             _run_in_workers(files, todo, settings, job, jobs, cache, project, index, done)
     finally:
         if cache is not None:
@@ -361,6 +415,17 @@ def import_engine() -> None:
     rule_classes()
 
 
+def _pool_size(todo: Sequence[int], jobs: int) -> int:
+    return 1 if len(todo) < PARALLEL_THRESHOLD else min(jobs, len(todo))
+
+
+def _chunks(files: Sequence[str], todo: Sequence[int], size: int, defer: bool) -> List[List[Tuple[int, Tuple]]]:
+    """Round one's batches: (index, (path, defer_large, None)), about eight per worker."""
+    chunksize = max(1, min(64, len(todo) // (size * 8)))
+    numbered = [(index, (files[index], defer, None)) for index in todo]
+    return [numbered[start : start + chunksize] for start in range(0, len(numbered), chunksize)]
+
+
 def _run_in_workers(
     files: Sequence[str],
     todo: List[int],
@@ -375,12 +440,9 @@ def _run_in_workers(
     """The files at the indices `todo`, in a pool of watched workers (two rounds, see above)."""
     import_engine()
 
-    size = 1 if len(todo) < PARALLEL_THRESHOLD else min(jobs, len(todo))
+    size = _pool_size(todo, jobs)
     # With one worker nothing waits on a large file: no second round.
-    defer = size > 1
-    chunksize = max(1, min(64, len(todo) // (size * 8)))
-    numbered = [(index, (files[index], defer, None)) for index in todo]
-    chunks = [numbered[start : start + chunksize] for start in range(0, len(numbered), chunksize)]
+    chunks = _chunks(files, todo, size, defer=size > 1)
     deferred: List[Tuple[int, int, _Deferred]] = []  # (size, index, round one's answer)
     pool = workers.WorkerPool(size, _init_worker, (settings, cache, project, index, job), _worker_item, limits(settings))
     # What the workers inherit (the engine's modules, the project index) is frozen out of the
@@ -399,6 +461,69 @@ def _run_in_workers(
                 done(index, outcome)
     finally:
         gc.unfreeze()  # collectable again in this process (a long-lived one: watch, server)
+
+
+def _run_pending(
+    files: Sequence[str],
+    todo: List[int],
+    settings: Settings,
+    job: Job,
+    jobs: int,
+    cache: Optional[Cache],
+    project: Optional[ProjectImports],
+    pending: IndexBeside,
+    done: Callable[[int, Union[FileResult, workers.Failure]], None],
+) -> None:
+    """`_run_in_workers` while the project index is still being built: round one's workers
+    (forked without it: `Engine(index_pending=True)`) read and screen every file and flag each
+    that needs LibCST; round two's, forked once the index is here, analyse the flagged files,
+    largest first, keeping only the rules that apply to a run with this index."""
+    import_engine()
+
+    size = _pool_size(todo, jobs)
+    chunks = _chunks(files, todo, size, defer=False)
+    finished: List[Tuple[int, Union[FileResult, workers.Failure]]] = []
+    deferred: List[Tuple[int, int, _Deferred]] = []
+    first = workers.WorkerPool(size, _init_worker, (settings, cache, project, None, job, True), _worker_item, limits(settings))
+    gc.freeze()  # as in _run_in_workers
+    try:
+        with first:
+            for slot, outcome in first.run(chunks):
+                if isinstance(outcome, _Deferred):
+                    deferred.append((outcome.size, slot, outcome))
+                else:
+                    finished.append((slot, outcome))
+        index = pending.result()
+        from ampmigrate.engine.pipeline import Engine
+
+        engine = Engine(settings, project=project, index=index)  # the rules of this run
+        keys = {rule_key(rule) for rule in engine.rules}
+        rescreen = engine.index_rules_apply()
+        for slot, outcome in finished:
+            if isinstance(outcome, FileResult) and outcome.cache_digest is not None:
+                outcome.cache_digest = _with_index(outcome.cache_digest, outcome.path, index)
+            done(slot, outcome)
+        second = []
+        for _, slot, flagged in sorted(deferred, key=lambda item: (-item[0], item[1])):  # largest first
+            digest = _with_index(flagged.digest, files[slot], index)
+            if flagged.rules is None or (flagged.index_rules and rescreen):
+                flagged = _Deferred(flagged.size, digest, None)  # round two screens it again
+            else:
+                flagged = _Deferred(flagged.size, digest, tuple(key for key in flagged.rules if key in keys))
+                if not flagged.rules:  # no rule of this run is left for it: nothing to analyse
+                    done(slot, FileResult(files[slot], cache_digest=digest if cache is not None else None))
+                    continue
+            second.append([(slot, (files[slot], False, flagged))])
+        if not second:
+            return
+        size = min(size, len(second))
+        pool = workers.WorkerPool(size, _init_worker, (settings, cache, project, index, job), _worker_item, limits(settings))
+        gc.freeze()  # the index too
+        with pool:
+            for slot, outcome in pool.run(second):
+                done(slot, outcome)
+    finally:
+        gc.unfreeze()
 
 
 def write_changes(result: RunResult) -> List[FileError]:
