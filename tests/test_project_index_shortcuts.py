@@ -122,8 +122,21 @@ EDGES = {
         b"class S:\n    def __call__(self, loss):\n        loss . backward ()\nx.backward()\n",
         "backward_runners",
     ),
+    "grad-norm helper spaced": (
+        b"def get_grad_norm(parameters, norm_type=2):\n    total_norm = 0\n    for p in parameters:\n"
+        b"        param_norm = p.grad . data . norm (norm_type)\n        total_norm += param_norm.item() ** norm_type\n"
+        b"    total_norm = total_norm ** (1. / norm_type)\n    return total_norm\n",
+        "grad_norm_helpers",
+    ),
+    "grad-norm helper after a form feed, torch's form": (
+        b"import torch\n\x0cdef gn(ps, t=2.0):\n"
+        b"    return torch.norm(torch.stack([(torch.norm)(p.grad.detach(), t) for p in ps]), t)\n",
+        "grad_norm_helpers",
+    ),
 }
 NOT_RECORDED = {
+    "gradient and normalize": b"def f(m):\n    m.gradient_clip = normalize(m.grad_scale)\n    return m.norm\n",
+    "grad norm in a method only": b"class C:\n    def g(self, ps):\n        return sum(p.grad.norm(2) for p in ps)\n",
     "clip named in a string": b"def f(m):\n    return 'clip_grad_norm' + m.utils\n",
     "clip on another object": b"from x import utils2\ndef f(module):\n    return module.clip_grad_norm_(1.0)\n",
     "scale without backward": b"import torch\ndef f(x):\n    return x.scale(2)\n",

@@ -622,7 +622,8 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
     if b"fft" in raw and not test_file:
         summary.fft_helpers = _fft_helpers(parse())
     if b".grad" in raw and b"norm" in raw:
-        summary.grad_norm_helpers = grad_norm_helpers(parse())
+        if not shortcuts or not raw.isascii() or _may_define_grad_norm_helper(raw):
+            summary.grad_norm_helpers = grad_norm_helpers(parse())
     needs_savers = not test_file and b"state_dict()" in raw and _SAVES.search(raw) is not None
     needs_scaler_params = not test_file and b"caler" in raw and _SCALER_PARAM.search(raw) is not None
     if not (summary.trains or needs_ast or needs_apex or needs_savers or needs_scaler_params):
@@ -912,6 +913,24 @@ _GAP_CLOSE = rb"(?:[\s\\)]|" + _COMMENT + rb")*"
 _CLIP_ATTRIBUTE = re.compile(rb"(?:utils|clip_grad)" + _GAP_CLOSE + rb"\." + _GAP + rb"clip_grad_(?:norm|value)")
 _CLIP_IMPORT = re.compile(rb"from[\s\\.]+torch[\s\\]*\.[\s\\]*nn[\s\\]*\.[\s\\]*utils")
 _SCALE_CALL = re.compile(rb"\." + _GAP + rb"scale" + _GAP_CLOSE + rb"\(")
+
+
+# engine/grad_norm_helpers.py's helpers: a top-level `def` (at a line's start: a top-level
+# statement is never indented; form feeds aside), an attribute `grad` (`q.grad`), a call of
+# `norm` (`q.grad.norm(t)`, `torch.norm(...)`, also as `(q.grad.norm)(t)`).
+_TOP_DEF = re.compile(rb"(?:^|[\r\n])\x0c*def[\s\\]")
+_GRAD_ATTRIBUTE = re.compile(rb"\." + _GAP + rb"grad\b")
+_NORM_CALL = re.compile(rb"\bnorm" + _GAP_CLOSE + rb"\(")
+
+
+def _may_define_grad_norm_helper(raw: bytes) -> bool:
+    """False when this (ASCII) file cannot define a gradient-norm helper (each identifier of
+    an ASCII file is spelled as `ast` reports it)."""
+    return (
+        _NORM_CALL.search(raw) is not None
+        and _GRAD_ATTRIBUTE.search(raw) is not None
+        and _TOP_DEF.search(raw) is not None
+    )
 
 
 def _may_define_backward_runner(raw: bytes) -> bool:
