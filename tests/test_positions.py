@@ -22,15 +22,23 @@ SNIPPETS = {
     "tabs-and-unicode": "def f():\n\tif True:\n\t\treturn 'héllo ✓', \"\"\"a\nb\"\"\"\n",
     "decorators-comments": "# header\n\n@dec(1)\n# between\n@other\nclass A(B, metaclass=M):\n    '''doc'''\n    x: int = 1\n",
     "continuations": "x = 1 + \\\n    2\nwith a as b, c as d:\n    pass\n",
+    "footer-and-no-newline": "x = 1\r\n\r\n# last words\r\n  # indented\n\ny = 2  # end",
+    "footer": "x = 1\n\n# trailing comment\n  # more\n\n",
+    "cr-then-lf-statements": "x = (1,\r  2)\r\ny = 3\r\n\rz = 4\n",
 }
 
 
 def assert_same_positions(module: cst.Module) -> None:
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    fast = Positions(module)
     assert len(expected) > 0 or module.code == ""
-    for node, position in expected.items():
-        assert fast[node] == position, (type(node).__name__, module.code_for_node(node)[:60])
+    # The code is generated as far as asked: in the order of the text (a statement at a time),
+    # backwards (all at once), and a node of each statement first, then the rest.
+    by_start = sorted(expected, key=lambda node: (expected[node].start.line, expected[node].start.column))
+    statements = [node for node in module.body if node in expected]
+    for order in (by_start, by_start[::-1], statements + by_start):
+        fast = Positions(module)
+        for node in order:
+            assert fast[node] == expected[node], (type(node).__name__, module.code_for_node(node)[:60])
 
 
 @pytest.mark.parametrize("name", sorted(SNIPPETS))
@@ -55,3 +63,12 @@ def _torch_files():
 @pytest.mark.parametrize("path", _torch_files(), ids=lambda p: p.name)
 def test_real_files(path: Path):
     assert_same_positions(cst.parse_module(path.read_bytes()))
+
+
+def test_the_code_is_generated_only_as_far_as_asked():
+    module = cst.parse_module("a = 1\nb = 2\nc = 3\n# footer\n")
+    fast = Positions(module)
+    assert fast[module.body[0]].start.line == 1
+    assert not fast._finished and fast._next == 1
+    assert fast[module.footer[0]].start.line == 4
+    assert fast._finished

@@ -66,15 +66,56 @@ class _TokenIndexState(CodegenState):
 
 
 class Positions:
-    """`positions[node]` -> CodeRange (1-based lines, 0-based columns), for every node of `module`."""
+    """`positions[node]` -> CodeRange (1-based lines, 0-based columns), for every node of `module`.
+
+    The code is generated as far as the nodes asked for need, one top-level statement at a
+    time: a file whose findings are all near its start is not generated to its end. Tokens
+    are the same as a whole module's generation gives (it is sequential), so are positions."""
 
     def __init__(self, module: cst.Module) -> None:
-        state = _TokenIndexState(default_indent=module.default_indent, default_newline=module.default_newline)
-        module._codegen(state)
+        self._module = module
+        self._state = state = _TokenIndexState(default_indent=module.default_indent, default_newline=module.default_newline)
         self._ranges = state.ranges
-        self._offsets = [0, *itertools.accumulate(map(len, state.tokens))]
-        code = "".join(state.tokens)
-        self._line_starts = [0, *(match.end() for match in _NEWLINE.finditer(code))]
+        state.before_codegen(module)  # as `module._codegen(state)` does, a statement at a time
+        for header in module.header:
+            header._codegen(state)
+        self._next = 0  # the next statement of `module.body` to generate
+        self._finished = False
+        self._offsets = [0]  # the offset of each token generated (and of the end)
+        self._line_starts = [0]
+        self._scanned = 0  # tokens whose offsets and newlines are counted
+        self._ends_with_cr = False
+
+    def _generate(self, node: cst.CSTNode) -> None:
+        """Generate until `node` has its range, or the whole module."""
+        module, state = self._module, self._state
+        while node not in self._ranges and not self._finished:
+            if self._next < len(module.body):
+                module.body[self._next]._codegen(state)
+                self._next += 1
+                continue
+            for footer in module.footer:  # the rest of `Module._codegen_impl`
+                footer._codegen(state)
+            if module.has_trailing_newline:
+                if len(state.tokens) == 0:
+                    state.add_token(state.default_newline)
+            else:
+                state.pop_trailing_newline()
+            state.after_codegen(module)
+            self._finished = True
+        tokens = state.tokens
+        if self._scanned == len(tokens):
+            return
+        new = tokens[self._scanned :]
+        base = self._offsets[-1]
+        self._offsets.extend(itertools.islice(itertools.accumulate(map(len, new), initial=base), 1, None))
+        code = "".join(new)
+        if self._ends_with_cr and code.startswith("\n"):
+            self._line_starts.pop()  # "\r" then "\n": one newline, which ends after the "\n"
+        self._line_starts.extend(base + match.end() for match in _NEWLINE.finditer(code))
+        if code:
+            self._ends_with_cr = code.endswith("\r")
+        self._scanned = len(tokens)
 
     def _position(self, token_index: int) -> CodePosition:
         offset = self._offsets[token_index]
@@ -82,8 +123,10 @@ class Positions:
         return CodePosition(line, offset - self._line_starts[line - 1])
 
     def __getitem__(self, node: cst.CSTNode) -> CodeRange:
+        self._generate(node)
         start, end = self._ranges[node]
         return CodeRange(self._position(start), self._position(end))
 
     def __contains__(self, node: cst.CSTNode) -> bool:
+        self._generate(node)
         return node in self._ranges
