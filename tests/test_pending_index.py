@@ -90,3 +90,26 @@ def test_a_run_beside_the_index_stores_what_a_run_after_it_stores(tmp_path):
         found.append(hits)
     assert found[0] == found[1]
     assert len(found[1]) >= len(files) - 2
+
+
+def test_round_two_does_not_parse_again_what_round_one_parsed(monkeypatch):
+    """LibCST never sees a file `ast` rejects (pipeline.python_rejects); a file the first
+    round's screens parsed is not parsed again for that in the second round."""
+    import ast
+
+    from ampmigrate.engine import prescreen, runner
+    from ampmigrate.engine.pipeline import Engine
+
+    path = str(FIXTURES / "AMP201" / "alias_variable.py")
+    text = Path(path).read_text(encoding="utf-8")
+    settings = make_settings()
+    flagged = runner._process(Engine(settings, index_pending=True), path, Job("check"), None, defer_large=False, pending=True)
+    assert isinstance(flagged, runner._Deferred) and flagged.rules and flagged.parses
+    prescreen.parse("x = 1")  # another file parsed since, as in a worker
+    parses = []
+    real = ast.parse
+    monkeypatch.setattr(ast, "parse", lambda source, *a, **k: parses.append(source == text) or real(source, *a, **k))
+    engine = Engine(settings, index=ProjectIndex.build(str(FIXTURES / "AMP201"), [path], max_size=MAX))
+    result = runner._process(engine, path, Job("check"), None, defer_large=False, screened=flagged)
+    assert result.findings and result.parsed
+    assert True not in parses

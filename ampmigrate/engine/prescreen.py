@@ -59,6 +59,13 @@ def parse(text: str, *, remember: bool = True) -> Optional[ast.Module]:
     return tree
 
 
+def accepted(text: str) -> None:
+    """`text` is known to parse (it did in another process: the runner's first round), as if
+    `parse` had just accepted it."""
+    global _last_parsed
+    _last_parsed = text
+
+
 def parsed_last(text: str) -> bool:
     """Whether `text` is the text `parse` last accepted."""
     return text is _last_parsed or (_last_parsed is not None and text == _last_parsed)

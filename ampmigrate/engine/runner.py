@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple, Uni
 
 from ampmigrate.config import Settings
 from ampmigrate.diagnostics import FileError, Finding
-from ampmigrate.engine import workers
+from ampmigrate.engine import prescreen, workers
 from ampmigrate.engine.cache import Cache, content_hash, has_fix_to_apply
 from ampmigrate.engine.results import TOO_DEEP, FileResult
 from ampmigrate.engine.project import ProjectImports
@@ -104,6 +104,7 @@ class _Deferred:
     digest: str
     rules: Optional[Tuple[str, ...]]
     index_rules: bool = False
+    parses: bool = False  # `ast` parsed it (the screens): LibCST's guard need not parse it again
 
 
 def rule_key(rule) -> str:
@@ -185,17 +186,20 @@ def _process_unguarded(
     too_large = len(source.raw) > engine.settings.max_file_size
     if screened is not None and screened.rules is not None and screened.digest == digest:
         rules = [rule for rule in engine.rules if rule_key(rule) in screened.rules]
+        if screened.parses:
+            prescreen.accepted(text)
     else:
         # An oversized file is only reported when a trigger matches; it is not even parsed by `ast`.
         rules = engine.rules_for(text, path, screen=not too_large)
     if pending:
         index_rules = engine.index_rules_match(text)
         if rules or index_rules:
-            return _Deferred(len(source.raw), digest, tuple(rule_key(rule) for rule in rules), index_rules)
+            keys = tuple(rule_key(rule) for rule in rules)
+            return _Deferred(len(source.raw), digest, keys, index_rules, prescreen.parsed_last(text))
     if rules and too_large:
         result = FileResult(path, errors=[FileError(path, _too_large(len(source.raw), engine.settings))])
     elif rules and defer_large and len(source.raw) >= LARGE_FILE:
-        return _Deferred(len(source.raw), digest, tuple(rule_key(rule) for rule in rules))
+        return _Deferred(len(source.raw), digest, tuple(rule_key(rule) for rule in rules), False, prescreen.parsed_last(text))
     elif job.mode == "check":
         result = engine.check_text(text, path, want_edits=job.want_edits, rules=rules)
     else:
@@ -323,6 +327,14 @@ def _init_worker(
     engine = Engine(settings, project=project, index=index, index_pending=pending)
     engine.before_parse = workers.new_parse  # each LibCST parse gets the whole budget
     _WORKER = (engine, cache, job, pending)
+
+
+def _give_index(index: ProjectIndex) -> None:
+    """In a worker of a run whose index was pending: the index is here (`_init_worker` with it)."""
+    global _WORKER
+    assert _WORKER is not None
+    engine, cache, job, _ = _WORKER
+    _init_worker(engine.settings, cache, engine.project, index, job)
 
 
 def _worker_item(item: Tuple[str, bool, Optional[_Deferred]]) -> Union[FileResult, _Deferred]:
@@ -476,50 +488,50 @@ def _run_pending(
 ) -> None:
     """`_run_in_workers` while the project index is still being built: round one's workers
     (forked without it: `Engine(index_pending=True)`) read and screen every file and flag each
-    that needs LibCST; round two's, forked once the index is here, analyse the flagged files,
-    largest first, keeping only the rules that apply to a run with this index."""
+    that needs LibCST; once the index is here, they are given it and analyse the flagged
+    files, largest first, with only the rules that apply to a run with this index."""
     import_engine()
 
     size = _pool_size(todo, jobs)
     chunks = _chunks(files, todo, size, defer=False)
     finished: List[Tuple[int, Union[FileResult, workers.Failure]]] = []
     deferred: List[Tuple[int, int, _Deferred]] = []
-    first = workers.WorkerPool(size, _init_worker, (settings, cache, project, None, job, True), _worker_item, limits(settings))
+    pool = workers.WorkerPool(size, _init_worker, (settings, cache, project, None, job, True), _worker_item, limits(settings))
     gc.freeze()  # as in _run_in_workers
     try:
-        with first:
-            for slot, outcome in first.run(chunks):
+        with pool:
+            for slot, outcome in pool.run(chunks):
                 if isinstance(outcome, _Deferred):
                     deferred.append((outcome.size, slot, outcome))
                 else:
                     finished.append((slot, outcome))
-        index = pending.result()
-        from ampmigrate.engine.pipeline import Engine
+            index = pending.result()
+            from ampmigrate.engine.pipeline import Engine
 
-        engine = Engine(settings, project=project, index=index)  # the rules of this run
-        keys = {rule_key(rule) for rule in engine.rules}
-        rescreen = engine.index_rules_apply()
-        for slot, outcome in finished:
-            if isinstance(outcome, FileResult) and outcome.cache_digest is not None:
-                outcome.cache_digest = _with_index(outcome.cache_digest, outcome.path, index)
-            done(slot, outcome)
-        second = []
-        for _, slot, flagged in sorted(deferred, key=lambda item: (-item[0], item[1])):  # largest first
-            digest = _with_index(flagged.digest, files[slot], index)
-            if flagged.rules is None or (flagged.index_rules and rescreen):
-                flagged = _Deferred(flagged.size, digest, None)  # round two screens it again
-            else:
-                flagged = _Deferred(flagged.size, digest, tuple(key for key in flagged.rules if key in keys))
-                if not flagged.rules:  # no rule of this run is left for it: nothing to analyse
-                    done(slot, FileResult(files[slot], cache_digest=digest if cache is not None else None))
-                    continue
-            second.append([(slot, (files[slot], False, flagged))])
-        if not second:
-            return
-        size = min(size, len(second))
-        pool = workers.WorkerPool(size, _init_worker, (settings, cache, project, index, job), _worker_item, limits(settings))
-        gc.freeze()  # the index too
-        with pool:
+            engine = Engine(settings, project=project, index=index)  # the rules of this run
+            keys = {rule_key(rule) for rule in engine.rules}
+            rescreen = engine.index_rules_apply()
+            for slot, outcome in finished:
+                if isinstance(outcome, FileResult) and outcome.cache_digest is not None:
+                    outcome.cache_digest = _with_index(outcome.cache_digest, outcome.path, index)
+                done(slot, outcome)
+            second = []
+            for _, slot, flagged in sorted(deferred, key=lambda item: (-item[0], item[1])):  # largest first
+                digest = _with_index(flagged.digest, files[slot], index)
+                if flagged.rules is None or (flagged.index_rules and rescreen):
+                    flagged = _Deferred(flagged.size, digest, None)  # round two screens it again
+                else:
+                    kept = tuple(key for key in flagged.rules if key in keys)
+                    flagged = _Deferred(flagged.size, digest, kept, False, flagged.parses)
+                    if not flagged.rules:  # no rule of this run is left for it: nothing to analyse
+                        done(slot, FileResult(files[slot], cache_digest=digest if cache is not None else None))
+                        continue
+                second.append([(slot, (files[slot], False, flagged))])
+            if not second:
+                return
+            # Round one's workers go on, given the index (a worker forked anew would copy
+            # the pages it touches of this process again).
+            pool.reinitialize((settings, cache, project, index, job), _give_index, (index,))
             for slot, outcome in pool.run(second):
                 done(slot, outcome)
     finally:

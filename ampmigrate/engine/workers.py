@@ -49,6 +49,14 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class _Reinitialize:
+    """A message to a worker: run `setup(*args)` (`WorkerPool.reinitialize`)."""
+
+    setup: Callable
+    args: Tuple
+
+
+@dataclass(frozen=True)
 class Failure:
     """A file the worker did not finish: it died on it, or went over its budget."""
 
@@ -95,6 +103,9 @@ def _worker_main(
             os._exit(0)  # the parent is gone
         if items is None:
             os._exit(0)
+        if isinstance(items, _Reinitialize):
+            items.setup(*items.args)
+            continue
         for key, item in items:
             connection.send(("file", key, time.process_time()))
             connection.send(("done", key, process_item(item)))
@@ -175,6 +186,19 @@ class WorkerPool:
             else:
                 worker.kill()
         self._workers = []
+
+    def reinitialize(self, initargs: Tuple, setup: Callable, args: Tuple) -> None:
+        """From now on, new workers are set up by `initializer(*initargs)`, and those running
+        run `setup(*args)` (a module-level function; `args` are pickled), which must set them up
+        the same: cheaper than forking new ones, which copy the pages they touch again."""
+        initializer, _, process_item = self._spawn_args
+        self._spawn_args = (initializer, initargs, process_item)
+        message = _Reinitialize(setup, args)
+        for worker in self._workers:
+            try:
+                worker.connection.send(message)
+            except OSError:
+                pass  # it died: noticed (and replaced) when it is given work
 
     def _spawn(self) -> _Worker:
         worker = _Worker(self._context, *self._spawn_args)
