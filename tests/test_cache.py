@@ -481,3 +481,11 @@ def test_a_pack_written_by_another_run_meanwhile_is_merged_not_lost(tmp_path):
     again = Cache(str(tmp_path / "cache"), "k")
     assert [again.load(f, "check", h) for f, h in zip(files, ("h0", "h1", "h2"))] == [([], [], False), ([], [], True), ([], [], False)]
     assert second.load(files[0], "check", "other bytes") is None
+
+
+def test_libcst_version_is_the_installed_one():
+    """The run key's libcst version, read from its `.dist-info` folder's name (without
+    importing importlib.metadata), is what importlib.metadata says."""
+    from importlib.metadata import version
+
+    assert cache_module._libcst_version() == version("libcst")
