@@ -91,3 +91,12 @@ def test_without_a_scaler_call_the_old_reason_stays():
     )
     finding = _initialize(code)
     assert finding.fix is None and "never called" in finding.no_fix_reason
+
+
+def test_a_star_import_of_another_module_may_bind_functools():
+    code = BASIC.replace("from contextlib import suppress", "from contextlib import suppress\nfrom models import *")
+    finding = _initialize(code)
+    assert finding.fix is None and "may bind `functools`" in finding.no_fix_reason
+    spelled = code.replace("from models import *", "from models import *\nimport functools")
+    once = fix(spelled, select=["AMP1"])
+    assert once.count("import functools") == 1 and "functools.partial(torch.autocast" in once

@@ -150,6 +150,11 @@ class _TimmScaler:
             "functools" in scope.bindings for scope in self.names.scopes
         ):
             functools, needs_import = "functools", True
+        if functools is None and self.names.has_star_import:
+            raise Unfixable(
+                "a `from ... import *` of a module other than timm's may bind `functools` here, so the fp16 autocast "
+                "cannot be spelled: import `functools` (or `partial`) by name first"
+            )
         if functools is None:
             raise Unfixable("the name `functools` is taken in this file, so the fp16 autocast cannot be spelled")
         if needs_import:
@@ -171,8 +176,9 @@ class _TimmScaler:
             raise Unfixable("timm's ApexScaler beside the old `amp.init()` handle API is not a shape the fix follows")
         if spec.levels != {"O1"}:
             levels = "/".join(sorted(spec.levels))
+            runs = "runs" if len(spec.levels) == 1 else "may run (known only at run time)"
             raise Unfixable(
-                f"`amp.initialize` at line {self._line(init.call)} runs opt level {levels}: timm's NativeScaler arm is "
+                f"`amp.initialize` at line {self._line(init.call)} {runs} opt level {levels}: timm's NativeScaler arm is "
                 "fp16 autocast over fp32 weights with a dynamic loss scale, which is apex's O1 only"
             )
         bound = bound_arguments(init.call, INITIALIZE_PARAMS) or {}
