@@ -100,3 +100,12 @@ def test_a_star_import_of_another_module_may_bind_functools():
     spelled = code.replace("from models import *", "from models import *\nimport functools")
     once = fix(spelled, select=["AMP1"])
     assert once.count("import functools") == 1 and "functools.partial(torch.autocast" in once
+
+
+def test_a_class_of_the_repository_called_apex_scaler_is_not_timms():
+    code = (FIXTURES / "AMP101" / "timm_scaler_local_class.py").read_text(encoding="utf-8")
+    finding = _initialize(code)
+    assert finding.fix is None and "a class of this file, not timm's" in finding.no_fix_reason
+    imported = BASIC.replace("from timm.utils import ApexScaler, NativeScaler", "from utils import ApexScaler, NativeScaler")
+    finding = _initialize(imported)
+    assert finding.fix is None and "`utils.ApexScaler`, not timm's" in finding.no_fix_reason

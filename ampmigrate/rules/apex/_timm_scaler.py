@@ -76,8 +76,24 @@ def timm_scaler_fix(planner) -> Optional[Fix]:
     `amp.scale_loss`; None when the file makes no ApexScaler of timm's."""
     calls = _apex_scaler_calls(planner)
     if not calls:
+        _check_lookalike(planner)
         return None
     return _TimmScaler(planner, calls).fix()
+
+
+def _check_lookalike(planner) -> None:
+    """A class of the repository called `ApexScaler` (a copy of timm's, or another): its protocol
+    is not known, so the plan stops saying so rather than with the general reason."""
+    for call in planner.names.nodes_of_type((cst.Call,)):
+        func = call.func
+        spelled = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+        if spelled == "ApexScaler":
+            qnames = sorted(planner.names.qualified_names(func))
+            what = f"`{qnames[0]}`" if qnames else "a class of this file"
+            raise Unfixable(
+                f"`ApexScaler()` at line {planner.ctx.position(call).start.line} is {what}, not timm's: what its "
+                "calls run is not known, so the training step of `amp.initialize` is not in sight"
+            )
 
 
 def _apex_scaler_calls(planner) -> List[Tuple[cst.Call, str]]:
