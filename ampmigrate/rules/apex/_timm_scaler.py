@@ -66,8 +66,8 @@ _SAME_POSITIONS = 3
 _DEPTH = 3  # calls followed from the setup into this file's functions
 
 CHECKPOINT_NOTE = (
-    "checkpoints keep the scaler's state under `amp_scaler` (NativeScaler's `state_dict_key`) instead of "
-    "`amp`: resuming from an apex checkpoint starts the loss scale afresh"
+    "checkpoints keep the scaler's state under the key `amp_scaler` (NativeScaler's) instead of `amp`: "
+    "resuming from an apex checkpoint starts the loss scale afresh"
 )
 
 
