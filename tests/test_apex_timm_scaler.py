@@ -109,3 +109,16 @@ def test_a_class_of_the_repository_called_apex_scaler_is_not_timms():
     imported = BASIC.replace("from timm.utils import ApexScaler, NativeScaler", "from utils import ApexScaler, NativeScaler")
     finding = _initialize(imported)
     assert finding.fix is None and "`utils.ApexScaler`, not timm's" in finding.no_fix_reason
+
+
+def test_the_scaler_called_in_a_helper_nested_in_the_training_function():
+    """timm's train.py of 2023 calls the scaler in a `_backward(_loss)` closure of train_one_epoch."""
+    old = "            loss_scaler(loss, optimizer, clip_grad=args.clip_grad, parameters=model.parameters())\n"
+    new = (
+        "            def _backward(_loss):\n"
+        "                loss_scaler(_loss, optimizer, clip_grad=args.clip_grad, parameters=model.parameters())\n\n"
+        "            _backward(loss)\n"
+    )
+    assert old in BASIC
+    finding = _initialize(BASIC.replace(old, new))
+    assert finding.fix is not None and finding.fix.applicability == SAFE

@@ -135,7 +135,7 @@ class _TimmScaler:
                 f"`{scaler.value}` (timm's ApexScaler, line {self._line(call)}) is never called in this file: the "
                 "training step that runs it is elsewhere"
             )
-        autocast = self._autocast_variable(line, {self._function_of(c) for c in scaler_calls})
+        autocast = self._autocast_variable(line, {f for c in scaler_calls for f in self._functions_around(c)})
         for scaler_call in scaler_calls:
             self._check_clip(scaler_call)
         # ---- emit
@@ -504,6 +504,11 @@ class _TimmScaler:
 
     def _function_of(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         return self.p._function_scope(node).node
+
+    def _functions_around(self, node: cst.CSTNode) -> List[cst.CSTNode]:
+        """The functions `node` is in, innermost first (timm's later train.py calls the scaler in
+        a `_backward` helper nested in the function that enters the autocast)."""
+        return [a for a in self.names.ancestors(node) if isinstance(a, cst.FunctionDef)]
 
     def _line(self, node: cst.CSTNode) -> int:
         return self.ctx.position(node).start.line
