@@ -311,7 +311,7 @@ class _TimmScaler:
                 "asserts it is given (ApexScaler clipped the optimizer's parameters)"
             )
         value = parameters.value
-        code = self.ctx.code(value).strip()
+        code = " ".join(self.ctx.code(value).split())  # one line, however the call was wrapped
         head = _model_parameters(value, self.names)
         if head is not None:
             if head is not False:
