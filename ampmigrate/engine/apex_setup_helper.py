@@ -50,7 +50,8 @@ class Helper:
     tests: List[Tuple[ast.expr, bool]] = field(default_factory=list)  # the `if`s around the call (test, taken)
     options: Dict[str, ast.expr] = field(default_factory=dict)  # `amp.initialize`'s keywords
     init_line: int = 0
-    stores: List[str] = field(default_factory=list)  # parameters whose attributes the helper assigns
+    # what the helper assigns in the objects it is given: (name, its attribute or "" for any)
+    stores: List[Tuple[str, str]] = field(default_factory=list)
 
 
 def helper_of(tree: ast.Module, path: str) -> Tuple[Optional[Helper], str]:
@@ -143,15 +144,15 @@ def helper_of(tree: ast.Module, path: str) -> Tuple[Optional[Helper], str]:
         return None, f"`{name}()` rebinds its parameter `{sorted(used & rebound)[0]}` that decides its apex setup"
     stores = sorted(
         {
-            _root(n)
+            _first_step(n)
             for n in _own_nodes(function)
-            if isinstance(n, (ast.Attribute, ast.Subscript)) and isinstance(n.ctx, (ast.Store, ast.Del)) and _root(n)
+            if isinstance(n, (ast.Attribute, ast.Subscript)) and isinstance(n.ctx, (ast.Store, ast.Del)) and _first_step(n)[0]
         }
         | {
-            _root(n.args[0])
+            (_first_step(n.args[0])[0], "")
             for n in _own_nodes(function)
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("setattr", "delattr") and n.args
-            and _root(n.args[0])
+            and _first_step(n.args[0])[0]
         }
     )
     helper = Helper(
@@ -244,7 +245,33 @@ def _path(root: ast.AST, target: ast.AST) -> List[ast.AST]:
     return []
 
 
-def _root(node: ast.AST) -> str:
+def _first_step(node: ast.AST) -> Tuple[str, str]:
+    """`args.fp16.x = ...` -> ("args", "fp16"); `args[k] = ...` -> ("args", ""); ("", "") without a name at the root."""
+    first = ""
     while isinstance(node, (ast.Attribute, ast.Subscript)):
+        first = node.attr if isinstance(node, ast.Attribute) else ""
         node = node.value
-    return node.id if isinstance(node, ast.Name) else ""
+    return (node.id, first) if isinstance(node, ast.Name) else ("", "")
+
+
+def test_chains(test: ast.expr, params: List[str]) -> List[Tuple[str, str]]:
+    """The parameters a test reads and the attributes it reads of each: `args.fp16 and not x` ->
+    [("args", ".fp16"), ("x", "")]."""
+    found: List[Tuple[str, str]] = []
+    inner: set = set()
+    for node in ast.walk(test):
+        if id(node) in inner:
+            continue
+        if isinstance(node, ast.Attribute):
+            parts: List[str] = []
+            current: ast.AST = node
+            while isinstance(current, ast.Attribute):
+                inner.add(id(current))
+                parts.append(current.attr)
+                current = current.value
+            if isinstance(current, ast.Name) and current.id in params:
+                inner.add(id(current))
+                found.append((current.id, "".join(f".{p}" for p in reversed(parts))))
+        elif isinstance(node, ast.Name) and node.id in params:
+            found.append((node.id, ""))
+    return found

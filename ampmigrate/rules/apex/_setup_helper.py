@@ -33,6 +33,7 @@ from ampmigrate.engine.apex_setup_helper import (
     helper_callers,
     helper_of,
     helper_of_source,
+    test_chains,
     helpers_called_by,
 )
 from ampmigrate.engine.context import FileContext, FixBuilder
@@ -127,6 +128,21 @@ class _Refusing(_Planner):
 
     def _build(self, plan: AmpPlan) -> Fix:
         raise Unfixable(f"{self.prefix} ({self.reason})")
+
+
+def _chain(node: Optional[cst.BaseExpression]) -> str:
+    """`args.fp16` as spelled; "?" for what is not a name or an attribute chain."""
+    spelled = _spelled(node) if node is not None else ""
+    return spelled or "?"
+
+
+def _overlaps(stored: str, read: str, exact: bool) -> bool:
+    """Whether assigning `stored` (with `exact`, that attribute; else anything below it) may change `read`."""
+    if read.startswith("?"):
+        return True
+    if not exact:
+        return read == stored or read.startswith(stored + ".")
+    return read == stored or read.startswith(stored + ".") or stored.startswith(read + ".")
 
 
 def _check_file(planner: _Planner) -> None:
@@ -382,14 +398,19 @@ class _CallerSide(_Planner):
             if not taken:
                 code = f"not {operand(test)}"
             spec.add_enabled(code, cst.parse_expression(code))
-        # what the helper may change before testing: attributes of the objects the test reads
-        for param in helper.stores:
-            given = bound.get(param)
-            root = given
-            while isinstance(root, (cst.Attribute, cst.Subscript)):
-                root = root.value
-            if isinstance(root, cst.Name) and root.value in roots:
-                raise Unfixable(f"`{helper.name}()` assigns attributes of `{param}`, which its apex test reads")
+        # what the helper may change before its test: the attributes the test reads
+        reads = [
+            _chain(bound.get(param)) + suffix
+            for test, _ in helper.tests
+            for param, suffix in test_chains(test, helper.params + helper.kwonly)
+            if param in bound
+        ]
+        for param, attribute in helper.stores:
+            stored = _chain(bound.get(param)) + (f".{attribute}" if attribute else "")
+            if stored.startswith("?"):
+                continue  # not an object the caller names
+            if any(_overlaps(stored, read, bool(attribute)) for read in reads):
+                raise Unfixable(f"`{helper.name}()` assigns `{param}{'.' + attribute if attribute else '[...]'}`, which its apex test reads")
         if roots & targets:
             raise Unfixable(f"the call of `{helper.name}()` rebinds `{sorted(roots & targets)[0]}`, which its apex test reads")
         # the opt level and the loss scale, in the caller's terms
