@@ -156,3 +156,29 @@ def test_an_inference_use_of_the_helper_refuses(tmp_path):
     reasons = _refused(project)
     assert "evaluate.py calls `prepare()` and scales no loss with apex's amp" in reasons["model_setup.py"]
     assert "evaluate.py calls `prepare()` and scales no loss" in reasons["train.py"]
+
+
+def test_a_cached_result_follows_a_new_inference_caller(tmp_path):
+    """The index key of both sides folds in every file importing the helper's file: a caller added
+    after a cached check changes the decision on the next run."""
+    import json
+    import subprocess
+    import sys
+
+    from test_apex_threading import ROOT
+
+    project = _copy(tmp_path)
+    cache = tmp_path / "cache"
+
+    def reasons():
+        done = subprocess.run(
+            [sys.executable, "-m", "ampmigrate", "check", "--cache-dir", str(cache), "--exit-zero", "--select", "AMP101",
+             "--output-format", "json", "."],
+            cwd=project, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=False,
+        )
+        return {f["filename"].rsplit("/", 1)[-1]: f["no_fix_reason"] for f in json.loads(done.stdout)}
+
+    assert not any(reasons().values())
+    (project / "evaluate.py").write_text("from model_setup import prepare\n\nnet, _ = prepare(1, None, 'cuda', fp16=True)\n")
+    found = reasons()
+    assert "evaluate.py calls `prepare()`" in found["model_setup.py"] and "evaluate.py calls `prepare()`" in found["train.py"]

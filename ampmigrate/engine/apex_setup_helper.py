@@ -19,6 +19,7 @@ path, name)` lists the files of the run calling it (or why they cannot be follow
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
@@ -275,3 +276,21 @@ def test_chains(test: ast.expr, params: List[str]) -> List[Tuple[str, str]]:
         elif isinstance(node, ast.Name) and node.id in params:
             found.append((node.id, ""))
     return found
+
+
+def setup_key(index: "ProjectIndex", path: str) -> str:
+    """What of the index a setup-helper migration of the file at `path` depends on ("" if
+    nothing): the bytes of every file importing a file that calls `amp.initialize` (a new caller
+    of a helper, an inference use among them, flips every side's decision)."""
+    facts = index.modules.get(os.path.abspath(path))
+    if facts is None or not (facts.apex_init_function or facts.apex_step_functions):
+        return ""
+    cached = index.__dict__.get("_apex_setup_digest")
+    if cached is None:
+        parts: List[str] = []
+        for helper in sorted(p for p, s in index.modules.items() if s.apex_init_function and p in index.apex_sources):
+            for importer, _ in importers(index, helper):
+                parts.append(repr((helper, importer, index.digests.get(importer))))
+        cached = hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest() if parts else ""
+        index.__dict__["_apex_setup_digest"] = cached
+    return cached
