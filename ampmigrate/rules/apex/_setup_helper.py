@@ -59,6 +59,8 @@ def setup_helper_planner(ctx: FileContext) -> Optional[_Planner]:
     helper, _ = helper_of(tree, path)
     scales = _scales_loss(tree)
     if helper is not None:
+        if index.modules.get(path) is not None and index.modules[path].apex_init_calls:
+            return None  # it hands the optimizer to a training function elsewhere (_cross_threading.py)
         called_here = _called_in_file(tree, helper.name)
         others, reason = helper_callers(index, path, helper.name)
         if called_here and scales:
@@ -79,8 +81,10 @@ def setup_helper_planner(ctx: FileContext) -> Optional[_Planner]:
         return None
     other, name, spellings = called[0]
     found, why = helper_of_source(index, other)
+    if found is None and not why:
+        return None  # not this shape at all (several `amp.initialize` calls): the other planners' reasons
     if found is None or found.name != name:
-        return _Refusing(ctx, why or f"`{name}()` of {index.relative(other)} is not a setup helper the fix takes", NO_INIT_REASON)
+        return _Refusing(ctx, f"`{name}()` of {index.relative(other)} sets apex up, but {why or 'not as a helper the fix takes'}", NO_INIT_REASON)
     return _CallerSide(ctx, found, spellings, same_file=False)
 
 
