@@ -182,3 +182,28 @@ def test_a_cached_result_follows_a_new_inference_caller(tmp_path):
     (project / "evaluate.py").write_text("from model_setup import prepare\n\nnet, _ = prepare(1, None, 'cuda', fp16=True)\n")
     found = reasons()
     assert "evaluate.py calls `prepare()`" in found["model_setup.py"] and "evaluate.py calls `prepare()`" in found["train.py"]
+
+
+def test_the_helper_imported_under_another_name_or_through_its_module(tmp_path):
+    project = _copy(tmp_path)
+    _edit(project / "train.py", "from model_setup import prepare\n", "import model_setup as ms\n")
+    _edit(project / "train.py", "net, opt = prepare(", "net, opt = ms.prepare(")
+    _fix(project)
+    text = (project / "train.py").read_text()
+    assert '    scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)\n' in text and "apex" not in text
+    project = tmp_path / "q"
+    shutil.copytree(HELPER, project)
+    _edit(project / "train.py", "from model_setup import prepare\n", "from model_setup import prepare as setup\n")
+    _edit(project / "train.py", "net, opt = prepare(", "net, opt = setup(")
+    _fix(project)
+    assert '    scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)\n' in (project / "train.py").read_text()
+
+
+def test_a_positional_flag_and_a_negated_test_are_spelled_in_the_callers_terms(tmp_path):
+    project = _copy(tmp_path)
+    _edit(project / "model_setup.py", "    if fp16:\n", "    if not fp16:\n        pass\n    else:\n")
+    _edit(project / "train.py", 'prepare(net, opt, "cuda", fp16=args.fp16, opt_level="O1")', 'prepare(net, opt, "cuda", args.fp16 and args.steps > 0)')
+    _fix(project)
+    text = (project / "train.py").read_text()
+    assert '    scaler = torch.amp.GradScaler("cuda", enabled=(args.fp16 and args.steps > 0))\n' in text
+    _compiles_and_is_stable(project)

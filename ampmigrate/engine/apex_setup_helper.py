@@ -208,8 +208,9 @@ def helper_callers(index: "ProjectIndex", path: str, name: str) -> Tuple[List[st
             continue
         if other not in index.apex_sources or not index.modules[other].apex_step_functions:
             return [], (
-                f"{where} calls `{name}()` and scales no loss with apex's amp (an inference or evaluation use: "
-                "without `amp.initialize` its model would run in fp32, not apex's fp16)"
+                f"{where} calls `{name}()` and scales no loss with apex's amp itself (an inference or evaluation "
+                "use, whose model would run in fp32 without `amp.initialize`, or a training step in yet another file, "
+                "which the GradScaler created there would have to reach)"
             )
         callers.append(other)
     return callers, ""

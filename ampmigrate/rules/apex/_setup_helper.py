@@ -398,10 +398,16 @@ class _CallerSide(_Planner):
 
         spec = ScalerSpec(levels=set())
         for test, taken in helper.tests:
-            code = translate(test)
-            if not taken:
+            if taken:
+                code = translate(test)
+            elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                code = translate(test.operand)  # `if not fp16: ... else: amp.initialize(...)`
+            else:
                 code = f"not {operand(test)}"
-            spec.add_enabled(code, cst.parse_expression(code))
+            try:
+                spec.add_enabled(code, cst.parse_expression(code))
+            except cst.ParserSyntaxError:
+                raise Unfixable(f"the apex test of `{helper.name}()` cannot be spelled in its caller's terms") from None
         # what the helper may change before its test: the attributes the test reads
         reads = [
             _chain(bound.get(param)) + suffix
