@@ -207,3 +207,36 @@ def test_a_positional_flag_and_a_negated_test_are_spelled_in_the_callers_terms(t
     text = (project / "train.py").read_text()
     assert '    scaler = torch.amp.GradScaler("cuda", enabled=(args.fp16 and args.steps > 0))\n' in text
     _compiles_and_is_stable(project)
+
+
+def test_same_file_helper_also_used_for_evaluation_refuses(tmp_path):
+    project = _copy(tmp_path, SAME_FILE)
+    _edit(
+        project / "train.py",
+        "def main():\n",
+        "def evaluate(args):\n    model, _ = build_model_and_optimizer(args)\n    return model(torch.randn(2, 8).cuda())\n\n\ndef main():\n",
+    )
+    reasons = _refused(project)
+    assert "`build_model_and_optimizer()` is called 2 times in this file" in reasons["train.py"]
+
+
+def test_same_file_helper_used_as_a_value_refuses(tmp_path):
+    project = _copy(tmp_path, SAME_FILE)
+    _edit(project / "train.py", "    args = parse_args()\n", "    args = parse_args()\n    builders = [build_model_and_optimizer]\n")
+    reasons = _refused(project)
+    assert "`build_model_and_optimizer()` is used otherwise than by calling it" in reasons["train.py"]
+
+
+def test_same_file_helper_called_from_another_file_too_refuses(tmp_path):
+    project = _copy(tmp_path, SAME_FILE)
+    (project / "sweep.py").write_text(
+        "from apex import amp\nfrom train import build_model_and_optimizer\n\n\n"
+        "def sweep(args, batch):\n"
+        "    model, optimizer = build_model_and_optimizer(args)\n"
+        "    loss = model(batch).sum()\n"
+        "    with amp.scale_loss(loss, optimizer) as scaled:\n"
+        "        scaled.backward()\n"
+        "    optimizer.step()\n"
+    )
+    reasons = _refused(project)
+    assert "sets apex up for callers in this file and in others" in reasons["train.py"]

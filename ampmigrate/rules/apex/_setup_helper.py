@@ -66,6 +66,8 @@ def setup_helper_planner(ctx: FileContext) -> Optional[_Planner]:
         if called_here and scales:
             if others or reason:
                 return _Refusing(ctx, f"`{helper.name}()` sets apex up for callers in this file and in others", NO_STEP_REASON)
+            if not _only_called(tree, helper.name):
+                return _Refusing(ctx, f"`{helper.name}()` is used otherwise than by calling it", NO_STEP_REASON)
             return _CallerSide(ctx, helper, frozenset({helper.name}), same_file=True)
         if scales or called_here:
             return None  # the in-file planner's (and its reasons)
@@ -94,6 +96,14 @@ def _scales_loss(tree: ast.Module) -> bool:
 
 def _initializes(tree: ast.Module) -> bool:
     return any(isinstance(n, ast.Attribute) and n.attr in ("initialize", "init") for n in ast.walk(tree))
+
+
+def _only_called(tree: ast.Module, name: str) -> bool:
+    """Every load of `name` in the module is the function of a call."""
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    return all(
+        id(n) in called for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+    )
 
 
 def _called_in_file(tree: ast.Module, name: str) -> bool:
