@@ -301,6 +301,38 @@ APEX_AMP_CAST_ANNOTATIONS: FrozenSet[str] = frozenset(
     {"half_function", "float_function", "promote_function", "register_half_function",
      "register_float_function", "register_promote_function"}
 )
+# The functions `amp.register_half_function(module, "name")` / `register_float_function` may name
+# whose op CUDA autocast already casts the same way: fp16 autocast runs them with their floating
+# CUDA inputs cast to float16 (`lower_precision_fp`) or float32 (`fp32`, `fp32_set_opt_dtype`), as
+# apex O1 did for a registered function. Only public functions that dispatch straight to the op of
+# the same name are listed. Source: the `KERNEL_CUDA(...)` table of aten/src/ATen/autocast_mode.cpp
+# (https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/autocast_mode.cpp); einsum joined
+# it in pytorch/pytorch#71916. bench/gpu/autocast_registrations.py checks every entry on a GPU, bit
+# for bit; `sum` is left out: autocast sums fp16 inputs with dtype=float32, which rounds differently
+# from apex's cast-then-sum (measured on an H200, bench/gpu/RESULTS.md).
+AUTOCAST_CUDA_HALF_OPS: Dict[str, FrozenSet[str]] = {
+    "torch": frozenset(
+        {"einsum", "matmul", "mm", "bmm", "mv", "addmm", "addmv", "addr", "addbmm", "baddbmm",
+         "chain_matmul", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+         "conv_transpose3d", "prelu"}
+    ),
+    "torch.nn.functional": frozenset(
+        {"linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"}
+    ),
+}
+AUTOCAST_CUDA_FLOAT_OPS: Dict[str, FrozenSet[str]] = {
+    "torch": frozenset(
+        {"acos", "asin", "cosh", "sinh", "tan", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p",
+         "reciprocal", "rsqrt", "pow", "softmax", "log_softmax", "cumsum", "cumprod", "prod",
+         "logsumexp", "cdist", "cosine_similarity", "layer_norm", "group_norm"}
+    ),
+    "torch.nn.functional": frozenset(
+        {"softplus", "softmax", "log_softmax", "layer_norm", "group_norm", "cosine_similarity", "nll_loss",
+         "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "binary_cross_entropy_with_logits",
+         "poisson_nll_loss", "margin_ranking_loss", "soft_margin_loss", "multilabel_margin_loss",
+         "multi_margin_loss", "hinge_embedding_loss", "cosine_embedding_loss", "triplet_margin_loss", "pdist"}
+    ),
+}
 APEX_FP16_UTILS: Dict[str, str] = _apex_names(
     "apex.fp16_utils",
     ("fp16_optimizer", "fp16util", "loss_scaler"),
