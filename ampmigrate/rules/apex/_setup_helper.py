@@ -82,11 +82,9 @@ def setup_helper_planner(ctx: FileContext) -> Optional[_Planner]:
     if len(called) != 1:
         return None
     other, name, spellings = called[0]
-    found, why = helper_of_source(index, other)
-    if found is None and not why:
-        return None  # not this shape at all (several `amp.initialize` calls): the other planners' reasons
+    found, _ = helper_of_source(index, other)
     if found is None or found.name != name:
-        return _Refusing(ctx, f"`{name}()` of {index.relative(other)} sets apex up, but {why or 'not as a helper the fix takes'}", NO_INIT_REASON)
+        return None  # not a setup helper: the other planners' shapes and reasons
     return _CallerSide(ctx, found, spellings, same_file=False)
 
 
