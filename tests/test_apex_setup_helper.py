@@ -240,3 +240,57 @@ def test_same_file_helper_called_from_another_file_too_refuses(tmp_path):
     )
     reasons = _refused(project)
     assert "sets apex up for callers in this file and in others" in reasons["train.py"]
+
+
+TRAINER = '''import torch
+from torch import nn
+
+from apex import amp
+from model_setup import prepare
+
+
+class Trainer:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        net, opt = prepare(net, opt, cfg.device, fp16=cfg.fp16)
+        self.model = net
+        self.optimizer = opt
+
+    def train_step(self, x, y):
+        output = self.model(x)
+        loss = nn.functional.cross_entropy(output, y)
+        self.optimizer.zero_grad()
+        if self.cfg.fp16:
+            with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                scaled_loss.backward()
+            torch.nn.utils.clip_grad_norm_(amp.master_params(self.optimizer), 1.0)
+        else:
+            loss.backward()
+        self.optimizer.step()
+        return loss
+'''
+
+
+def test_a_trainer_class_calling_the_helper_keeps_the_scaler_as_an_attribute(tmp_path):
+    """`__init__` calls the helper, `train_step()` scales the loss: `self.scaler`, created after the call."""
+    project = _copy(tmp_path)
+    (project / "train.py").write_text(TRAINER)
+    _fix(project)
+    text = (project / "train.py").read_text()
+    assert "apex" not in text + (project / "model_setup.py").read_text()
+    assert (
+        "        net, opt = prepare(net, opt, cfg.device, fp16=cfg.fp16)\n"
+        '        self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.fp16)\n'
+    ) in text
+    assert '        with torch.autocast("cuda", dtype=torch.float16, enabled=self.scaler.is_enabled()):\n' in text
+    assert "            self.scaler.unscale_(self.optimizer)\n" in text
+    _compiles_and_is_stable(project)
+
+
+def test_a_group_reason_names_the_caller_and_its_own_reason(tmp_path):
+    project = _copy(tmp_path)
+    _edit(project / "train.py", 'opt_level="O1")', "opt_level=args.level)")
+    reasons = _refused(project)
+    assert "(train.py cannot be migrated with it: the opt level `prepare()` passes" in reasons["model_setup.py"]

@@ -247,7 +247,7 @@ class _CallerSide(_Planner):
         try:
             return self._build_caller(plan)
         except Unfixable as exc:
-            if self.same_file:
+            if self.same_file or not self.verify:  # (planned from another side of the group: the bare reason)
                 raise
             raise Unfixable(f"{prefix} (`{self.helper.name}()` sets apex up: {exc})") from None
 
@@ -271,8 +271,11 @@ class _CallerSide(_Planner):
         _check_min_torch(self)
         call, line, target = self._the_call()
         self.home = self._function_scope(call)
-        if self.home.kind != "function" or self.home.parent is not self.names.module_scope:
-            raise Unfixable(f"`{self.helper.name}()` is not called in a top-level function")
+        owner = self.home.parent
+        if owner is not None and owner.kind == "class":  # a method of a top-level class: `self.scaler`
+            owner = owner.parent
+        if self.home.kind != "function" or owner is not self.names.module_scope:
+            raise Unfixable(f"`{self.helper.name}()` is not called in a top-level function or a method of a top-level class")
         for ancestor in self.names.ancestors(line):
             if ancestor is self.home.node:
                 break
