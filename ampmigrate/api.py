@@ -378,6 +378,42 @@ APEX_MULTI_TENSOR: Dict[str, str] = {
 }
 
 
+# timm's two loss scalers share one call protocol (`scaler(loss, optimizer, clip_grad=None,
+# clip_mode="norm", parameters=None, create_graph=False)`, `state_dict()`, `load_state_dict()`,
+# `state_dict_key`): `ApexScaler` runs `amp.scale_loss` + backward, clips `amp.master_params`,
+# steps; `NativeScaler` runs GradScaler's scale/backward, `unscale_` before the clip, step,
+# update (timm/utils/cuda.py, huggingface/pytorch-image-models; re-exported by timm/utils/__init__.py).
+# Under apex O1 the second is the first's torch.amp counterpart: {ApexScaler: NativeScaler}.
+TIMM_APEX_SCALERS: Dict[str, str] = {
+    "timm.utils.ApexScaler": "timm.utils.NativeScaler",
+    "timm.utils.cuda.ApexScaler": "timm.utils.cuda.NativeScaler",
+}
+TIMM_NATIVE_SCALERS: FrozenSet[str] = frozenset(TIMM_APEX_SCALERS.values())
+# timm functions that use a loss scaler only through `state_dict()`, `load_state_dict()` and
+# `state_dict_key` (checkpointing: timm/models/_helpers.py, timm/utils/checkpoint_saver.py).
+TIMM_SCALER_STATE_USERS: FrozenSet[str] = frozenset(
+    {
+        "timm.models.resume_checkpoint",
+        "timm.models.helpers.resume_checkpoint",
+        "timm.models._helpers.resume_checkpoint",
+        "timm.utils.CheckpointSaver",
+        "timm.utils.checkpoint_saver.CheckpointSaver",
+    }
+)
+# `timm.models.model_parameters(model, exclude_head=False)`: `model.parameters()`, or all but
+# the last two (the head's weight and bias) with `exclude_head` (timm/models/_helpers.py).
+TIMM_MODEL_PARAMETERS: FrozenSet[str] = frozenset(
+    {"timm.models.model_parameters", "timm.models.helpers.model_parameters", "timm.models._helpers.model_parameters"}
+)
+# "Do nothing" context managers a timm-style script binds its autocast variable to by default.
+NULL_CONTEXTS: FrozenSet[str] = frozenset({"contextlib.suppress", "contextlib.nullcontext"})
+# The star-exports of timm the resolver follows (`from timm.utils import *`, as in timm's train.py).
+_TIMM_STAR = {
+    "timm.utils": ("ApexScaler", "NativeScaler", "CheckpointSaver"),
+    "timm.models": ("resume_checkpoint", "model_parameters"),
+}
+
+
 # torch.optim / torch.nn replacements and the torch release that introduced each.
 TORCH_FUSED_ADAMW_SINCE: Version = (2, 0)
 TORCH_FUSED_SGD_SINCE: Version = (2, 3)
@@ -394,6 +430,8 @@ def _star_exports() -> Dict[str, FrozenSet[str]]:
             module, _, name = qname.rpartition(".")
             if name == short and not name.startswith("_"):
                 exports.setdefault(module, set()).add(name)
+    for module, names in _TIMM_STAR.items():
+        exports.setdefault(module, set()).update(names)
     return {module: frozenset(names) for module, names in exports.items()}
 
 

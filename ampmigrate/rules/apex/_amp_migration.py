@@ -73,6 +73,7 @@ from ampmigrate.rules.apex._presence import (
 from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions
 from ampmigrate.rules.apex._removal import Removal, none_assignments, unused_after
 from ampmigrate.rules.apex._scaler_access import ScalerAccess
+from ampmigrate.rules.apex._timm_scaler import timm_scaler_fix
 from ampmigrate.rules.apex._unused_optimizer import optimizers_unused
 from ampmigrate.rules.apex._window_readers import WindowReaders
 
@@ -229,6 +230,9 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, M
         if not steps and self._threads_scaler_out():
             return self._split_fix(plan)  # the training step is in another file (_cross_threading.py)
         if not steps and not fp32:
+            timm = timm_scaler_fix(self)  # timm's ApexScaler runs the step (_timm_scaler.py)
+            if timm is not None:
+                return timm
             raise Unfixable(NO_STEP_REASON)
         if fp32:
             self._plan_fp32(steps)
