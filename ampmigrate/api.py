@@ -301,6 +301,38 @@ APEX_AMP_CAST_ANNOTATIONS: FrozenSet[str] = frozenset(
     {"half_function", "float_function", "promote_function", "register_half_function",
      "register_float_function", "register_promote_function"}
 )
+# The functions `amp.register_half_function(module, "name")` / `register_float_function` may name
+# whose op CUDA autocast already casts the same way: fp16 autocast runs them with their floating
+# CUDA inputs cast to float16 (`lower_precision_fp`) or float32 (`fp32`, `fp32_set_opt_dtype`), as
+# apex O1 did for a registered function. Only public functions that dispatch straight to the op of
+# the same name are listed. Source: the `KERNEL_CUDA(...)` table of aten/src/ATen/autocast_mode.cpp
+# (https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/autocast_mode.cpp); einsum joined
+# it in pytorch/pytorch#71916. bench/gpu/autocast_registrations.py checks every entry on a GPU, bit
+# for bit; `sum` is left out: autocast sums fp16 inputs with dtype=float32, which rounds differently
+# from apex's cast-then-sum (measured on an H200, bench/gpu/RESULTS.md).
+AUTOCAST_CUDA_HALF_OPS: Dict[str, FrozenSet[str]] = {
+    "torch": frozenset(
+        {"einsum", "matmul", "mm", "bmm", "mv", "addmm", "addmv", "addr", "addbmm", "baddbmm",
+         "chain_matmul", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+         "conv_transpose3d", "prelu"}
+    ),
+    "torch.nn.functional": frozenset(
+        {"linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"}
+    ),
+}
+AUTOCAST_CUDA_FLOAT_OPS: Dict[str, FrozenSet[str]] = {
+    "torch": frozenset(
+        {"acos", "asin", "cosh", "sinh", "tan", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p",
+         "reciprocal", "rsqrt", "pow", "softmax", "log_softmax", "cumsum", "cumprod", "prod",
+         "logsumexp", "cdist", "cosine_similarity", "layer_norm", "group_norm"}
+    ),
+    "torch.nn.functional": frozenset(
+        {"softplus", "softmax", "log_softmax", "layer_norm", "group_norm", "cosine_similarity", "nll_loss",
+         "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "binary_cross_entropy_with_logits",
+         "poisson_nll_loss", "margin_ranking_loss", "soft_margin_loss", "multilabel_margin_loss",
+         "multi_margin_loss", "hinge_embedding_loss", "cosine_embedding_loss", "triplet_margin_loss", "pdist"}
+    ),
+}
 APEX_FP16_UTILS: Dict[str, str] = _apex_names(
     "apex.fp16_utils",
     ("fp16_optimizer", "fp16util", "loss_scaler"),
@@ -346,6 +378,42 @@ APEX_MULTI_TENSOR: Dict[str, str] = {
 }
 
 
+# timm's two loss scalers share one call protocol (`scaler(loss, optimizer, clip_grad=None,
+# clip_mode="norm", parameters=None, create_graph=False)`, `state_dict()`, `load_state_dict()`,
+# `state_dict_key`): `ApexScaler` runs `amp.scale_loss` + backward, clips `amp.master_params`,
+# steps; `NativeScaler` runs GradScaler's scale/backward, `unscale_` before the clip, step,
+# update (timm/utils/cuda.py, huggingface/pytorch-image-models; re-exported by timm/utils/__init__.py).
+# Under apex O1 the second is the first's torch.amp counterpart: {ApexScaler: NativeScaler}.
+TIMM_APEX_SCALERS: Dict[str, str] = {
+    "timm.utils.ApexScaler": "timm.utils.NativeScaler",
+    "timm.utils.cuda.ApexScaler": "timm.utils.cuda.NativeScaler",
+}
+TIMM_NATIVE_SCALERS: FrozenSet[str] = frozenset(TIMM_APEX_SCALERS.values())
+# timm functions that use a loss scaler only through `state_dict()`, `load_state_dict()` and
+# `state_dict_key` (checkpointing: timm/models/_helpers.py, timm/utils/checkpoint_saver.py).
+TIMM_SCALER_STATE_USERS: FrozenSet[str] = frozenset(
+    {
+        "timm.models.resume_checkpoint",
+        "timm.models.helpers.resume_checkpoint",
+        "timm.models._helpers.resume_checkpoint",
+        "timm.utils.CheckpointSaver",
+        "timm.utils.checkpoint_saver.CheckpointSaver",
+    }
+)
+# `timm.models.model_parameters(model, exclude_head=False)`: `model.parameters()`, or all but
+# the last two (the head's weight and bias) with `exclude_head` (timm/models/_helpers.py).
+TIMM_MODEL_PARAMETERS: FrozenSet[str] = frozenset(
+    {"timm.models.model_parameters", "timm.models.helpers.model_parameters", "timm.models._helpers.model_parameters"}
+)
+# "Do nothing" context managers a timm-style script binds its autocast variable to by default.
+NULL_CONTEXTS: FrozenSet[str] = frozenset({"contextlib.suppress", "contextlib.nullcontext"})
+# The star-exports of timm the resolver follows (`from timm.utils import *`, as in timm's train.py).
+_TIMM_STAR = {
+    "timm.utils": ("ApexScaler", "NativeScaler", "CheckpointSaver"),
+    "timm.models": ("resume_checkpoint", "model_parameters"),
+}
+
+
 # torch.optim / torch.nn replacements and the torch release that introduced each.
 TORCH_FUSED_ADAMW_SINCE: Version = (2, 0)
 TORCH_FUSED_SGD_SINCE: Version = (2, 3)
@@ -362,6 +430,8 @@ def _star_exports() -> Dict[str, FrozenSet[str]]:
             module, _, name = qname.rpartition(".")
             if name == short and not name.startswith("_"):
                 exports.setdefault(module, set()).add(name)
+    for module, names in _TIMM_STAR.items():
+        exports.setdefault(module, set()).update(names)
     return {module: frozenset(names) for module, names in exports.items()}
 
 

@@ -28,6 +28,7 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from ampmigrate.engine import collector
 from ampmigrate.engine.apex_checkpoint import state_key, summarize_checkpoint
+from ampmigrate.engine.apex_setup_helper import setup_key
 from ampmigrate.engine.apex_threading import summarize_threading, threading_key
 from ampmigrate.engine.apex_values import apex_amp_args, apex_amp_getters, top_functions
 from ampmigrate.engine.grad_norm_helpers import grad_norm_helpers
@@ -484,6 +485,9 @@ class ProjectIndex:
         threading = threading_key(self, absolute)
         if threading:
             parts.append(f"apex_threading={threading}")
+        setup = setup_key(self, absolute)
+        if setup:
+            parts.append(f"apex_setup_helper={setup}")
         helpers = state_key(self, absolute)
         if helpers:
             parts.append("apex_checkpoint=" + hashlib.blake2b(helpers.encode(), digest_size=8).hexdigest())

@@ -73,6 +73,7 @@ from ampmigrate.rules.apex._presence import (
 from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions
 from ampmigrate.rules.apex._removal import Removal, none_assignments, unused_after
 from ampmigrate.rules.apex._scaler_access import ScalerAccess
+from ampmigrate.rules.apex._timm_scaler import timm_scaler_fix
 from ampmigrate.rules.apex._unused_optimizer import optimizers_unused
 from ampmigrate.rules.apex._window_readers import WindowReaders
 
@@ -98,8 +99,9 @@ def _planner_for(ctx: FileContext) -> "_Planner":
     # A file that is one side of an apex setup split across two files (_cross_threading.py).
     from ampmigrate.rules.apex._checkpoint_threading import checkpoint_planner
     from ampmigrate.rules.apex._cross_threading import split_planner
+    from ampmigrate.rules.apex._setup_helper import setup_helper_planner
 
-    return split_planner(ctx) or checkpoint_planner(ctx) or _Planner(ctx)
+    return setup_helper_planner(ctx) or split_planner(ctx) or checkpoint_planner(ctx) or _Planner(ctx)
 
 
 class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, MultiInits, LoopHelperSteps, WindowReaders):
@@ -228,6 +230,9 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, M
         if not steps and self._threads_scaler_out():
             return self._split_fix(plan)  # the training step is in another file (_cross_threading.py)
         if not steps and not fp32:
+            timm = timm_scaler_fix(self)  # timm's ApexScaler runs the step (_timm_scaler.py)
+            if timm is not None:
+                return timm
             raise Unfixable(NO_STEP_REASON)
         if fp32:
             self._plan_fp32(steps)

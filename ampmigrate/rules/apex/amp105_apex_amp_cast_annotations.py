@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import libcst as cst
 
-from ampmigrate.api import APEX_AMP_CAST_ANNOTATIONS, format_version
+from ampmigrate.api import (
+    APEX_AMP_CAST_ANNOTATIONS,
+    AUTOCAST_CUDA_FLOAT_OPS,
+    AUTOCAST_CUDA_HALF_OPS,
+    format_version,
+)
 from ampmigrate.rules.apex._amp_refs import AmpRef, amp_usage
 from ampmigrate.rules.apex._removal import Removal, unused_after
 from ampmigrate.rules.base import Rule
@@ -14,6 +19,8 @@ from ampmigrate.rules.base import Rule
 _CUSTOM_FWD_SINCE = (2, 4)
 _DTYPE = {"half_function": "float16", "float_function": "float32"}
 _AUTOGRAD_FUNCTION = frozenset({"torch.autograd.Function", "torch.autograd.function.Function"})
+# The registrations CUDA autocast already honours: api -> module -> op names.
+_AUTOCAST_ALREADY = {"register_half_function": AUTOCAST_CUDA_HALF_OPS, "register_float_function": AUTOCAST_CUDA_FLOAT_OPS}
 
 
 class ApexAmpCastAnnotations(Rule):
@@ -25,6 +32,10 @@ class ApexAmpCastAnnotations(Rule):
         usage = amp_usage(ctx.file)
         refs = [r for r in usage.refs if r.api in APEX_AMP_CAST_ANNOTATIONS]
         for ref in refs:
+            registered = _registration_autocast_keeps(ctx, ref)
+            if registered is not None:
+                self._drop_registration(ctx, usage, ref, *registered)
+                continue
             reason = self._no_fix_reason(ctx, ref)
             if reason is not None:
                 ctx.report(ref.node, self.message(ref), no_fix_reason=reason)
@@ -50,6 +61,24 @@ class ApexAmpCastAnnotations(Rule):
                     removal.remove_import_binding(binding)
             removal.emit(fix)
             ctx.report(ref.node, self.message(ref), fix=fix.build())
+
+    def _drop_registration(self, ctx, usage, ref: AmpRef, statement: cst.BaseSmallStatement, op: str) -> None:
+        """`amp.register_half_function(torch, "einsum")` as a statement: CUDA autocast casts that op
+        the same way by itself, so the call goes (and an apex import only it needed)."""
+        dtype = "float16" if ref.api == "register_half_function" else "float32"
+        fix = ctx.fix(f"Remove the registration: CUDA autocast already runs `{op}` in {dtype}")
+        removal = Removal(ctx.names)
+        removal.remove_statement(statement)
+        for binding in usage.import_bindings:
+            if unused_after(ctx.names, binding, [ref.node]):
+                removal.remove_import_binding(binding)
+        removal.emit(fix)
+        ctx.report(
+            ref.node,
+            f"`amp.{ref.api}` (apex.amp, removed in May 2025) no longer runs; torch.autocast(\"cuda\") already "
+            f"casts `{op}`'s inputs to {dtype}, so the registration is not needed",
+            fix=fix.build(),
+        )
 
     @staticmethod
     def message(ref: AmpRef) -> str:
@@ -89,3 +118,23 @@ class ApexAmpCastAnnotations(Rule):
                 '`torch.autocast("cuda", enabled=False)`'
             )
         return None
+
+
+def _registration_autocast_keeps(ctx, ref: AmpRef) -> Optional[Tuple[cst.BaseSmallStatement, str]]:
+    """(the statement, `module.op`) when `ref` is a statement `amp.register_half_function(M, "op")`
+    (or `register_float_function`) whose op CUDA autocast casts the same way; else None."""
+    table = _AUTOCAST_ALREADY.get(ref.api or "")
+    call = ref.call
+    if table is None or call is None or len(call.args) != 2:
+        return None
+    if any(arg.keyword is not None or arg.star for arg in call.args):
+        return None
+    module_arg, name_arg = call.args[0].value, call.args[1].value
+    if not isinstance(name_arg, cst.SimpleString):
+        return None
+    op = name_arg.evaluated_value
+    modules = [m for m in ctx.names.qualified_names(module_arg) if op in table.get(m, ())]
+    statement = ctx.names.parent(call)
+    if not modules or not isinstance(statement, cst.Expr):
+        return None
+    return statement, f"{modules[0]}.{op}"

@@ -1,0 +1,297 @@
+"""apex set up inside a helper function that returns the model and optimizer (facts, read with `ast`).
+
+The shape (DPR's `setup_for_distributed_mode(model, optimizer, device, n_gpu, local_rank, fp16,
+fp16_opt_level)`, HF-style `prepare(...)` helpers): a top-level function `H` of file A calls
+`model, optimizer = amp.initialize(model, optimizer, opt_level=...)` (under `if fp16:` tests of
+its parameters) and ends with `return model, optimizer` (or a longer tuple holding both); its
+callers, in A or in other files, do `model, optimizer = H(...)` and then scale the loss with
+`amp.scale_loss` (themselves or in functions they call).
+
+The migration (rules/apex/_setup_helper.py): `H` keeps its signature and return values and its
+`amp.initialize` goes (the model stays fp32, autocast goes around the forward passes); each
+caller creates `torch.amp.GradScaler("cuda", enabled=<H's tests in the caller's terms>)` right
+after the call and uses it in its training step. Every caller must migrate, or none does.
+
+`helper_of(tree)` describes `H` (or says why the file is not this shape); `helper_callers(index,
+path, name)` lists the files of the run calling it (or why they cannot be followed).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+
+from ampmigrate.engine.apex_threading import _apex_amp_names, _own_nodes
+from ampmigrate.engine.caller_uses import uses
+from ampmigrate.engine.import_resolution import importers
+
+if TYPE_CHECKING:
+    from ampmigrate.engine.project_index import ProjectIndex
+
+# `amp.initialize` keywords a helper may pass: the opt level and the loss scale are mapped into the
+# caller's terms; `verbosity` only prints.
+HELPER_KEYWORDS = ("opt_level", "loss_scale", "verbosity")
+
+
+@dataclass
+class Helper:
+    """A setup helper `name` of the file at `path` (see the module docstring)."""
+
+    path: str
+    name: str
+    params: List[str]  # positional-or-keyword parameters, in order
+    kwonly: List[str]
+    defaults: Dict[str, ast.expr]
+    returns: int  # the length of the returned tuple
+    model_index: int  # where the initialized model and optimizer are in it
+    optimizer_index: int
+    tests: List[Tuple[ast.expr, bool]] = field(default_factory=list)  # the `if`s around the call (test, taken)
+    options: Dict[str, ast.expr] = field(default_factory=dict)  # `amp.initialize`'s keywords
+    init_line: int = 0
+    # what the helper assigns in the objects it is given: (name, its attribute or "" for any)
+    stores: List[Tuple[str, str]] = field(default_factory=list)
+
+
+def helper_of(tree: ast.Module, path: str) -> Tuple[Optional[Helper], str]:
+    """(the setup helper of this module, "") or (None, why not); (None, "") when the module has
+    no `amp.initialize` in a top-level function at all."""
+    amp_names = _apex_amp_names(tree)
+    if not amp_names:
+        return None, ""
+    inits = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("initialize", "init")
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id in amp_names
+    ]
+    if len(inits) != 1:
+        return None, ""
+    call = inits[0]
+    function = next(
+        (f for f in tree.body if isinstance(f, ast.FunctionDef) and any(n is call for n in ast.walk(f))), None
+    )
+    if function is None or call.func.attr != "initialize":
+        return None, ""
+    name = function.name
+    # The statement: `model, optimizer = amp.initialize(model, optimizer, ...)` with names.
+    path_to = _path(function, call)
+    statement = next((n for n in reversed(path_to) if isinstance(n, ast.stmt)), None)
+    if not (
+        isinstance(statement, ast.Assign)
+        and statement.value is call
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0], (ast.Tuple, ast.List))
+        and len(statement.targets[0].elts) == 2
+        and all(isinstance(e, ast.Name) for e in statement.targets[0].elts)
+    ):
+        return None, f"`amp.initialize` in `{name}()` does not bind one model and one optimizer to names"
+    if len(call.args) != 2 or not all(isinstance(a, ast.Name) for a in call.args):
+        return None, f"`amp.initialize` in `{name}()` is not given one model and one optimizer by name"
+    model, optimizer = (e.id for e in statement.targets[0].elts)
+    if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal)) for n in _own_nodes(function)):
+        return None, f"`{name}()` is a generator or binds globals"
+    args = function.args
+    if args.vararg or args.kwarg or args.posonlyargs:
+        return None, f"`{name}()` takes `*args`, `**kwargs` or positional-only parameters"
+    params = [a.arg for a in args.args]
+    kwonly = [a.arg for a in args.kwonlyargs]
+    defaults: Dict[str, ast.expr] = {}
+    for arg, default in zip(args.args[len(args.args) - len(args.defaults):], args.defaults):
+        defaults[arg.arg] = default
+    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+        if default is not None:
+            defaults[arg.arg] = default
+    # Where the call sits: under `if`s only (a `try` around an import is fine, not around it).
+    tests: List[Tuple[ast.expr, bool]] = []
+    for outer, inner in zip(path_to, path_to[1:]):
+        if inner is statement:
+            if not isinstance(outer, (ast.If, ast.FunctionDef)):
+                return None, f"`amp.initialize` in `{name}()` runs inside a loop, a `with` or a `try`"
+        if isinstance(outer, ast.If) and isinstance(inner, ast.stmt):
+            tests.append((outer.test, any(inner is s for s in outer.body)))
+        elif isinstance(outer, (ast.For, ast.While, ast.With, ast.Try, ast.AsyncFor, ast.AsyncWith)):
+            return None, f"`amp.initialize` in `{name}()` runs inside a loop, a `with` or a `try`"
+    # The one return, last: a tuple holding the model and the optimizer by name.
+    returns = [n for n in _own_nodes(function) if isinstance(n, ast.Return)]
+    last = function.body[-1]
+    if len(returns) != 1 or returns[0] is not last or not isinstance(last.value, ast.Tuple):
+        return None, f"`{name}()` does not end with its only `return`, of a tuple"
+    elements = last.value.elts
+    names = [e.id if isinstance(e, ast.Name) else None for e in elements]
+    if names.count(model) != 1 or names.count(optimizer) != 1:
+        return None, f"`{name}()` does not return `{model}` and `{optimizer}` (what `amp.initialize` bound) in its tuple"
+    options: Dict[str, ast.expr] = {}
+    for keyword in call.keywords:
+        if keyword.arg not in HELPER_KEYWORDS:
+            return None, (
+                f"`amp.initialize` in `{name}()` is given `{keyword.arg or '**'}`, which the setup-helper migration "
+                "does not map into its callers' terms"
+            )
+        options[keyword.arg] = keyword.value
+    rebound = {
+        n.id
+        for n in _own_nodes(function)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)) and n.id in params + kwonly
+    }
+    used = {n.id for test, _ in tests for n in ast.walk(test) if isinstance(n, ast.Name)}
+    used |= {v.id for v in options.values() if isinstance(v, ast.Name)}
+    if used & rebound:
+        return None, f"`{name}()` rebinds its parameter `{sorted(used & rebound)[0]}` that decides its apex setup"
+    stores = sorted(
+        {
+            _first_step(n)
+            for n in _own_nodes(function)
+            if isinstance(n, (ast.Attribute, ast.Subscript)) and isinstance(n.ctx, (ast.Store, ast.Del)) and _first_step(n)[0]
+        }
+        | {
+            (_first_step(n.args[0])[0], "")
+            for n in _own_nodes(function)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("setattr", "delattr") and n.args
+            and _first_step(n.args[0])[0]
+        }
+    )
+    helper = Helper(
+        path=path,
+        name=name,
+        params=params,
+        kwonly=kwonly,
+        defaults=defaults,
+        returns=len(elements),
+        model_index=names.index(model),
+        optimizer_index=names.index(optimizer),
+        tests=tests,
+        options=options,
+        init_line=statement.lineno,
+        stores=stores,
+    )
+    return helper, ""
+
+
+def helper_of_source(index: "ProjectIndex", path: str) -> Tuple[Optional[Helper], str]:
+    source = index.apex_sources.get(os.path.abspath(path))
+    if source is None:
+        return None, ""
+    try:
+        tree = ast.parse(source[1])
+    except (SyntaxError, ValueError, RecursionError):
+        return None, ""
+    return helper_of(tree, os.path.abspath(path))
+
+
+def helper_callers(index: "ProjectIndex", path: str, name: str) -> Tuple[List[str], str]:
+    """(the other files of the run calling the helper `name` of the file at `path`, "") or ([], why
+    they cannot all be followed): each must scale a loss with apex's amp (an inference caller
+    would lose apex's fp16), call the helper only, and import it unambiguously."""
+    absolute = os.path.abspath(path)
+    here = index.relative(absolute)
+    callers: List[str] = []
+    for other, how in importers(index, absolute):
+        where = index.relative(other)
+        if how.ambiguity(name):
+            return [], f"{where} imports `{how.ambiguity(name)}`, which may be {here} or another file of the run"
+        if name not in how.names and not how.module and not how.star:
+            continue
+        found = uses(index, other, absolute, name)
+        if found is None:
+            return [], f"{where} imports {here} and cannot be read again"
+        if found.escapes or found.rebound or found.other:
+            return [], f"{where} uses `{name}` otherwise than by calling it"
+        if not found.calls:
+            if name in how.names:
+                return [], f"{where} imports `{name}()` and never calls it"
+            continue
+        if other not in index.apex_sources or not index.modules[other].apex_step_functions:
+            return [], (
+                f"{where} calls `{name}()` and scales no loss with apex's amp itself (an inference or evaluation "
+                "use, whose model would run in fp32 without `amp.initialize`, or a training step in yet another file, "
+                "which the GradScaler created there would have to reach)"
+            )
+        callers.append(other)
+    return callers, ""
+
+
+def helpers_called_by(index: "ProjectIndex", path: str) -> List[Tuple[str, str, frozenset]]:
+    """[(helper file, helper name, how this file spells it)] for the setup helpers of other files
+    that the file at `path` calls."""
+    absolute = os.path.abspath(path)
+    found: List[Tuple[str, str, frozenset]] = []
+    for other, summary in sorted(index.modules.items()):
+        if other == absolute or not summary.apex_init_function or other not in index.apex_sources:
+            continue
+        if summary.apex_init_function == "<module>" or summary.apex_step_functions:
+            continue
+        for importer, how in importers(index, other):
+            if importer != absolute:
+                continue
+            known = uses(index, absolute, other, summary.apex_init_function)
+            if known is not None and known.calls:
+                found.append((other, summary.apex_init_function, frozenset(known.spellings)))
+    return found
+
+
+def _path(root: ast.AST, target: ast.AST) -> List[ast.AST]:
+    """The nodes from `root` down to `target` (both included)."""
+    stack = [(root, [root])]
+    while stack:
+        node, trail = stack.pop()
+        if node is target:
+            return trail
+        for child in ast.iter_child_nodes(node):
+            stack.append((child, trail + [child]))
+    return []
+
+
+def _first_step(node: ast.AST) -> Tuple[str, str]:
+    """`args.fp16.x = ...` -> ("args", "fp16"); `args[k] = ...` -> ("args", ""); ("", "") without a name at the root."""
+    first = ""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        first = node.attr if isinstance(node, ast.Attribute) else ""
+        node = node.value
+    return (node.id, first) if isinstance(node, ast.Name) else ("", "")
+
+
+def test_chains(test: ast.expr, params: List[str]) -> List[Tuple[str, str]]:
+    """The parameters a test reads and the attributes it reads of each: `args.fp16 and not x` ->
+    [("args", ".fp16"), ("x", "")]."""
+    found: List[Tuple[str, str]] = []
+    inner: set = set()
+    for node in ast.walk(test):
+        if id(node) in inner:
+            continue
+        if isinstance(node, ast.Attribute):
+            parts: List[str] = []
+            current: ast.AST = node
+            while isinstance(current, ast.Attribute):
+                inner.add(id(current))
+                parts.append(current.attr)
+                current = current.value
+            if isinstance(current, ast.Name) and current.id in params:
+                inner.add(id(current))
+                found.append((current.id, "".join(f".{p}" for p in reversed(parts))))
+        elif isinstance(node, ast.Name) and node.id in params:
+            found.append((node.id, ""))
+    return found
+
+
+def setup_key(index: "ProjectIndex", path: str) -> str:
+    """What of the index a setup-helper migration of the file at `path` depends on ("" if
+    nothing): the bytes of every file importing a file that calls `amp.initialize` (a new caller
+    of a helper, an inference use among them, flips every side's decision)."""
+    facts = index.modules.get(os.path.abspath(path))
+    if facts is None or not (facts.apex_init_function or facts.apex_step_functions):
+        return ""
+    cached = index.__dict__.get("_apex_setup_digest")
+    if cached is None:
+        parts: List[str] = []
+        for helper in sorted(p for p, s in index.modules.items() if s.apex_init_function and p in index.apex_sources):
+            for importer, _ in importers(index, helper):
+                parts.append(repr((helper, importer, index.digests.get(importer))))
+        cached = hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest() if parts else ""
+        index.__dict__["_apex_setup_digest"] = cached
+    return cached

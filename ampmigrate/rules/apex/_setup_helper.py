@@ -1,0 +1,486 @@
+"""apex set up in a helper function that returns the model and optimizer; the loss scaled by its callers.
+
+The shape and the facts are engine/apex_setup_helper.py's. The migration:
+
+- the helper's side (`_HelperSide`): `model, optimizer = amp.initialize(...)` goes, with the apex
+  import it no longer needs; the helper keeps its signature and returns the same values (the
+  model stays fp32);
+- each caller (`_CallerSide`, in another file or in the helper's own): right after
+  `model, optimizer = helper(...)`, `scaler = torch.amp.GradScaler("cuda", enabled=<the tests
+  under which the helper called amp.initialize, in the caller's terms>)`; the rest is the in-file
+  planner's (`scaler.scale(loss).backward()`, `scaler.step`/`update`, autocast around the forward
+  pass, the scaler passed to the functions of the file that scale the loss).
+
+The helper's `opt_level` and `loss_scale` must be O1/O2 and dynamic for every caller (a literal in
+the helper, or a parameter whose value each caller gives as such, or its default), else every
+side refuses with the reason. Every file of the run calling the helper must be a caller that
+migrates (a caller that scales no loss, an inference use, stops the group): each side plans the
+others from the bytes the index read, as rules/apex/_cross_threading.py does.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from typing import Dict, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from ampmigrate.analysis.statements import is_pure
+from ampmigrate.diagnostics import SAFE, Fix
+from ampmigrate.engine.apex_setup_helper import (
+    Helper,
+    helper_callers,
+    helper_of,
+    helper_of_source,
+    test_chains,
+    helpers_called_by,
+)
+from ampmigrate.engine.context import FileContext, FixBuilder
+from ampmigrate.rules.apex._amp_common import AmpPlan, Unfixable
+from ampmigrate.rules.apex._amp_migration import NO_INIT_REASON, NO_STEP_REASON, _Planner
+from ampmigrate.rules.apex._amp_options import ScalerSpec, _possible_levels, literal_value
+from ampmigrate.rules.apex._cross_threading import _check_min_torch, _plan_elsewhere, _spelled
+
+_ATOMIC = (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.SimpleString, cst.Integer, cst.Float)
+
+
+def setup_helper_planner(ctx: FileContext) -> Optional[_Planner]:
+    """The planner for a file that defines or calls a setup helper (engine/apex_setup_helper.py);
+    None for any other file."""
+    index = ctx.project_index
+    if index is None or "amp" not in ctx.text:
+        return None
+    try:
+        tree = ast.parse(ctx.text)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    path = os.path.abspath(ctx.path)
+    helper, _ = helper_of(tree, path)
+    scales = _scales_loss(tree)
+    if helper is not None:
+        if index.modules.get(path) is not None and index.modules[path].apex_init_calls:
+            return None  # it hands the optimizer to a training function elsewhere (_cross_threading.py)
+        called_here = _called_in_file(tree, helper.name)
+        others, reason = helper_callers(index, path, helper.name)
+        if called_here and scales:
+            if others or reason:
+                return _Refusing(ctx, f"`{helper.name}()` sets apex up for callers in this file and in others", NO_STEP_REASON)
+            if not _only_called(tree, helper.name):
+                return _Refusing(ctx, f"`{helper.name}()` is used otherwise than by calling it", NO_STEP_REASON)
+            return _CallerSide(ctx, helper, frozenset({helper.name}), same_file=True)
+        if scales or called_here:
+            return None  # the in-file planner's (and its reasons)
+        if reason:
+            return _Refusing(ctx, reason, NO_STEP_REASON)
+        if not others:
+            return None
+        return _HelperSide(ctx, helper, others)
+    if not scales or _initializes(tree):
+        return None
+    called = helpers_called_by(index, path)
+    if len(called) != 1:
+        return None
+    other, name, spellings = called[0]
+    found, _ = helper_of_source(index, other)
+    if found is None or found.name != name:
+        return None  # not a setup helper: the other planners' shapes and reasons
+    return _CallerSide(ctx, found, spellings, same_file=False)
+
+
+def _scales_loss(tree: ast.Module) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "scale_loss" for n in ast.walk(tree))
+
+
+def _initializes(tree: ast.Module) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr in ("initialize", "init") for n in ast.walk(tree))
+
+
+def _only_called(tree: ast.Module, name: str) -> bool:
+    """Every load of `name` in the module is the function of a call."""
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    return all(
+        id(n) in called for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+    )
+
+
+def _called_in_file(tree: ast.Module, name: str) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in ast.walk(tree))
+
+
+def _group(ctx: FileContext, helper: Helper) -> Tuple[Optional[str], List[str]]:
+    """(why the helper's file and its callers cannot migrate together or None, the unsafe reasons
+    of any of them): every side planned from the bytes the index read."""
+    index = ctx.project_index
+    memo = index.__dict__.setdefault("_apex_setup_helper_groups", {})
+    key = (helper.path, helper.name)
+    if key not in memo:
+        callers, reason = helper_callers(index, helper.path, helper.name)
+        problem: Optional[str] = reason or None
+        unsafe: List[str] = []
+        if problem is None and not callers:
+            problem = f"no file of the run calls `{helper.name}()`"
+        for member in (helper.path, *callers) if problem is None else ():
+            why, member_unsafe = _plan_elsewhere(ctx, member, setup_helper_planner)
+            if why is not None:
+                problem = f"{index.relative(member)} cannot be migrated with it: {why}"
+                break
+            unsafe.extend(u for u in member_unsafe if u not in unsafe)
+        memo[key] = (problem, unsafe)
+    return memo[key]
+
+
+class _Refusing(_Planner):
+    """A side of a setup-helper group that cannot migrate: the reason, and no fix."""
+
+    def __init__(self, ctx: FileContext, reason: str, prefix: str) -> None:
+        super().__init__(ctx)
+        self.reason = reason
+        self.prefix = prefix
+
+    def _build(self, plan: AmpPlan) -> Fix:
+        raise Unfixable(f"{self.prefix} ({self.reason})")
+
+
+def _chain(node: Optional[cst.BaseExpression]) -> str:
+    """`args.fp16` as spelled; "?" for what is not a name or an attribute chain."""
+    spelled = _spelled(node) if node is not None else ""
+    return spelled or "?"
+
+
+def _overlaps(stored: str, read: str, exact: bool) -> bool:
+    """Whether assigning `stored` (with `exact`, that attribute; else anything below it) may change `read`."""
+    if read.startswith("?"):
+        return True
+    if not exact:
+        return read == stored or read.startswith(stored + ".")
+    return read == stored or read.startswith(stored + ".") or stored.startswith(read + ".")
+
+
+def _check_file(planner: _Planner) -> None:
+    """What stops any apex migration of the file (star imports, unreached uses, re-exports)."""
+    planner._check_star_refs()
+    planner._check_unreached_uses()
+    for binding in planner.usage.import_bindings:
+        if planner.ctx.reexported(binding):
+            raise Unfixable(f"`{binding.name}` is re-exported from here")
+    planner._check_other_refs()
+
+
+class _Init:
+    """The helper's call standing where `amp.initialize` was, for the in-file planner."""
+
+    api = "initialize"
+
+    def __init__(self, call: cst.Call) -> None:
+        self.call = call
+        self.node = call.func
+        self.via_handle = False
+
+
+# ---------------------------------------------------------------------------------- the helper
+class _HelperSide(_Planner):
+    """The helper's file: its `amp.initialize` goes; its callers create the GradScaler."""
+
+    verify = True
+
+    def __init__(self, ctx: FileContext, helper: Helper, callers: List[str]) -> None:
+        super().__init__(ctx)
+        self.helper = helper
+        self.callers = callers
+
+    def _build(self, plan: AmpPlan) -> Fix:
+        try:
+            _check_file(self)
+        except Unfixable as exc:
+            raise Unfixable(f"{NO_STEP_REASON} ({exc})") from None
+        stray = sorted({r.api for r in self.refs if r.api != "initialize"} - {None})
+        if stray or any(r.api is None for r in self.refs):
+            what = f"`amp.{stray[0]}`" if stray else "a test of apex's presence"
+            raise Unfixable(f"{NO_STEP_REASON} (the file also uses {what}, which the setup-helper migration leaves)")
+        if self.verify:
+            problem, unsafe = _group(self.ctx, self.helper)
+            if problem is not None:
+                raise Unfixable(f"{NO_STEP_REASON} ({problem})")
+            self.unsafe.extend(u for u in unsafe if u not in self.unsafe)
+        _check_min_torch(self)
+        (init,) = [r for r in self.refs if r.api == "initialize"]
+        if init.call is None:
+            raise Unfixable(f"{NO_STEP_REASON} (`amp.initialize` is used without being called)")
+        self.builder = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
+        line = self._init_line(init)
+        self.removal.remove_statement(line)
+        self.handled.add(line)
+        self._plan_imports()
+        self._emit_removals()
+        self._check_nesting()
+        index = self.ctx.project_index
+        callers = ", ".join(index.relative(c) for c in self.callers)
+        return self._finish(
+            f"Migrate apex.amp to torch.amp: `amp.initialize` in `{self.helper.name}()` goes (the model stays fp32, "
+            f"its signature and return values are kept); {callers} create the torch.amp.GradScaler after calling it "
+            "and autocast the forward pass"
+        )
+
+
+# ---------------------------------------------------------------------------------- a caller
+class _CallerSide(_Planner):
+    """A caller of the helper: the scaler is created right after the call."""
+
+    verify = True
+
+    def __init__(self, ctx: FileContext, helper: Helper, spellings: frozenset, same_file: bool) -> None:
+        super().__init__(ctx)
+        self.helper = helper
+        self.spellings = spellings
+        self.same_file = same_file
+
+    def plan(self) -> AmpPlan:
+        if self.same_file:
+            plain = _Planner(self.ctx).plan()  # the in-file migration first, where it takes the file
+            if plain.fix is not None:
+                return plain
+        return super().plan()
+
+    def _build(self, plan: AmpPlan) -> Fix:
+        prefix = NO_STEP_REASON if self.same_file else NO_INIT_REASON
+        try:
+            return self._build_caller(plan)
+        except Unfixable as exc:
+            if self.same_file or not self.verify:  # (planned from another side of the group: the bare reason)
+                raise
+            raise Unfixable(f"{prefix} (`{self.helper.name}()` sets apex up: {exc})") from None
+
+    def _build_caller(self, plan: AmpPlan) -> Fix:
+        _check_file(self)
+        allowed = {None, "pass", "scale_loss", "master_params", "state_dict", "load_state_dict", "initialize"}
+        stray = sorted({r.api for r in self.refs} - allowed, key=str)
+        if stray:
+            raise Unfixable(f"the file also uses `amp.{stray[0]}`, which the setup-helper migration does not rewrite")
+        inits = [r for r in self.refs if r.api in ("initialize", "init")]
+        if self.same_file:
+            if len(inits) != 1 or inits[0].call is None or self._line(inits[0].call) != self.helper.init_line:
+                raise Unfixable("`amp.initialize` is called outside the setup helper")
+        elif inits:
+            raise Unfixable("the file calls `amp.initialize` itself")
+        if self.verify and not self.same_file:
+            problem, unsafe = _group(self.ctx, self.helper)
+            if problem is not None:
+                raise Unfixable(problem)
+            self.unsafe.extend(u for u in unsafe if u not in self.unsafe)
+        _check_min_torch(self)
+        call, line, target = self._the_call()
+        self.home = self._function_scope(call)
+        owner = self.home.parent
+        if owner is not None and owner.kind == "class":  # a method of a top-level class: `self.scaler`
+            owner = owner.parent
+        if self.home.kind != "function" or owner is not self.names.module_scope:
+            raise Unfixable(f"`{self.helper.name}()` is not called in a top-level function or a method of a top-level class")
+        for ancestor in self.names.ancestors(line):
+            if ancestor is self.home.node:
+                break
+            if isinstance(ancestor, (cst.If, cst.For, cst.While, cst.Try, cst.ExceptHandler, cst.Finally, cst.Else)):
+                raise Unfixable(f"`{self.helper.name}()` is called under an `if`, a loop or a `try`")
+        self.spec = self._spec(call, target)
+        self.fp32 = False
+        self.o3_guard = None
+        self.builder = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
+        self.init = _Init(call)
+        self.init_line = line
+        steps = [self._step(r) for r in self.refs if r.api == "scale_loss"]
+        if not steps:
+            raise Unfixable(f"no `amp.scale_loss` after `{self.helper.name}()` in this file")
+        if self.same_file:
+            init_line = self._init_line(inits[0])
+            self.removal.remove_statement(init_line)
+            self.handled.add(init_line)
+        self._plan_fp16(steps)
+        self._check_half_inputs(steps)
+        self._plan_imports()
+        self._emit_removals()
+        self._check_nesting()
+        where = "" if self.same_file else f" (in {self.ctx.project_index.relative(self.helper.path)})"
+        return self._finish(
+            f"Migrate apex.amp to torch.autocast fp16 and torch.amp.GradScaler: the GradScaler is created after "
+            f"`{self.helper.name}()`{where}, which set apex up and no longer calls `amp.initialize`"
+        )
+
+    # ---- the call of the helper
+    def _the_call(self) -> Tuple[cst.Call, cst.SimpleStatementLine, cst.BaseExpression]:
+        calls = [
+            node
+            for node in self.names.nodes_of_type(cst.Call)
+            if _spelled(node.func) in self.spellings
+        ]
+        if len(calls) != 1:
+            raise Unfixable(f"`{self.helper.name}()` is called {len(calls)} times in this file (one call, one scaler)")
+        call = calls[0]
+        small = self.names.parent(call)
+        line = self.names.parent(small)
+        if not (
+            isinstance(small, cst.Assign)
+            and small.value is call
+            and len(small.targets) == 1
+            and isinstance(line, cst.SimpleStatementLine)
+            and len(line.body) == 1
+        ):
+            raise Unfixable(f"the result of `{self.helper.name}()` is not unpacked by an assignment of its own line")
+        target = small.targets[0].target
+        if not (
+            isinstance(target, (cst.Tuple, cst.List))
+            and len(target.elements) == self.helper.returns
+            and all(isinstance(e.value, cst.Name) and not isinstance(e, cst.StarredElement) for e in target.elements)
+        ):
+            raise Unfixable(f"the result of `{self.helper.name}()` is not unpacked into {self.helper.returns} names")
+        return call, line, target
+
+    def _bound(self, call: cst.Call) -> Dict[str, cst.BaseExpression]:
+        helper = self.helper
+        bound: Dict[str, cst.BaseExpression] = {}
+        position = 0
+        for arg in call.args:
+            if arg.star:
+                raise Unfixable(f"`{helper.name}()` is called with `*`/`**` arguments")
+            if arg.keyword is None:
+                if position >= len(helper.params):
+                    raise Unfixable(f"`{helper.name}()` is called with more arguments than it takes")
+                bound[helper.params[position]] = arg.value
+                position += 1
+            else:
+                name = arg.keyword.value
+                if name not in helper.params + helper.kwonly or name in bound:
+                    raise Unfixable(f"`{helper.name}()` is called with `{name}=`, which it does not take once")
+                bound[name] = arg.value
+        return bound
+
+    def _spec(self, call: cst.Call, target: cst.BaseExpression) -> ScalerSpec:
+        helper = self.helper
+        bound = self._bound(call)
+        targets = {e.value.value for e in target.elements}
+        roots: Set[str] = set()
+
+        def value(param: str):
+            if param in bound:
+                return bound[param]
+            if param in helper.defaults:
+                return helper.defaults[param]
+            raise Unfixable(f"`{helper.name}()` is called without `{param}`")
+
+        def operand(node: ast.expr) -> str:
+            code = translate(node)
+            atomic = isinstance(node, (ast.Name, ast.Attribute, ast.Constant, ast.Subscript, ast.Call))
+            return code if atomic else f"({code})"
+
+        def translate(node: ast.expr) -> str:
+            if isinstance(node, ast.Name) and node.id in ("True", "False", "None"):
+                return node.id
+            if isinstance(node, ast.Constant) and isinstance(node.value, (bool, int, float, str, type(None))):
+                return self.ctx.string(node.value).value if isinstance(node.value, str) else repr(node.value)
+            if isinstance(node, ast.Name) and node.id in helper.params + helper.kwonly:
+                given = value(node.id)
+                if isinstance(given, ast.expr):  # the helper's default
+                    if not isinstance(given, ast.Constant):
+                        raise Unfixable(f"the default of `{node.id}` in `{helper.name}()` is not a literal")
+                    return translate(given)
+                if not is_pure(given):
+                    raise Unfixable(f"the argument given for `{node.id}` has side effects")
+                root = given
+                while isinstance(root, (cst.Attribute, cst.Subscript)):
+                    root = root.value
+                if isinstance(root, cst.Name):
+                    roots.add(root.value)
+                code = self.ctx.code(given).strip()
+                return code if isinstance(given, _ATOMIC) else f"({code})"
+            if isinstance(node, ast.Attribute):
+                return f"{operand(node.value)}.{node.attr}"
+            if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+                return f"not {operand(node.operand)}"
+            if isinstance(node, ast.BoolOp):
+                joiner = " and " if isinstance(node.op, ast.And) else " or "
+                return joiner.join(operand(v) for v in node.values)
+            if isinstance(node, ast.Compare) and len(node.ops) == 1:
+                ops = {ast.Eq: "==", ast.NotEq: "!=", ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<=", ast.Is: "is", ast.IsNot: "is not"}
+                op = ops.get(type(node.ops[0]))
+                if op is not None:
+                    return f"{operand(node.left)} {op} {operand(node.comparators[0])}"
+            raise Unfixable(
+                f"`{helper.name}()` sets apex up under a test (`{ast.unparse(node)}`) that cannot be spelled in its caller's terms"
+            )
+
+        spec = ScalerSpec(levels=set())
+        for test, taken in helper.tests:
+            if taken:
+                code = translate(test)
+            elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                code = translate(test.operand)  # `if not fp16: ... else: amp.initialize(...)`
+            else:
+                code = f"not {operand(test)}"
+            try:
+                spec.add_enabled(code, cst.parse_expression(code))
+            except cst.ParserSyntaxError:
+                raise Unfixable(f"the apex test of `{helper.name}()` cannot be spelled in its caller's terms") from None
+        # what the helper may change before its test: the attributes the test reads
+        reads = [
+            _chain(bound.get(param)) + suffix
+            for test, _ in helper.tests
+            for param, suffix in test_chains(test, helper.params + helper.kwonly)
+            if param in bound
+        ]
+        for param, attribute in helper.stores:
+            stored = _chain(bound.get(param)) + (f".{attribute}" if attribute else "")
+            if stored.startswith("?"):
+                continue  # not an object the caller names
+            if any(_overlaps(stored, read, bool(attribute)) for read in reads):
+                raise Unfixable(f"`{helper.name}()` assigns `{param}{'.' + attribute if attribute else '[...]'}`, which its apex test reads")
+        if roots & targets:
+            raise Unfixable(f"the call of `{helper.name}()` rebinds `{sorted(roots & targets)[0]}`, which its apex test reads")
+        # the opt level and the loss scale, in the caller's terms
+        spec.levels = self._option_levels(value, helper.options.get("opt_level"))
+        scale = helper.options.get("loss_scale")
+        if scale is not None:
+            if isinstance(scale, ast.Name) and scale.id in helper.params + helper.kwonly:
+                scale = value(scale.id)
+            try:
+                given = literal_value(scale) if isinstance(scale, cst.CSTNode) else ast.literal_eval(scale)
+            except (ValueError, SyntaxError, TypeError):
+                given = object()
+            if given not in (None, "dynamic"):
+                raise Unfixable(
+                    f"the loss scale `{helper.name}()` passes to `amp.initialize` is not 'dynamic' here (a static or "
+                    "run-time scale, which GradScaler cannot keep)"
+                )
+        spec.models = target.elements[helper.model_index].value
+        spec.optimizers = target.elements[helper.optimizer_index].value
+        return spec
+
+    def _option_levels(self, value, node: Optional[ast.expr]) -> Set[str]:
+        helper = self.helper
+        if node is None:
+            return {"O1"}
+        levels: Optional[Set[str]] = None
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            levels = {node.value}
+        elif isinstance(node, ast.Name) and node.id in helper.params + helper.kwonly:
+            given = value(node.id)
+            if isinstance(given, ast.Constant) and isinstance(given.value, str):
+                levels = {given.value}
+            elif isinstance(given, cst.CSTNode):
+                levels = _possible_levels(self.names, given)
+        if levels is None or not levels or not levels <= {"O1", "O2"}:
+            shown = sorted(levels) if levels else "only known at run time"
+            raise Unfixable(
+                f"the opt level `{helper.name}()` passes to `amp.initialize` is {shown} here; the setup-helper "
+                "migration takes O1 or O2"
+            )
+        return levels
+
+    # ---- the scaler, right after the call
+    def _rebinding(self) -> Optional[str]:
+        return None  # the helper's call stays
+
+    def _place_home(self, creation: Optional[str]) -> None:
+        if creation is None:
+            return
+        if self.access.hoist_before is not None or getattr(self.access, "detached_init", None) is not None:
+            raise Unfixable(f"the GradScaler cannot be created right after `{self.helper.name}()`")
+        self.builder.insert_after(self.init_line, self.ctx.parse_statement(creation + "\n"))

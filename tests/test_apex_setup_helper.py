@@ -1,0 +1,296 @@
+"""apex set up in a helper function that returns the model and optimizer, the loss scaled by its
+callers (DPR's `setup_for_distributed_mode`, `build_and_initialize_model_and_optimizer` helpers):
+engine/apex_setup_helper.py has the facts, rules/apex/_setup_helper.py the migration.
+
+The fixtures tests/fixtures/AMP101/apex_setup_helper.project (the helper in `model_setup.py`, the
+training in `train.py`) and apex_setup_helper_same_file.project (both in one file, the scaler
+passed down two functions) are written from scratch. The helper keeps its signature and returns;
+its `amp.initialize` goes; the caller creates `torch.amp.GradScaler("cuda", enabled=<the helper's
+test, in the caller's terms>)` right after the call. Every caller migrates, or none does.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+from ampmigrate.engine.apex_setup_helper import helper_callers, helper_of
+
+from conftest import FIXTURES
+from test_apex_threading import _compiles_and_is_stable, _edit, _fix, _index, _refused
+
+HELPER = FIXTURES / "AMP101" / "apex_setup_helper.project"
+SAME_FILE = FIXTURES / "AMP101" / "apex_setup_helper_same_file.project"
+
+
+def _copy(tmp_path: Path, source: Path = HELPER) -> Path:
+    project = tmp_path / "p"
+    shutil.copytree(source, project)
+    return project
+
+
+def test_the_helper_is_described_from_its_file():
+    path = str(HELPER / "model_setup.py")
+    helper, why = helper_of(ast.parse((HELPER / "model_setup.py").read_text()), path)
+    assert why == "" and helper is not None
+    assert (helper.name, helper.params, helper.returns, helper.model_index, helper.optimizer_index) == (
+        "prepare", ["model", "optimizer", "device", "fp16", "opt_level"], 2, 0, 1
+    )
+    assert [(ast.unparse(t), taken) for t, taken in helper.tests] == [("fp16", True)]
+    assert ast.unparse(helper.options["opt_level"]) == "opt_level"
+
+
+def test_the_callers_are_the_files_calling_it(tmp_path):
+    project = _copy(tmp_path)
+    index = _index(project)
+    callers, reason = helper_callers(index, str(project / "model_setup.py"), "prepare")
+    assert reason == "" and callers == [str(project / "train.py")]
+
+
+def test_fix_creates_the_scaler_after_the_helper_call(tmp_path):
+    project = _copy(tmp_path)
+    _fix(project)
+    a = (project / "model_setup.py").read_text()
+    b = (project / "train.py").read_text()
+    assert "apex" not in a + b and "amp.initialize" not in a
+    # the helper keeps its signature and its return
+    assert 'def prepare(model: nn.Module, optimizer, device, fp16=False, opt_level="O1"):\n' in a
+    assert "    return model, optimizer\n" in a
+    assert (
+        '    net, opt = prepare(net, opt, "cuda", fp16=args.fp16, opt_level="O1")\n'
+        '    scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)\n'
+    ) in b
+    assert (
+        '        with torch.autocast("cuda", dtype=torch.float16, enabled=args.fp16):\n'
+        "            output = net(x)\n"
+        "            loss = criterion(output, y)\n"
+    ) in b
+    assert "            scaler.scale(loss).backward()\n" in b
+    assert "        scaler.step(opt)\n        scaler.update()\n" in b
+    _compiles_and_is_stable(project)
+
+
+def test_same_file_helper_threads_the_scaler_from_its_caller(tmp_path):
+    project = _copy(tmp_path, SAME_FILE)
+    _fix(project)
+    text = (project / "train.py").read_text()
+    assert "apex" not in text and "amp.initialize" not in text
+    assert (
+        "    model, optimizer = build_model_and_optimizer(args)\n"
+        '    scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)\n'
+    ) in text
+    assert "def train_step(batch, model, optimizer, args, scaler):\n" in text
+    assert "        train_epoch(loader, model, optimizer, args, scaler=scaler)\n" in text
+    assert "        scaler.unscale_(optimizer)\n" in text
+    assert "    return model, optimizer\n" in text
+    _compiles_and_is_stable(project)
+
+
+def test_the_test_reads_what_the_helper_assigns(tmp_path):
+    """`args.fp16 = ...` in the helper before its test: the caller's `args.fp16` after the call may
+    not be what the helper tested."""
+    project = _copy(tmp_path, SAME_FILE)
+    _edit(project / "train.py", "    args.start_epoch = 0\n", "    args.fp16 = args.fp16 and torch.cuda.is_available()\n")
+    reasons = _refused(project)
+    assert "assigns `args.fp16`, which its apex test reads" in reasons["train.py"]
+
+
+def test_a_caller_that_cannot_migrate_stops_the_group(tmp_path):
+    project = _copy(tmp_path)
+    (project / "finetune.py").write_text(
+        "import torch\nfrom apex import amp\nfrom model_setup import prepare\n\n\n"
+        "def finetune(net, opt, fp16):\n"
+        "    net, opt = prepare(net, opt, 'cuda', fp16=fp16)\n"
+        "    net, opt = prepare(net, opt, 'cuda', fp16=fp16)\n"
+        "    loss = net(torch.randn(2, 8)).sum()\n"
+        "    with amp.scale_loss(loss, opt) as scaled:\n"
+        "        scaled.backward()\n"
+        "    opt.step()\n"
+    )
+    reasons = _refused(project)
+    assert "`prepare()` is called 2 times in this file" in reasons["finetune.py"]
+    assert "finetune.py cannot be migrated with it" in reasons["model_setup.py"]
+    assert "finetune.py cannot be migrated with it" in reasons["train.py"]
+
+
+def _loss_scale_parameter(project: Path) -> None:
+    """The helper passes its own `loss_scale` parameter (default 'dynamic') to `amp.initialize`."""
+    _edit(project / "model_setup.py", 'opt_level="O1"):', 'opt_level="O1", loss_scale="dynamic"):')
+    _edit(project / "model_setup.py", "opt_level=opt_level)", "opt_level=opt_level, loss_scale=loss_scale)")
+
+
+def test_a_static_loss_scale_refuses(tmp_path):
+    project = _copy(tmp_path)
+    _loss_scale_parameter(project)
+    _edit(project / "train.py", 'opt_level="O1")', 'opt_level="O1", loss_scale=128.0)')
+    reasons = _refused(project)
+    assert "the loss scale `prepare()` passes to `amp.initialize` is not 'dynamic' here" in reasons["train.py"]
+    assert "train.py cannot be migrated with it" in reasons["model_setup.py"]
+
+
+def test_the_default_dynamic_loss_scale_migrates(tmp_path):
+    project = _copy(tmp_path)
+    _loss_scale_parameter(project)
+    _fix(project)
+    assert "apex" not in (project / "train.py").read_text() + (project / "model_setup.py").read_text()
+
+
+def test_a_run_time_opt_level_refuses(tmp_path):
+    project = _copy(tmp_path)
+    _edit(project / "train.py", 'opt_level="O1")', "opt_level=args.level)")
+    reasons = _refused(project)
+    assert "the opt level `prepare()` passes to `amp.initialize` is only known at run time here" in reasons["train.py"]
+
+
+def test_an_inference_use_of_the_helper_refuses(tmp_path):
+    """apex ran an evaluation script's model in fp16 too: without `amp.initialize` it would not."""
+    project = _copy(tmp_path)
+    (project / "evaluate.py").write_text(
+        "import torch\nfrom model_setup import prepare\n\n\n"
+        "def evaluate(net):\n"
+        "    net, _ = prepare(net, None, 'cuda', fp16=True)\n"
+        "    with torch.no_grad():\n"
+        "        return net(torch.randn(2, 8))\n"
+    )
+    reasons = _refused(project)
+    assert "evaluate.py calls `prepare()` and scales no loss with apex's amp" in reasons["model_setup.py"]
+    assert "evaluate.py calls `prepare()` and scales no loss" in reasons["train.py"]
+
+
+def test_a_cached_result_follows_a_new_inference_caller(tmp_path):
+    """The index key of both sides folds in every file importing the helper's file: a caller added
+    after a cached check changes the decision on the next run."""
+    import json
+    import subprocess
+    import sys
+
+    from test_apex_threading import ROOT
+
+    project = _copy(tmp_path)
+    cache = tmp_path / "cache"
+
+    def reasons():
+        done = subprocess.run(
+            [sys.executable, "-m", "ampmigrate", "check", "--cache-dir", str(cache), "--exit-zero", "--select", "AMP101",
+             "--output-format", "json", "."],
+            cwd=project, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=False,
+        )
+        return {f["filename"].rsplit("/", 1)[-1]: f["no_fix_reason"] for f in json.loads(done.stdout)}
+
+    assert not any(reasons().values())
+    (project / "evaluate.py").write_text("from model_setup import prepare\n\nnet, _ = prepare(1, None, 'cuda', fp16=True)\n")
+    found = reasons()
+    assert "evaluate.py calls `prepare()`" in found["model_setup.py"] and "evaluate.py calls `prepare()`" in found["train.py"]
+
+
+def test_the_helper_imported_under_another_name_or_through_its_module(tmp_path):
+    project = _copy(tmp_path)
+    _edit(project / "train.py", "from model_setup import prepare\n", "import model_setup as ms\n")
+    _edit(project / "train.py", "net, opt = prepare(", "net, opt = ms.prepare(")
+    _fix(project)
+    text = (project / "train.py").read_text()
+    assert '    scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)\n' in text and "apex" not in text
+    project = tmp_path / "q"
+    shutil.copytree(HELPER, project)
+    _edit(project / "train.py", "from model_setup import prepare\n", "from model_setup import prepare as setup\n")
+    _edit(project / "train.py", "net, opt = prepare(", "net, opt = setup(")
+    _fix(project)
+    assert '    scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)\n' in (project / "train.py").read_text()
+
+
+def test_a_positional_flag_and_a_negated_test_are_spelled_in_the_callers_terms(tmp_path):
+    project = _copy(tmp_path)
+    _edit(project / "model_setup.py", "    if fp16:\n", "    if not fp16:\n        pass\n    else:\n")
+    _edit(project / "train.py", 'prepare(net, opt, "cuda", fp16=args.fp16, opt_level="O1")', 'prepare(net, opt, "cuda", args.fp16 and args.steps > 0)')
+    _fix(project)
+    text = (project / "train.py").read_text()
+    assert '    scaler = torch.amp.GradScaler("cuda", enabled=(args.fp16 and args.steps > 0))\n' in text
+    _compiles_and_is_stable(project)
+
+
+def test_same_file_helper_also_used_for_evaluation_refuses(tmp_path):
+    project = _copy(tmp_path, SAME_FILE)
+    _edit(
+        project / "train.py",
+        "def main():\n",
+        "def evaluate(args):\n    model, _ = build_model_and_optimizer(args)\n    return model(torch.randn(2, 8).cuda())\n\n\ndef main():\n",
+    )
+    reasons = _refused(project)
+    assert "`build_model_and_optimizer()` is called 2 times in this file" in reasons["train.py"]
+
+
+def test_same_file_helper_used_as_a_value_refuses(tmp_path):
+    project = _copy(tmp_path, SAME_FILE)
+    _edit(project / "train.py", "    args = parse_args()\n", "    args = parse_args()\n    builders = [build_model_and_optimizer]\n")
+    reasons = _refused(project)
+    assert "`build_model_and_optimizer()` is used otherwise than by calling it" in reasons["train.py"]
+
+
+def test_same_file_helper_called_from_another_file_too_refuses(tmp_path):
+    project = _copy(tmp_path, SAME_FILE)
+    (project / "sweep.py").write_text(
+        "from apex import amp\nfrom train import build_model_and_optimizer\n\n\n"
+        "def sweep(args, batch):\n"
+        "    model, optimizer = build_model_and_optimizer(args)\n"
+        "    loss = model(batch).sum()\n"
+        "    with amp.scale_loss(loss, optimizer) as scaled:\n"
+        "        scaled.backward()\n"
+        "    optimizer.step()\n"
+    )
+    reasons = _refused(project)
+    assert "sets apex up for callers in this file and in others" in reasons["train.py"]
+
+
+TRAINER = '''import torch
+from torch import nn
+
+from apex import amp
+from model_setup import prepare
+
+
+class Trainer:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        net, opt = prepare(net, opt, cfg.device, fp16=cfg.fp16)
+        self.model = net
+        self.optimizer = opt
+
+    def train_step(self, x, y):
+        output = self.model(x)
+        loss = nn.functional.cross_entropy(output, y)
+        self.optimizer.zero_grad()
+        if self.cfg.fp16:
+            with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                scaled_loss.backward()
+            torch.nn.utils.clip_grad_norm_(amp.master_params(self.optimizer), 1.0)
+        else:
+            loss.backward()
+        self.optimizer.step()
+        return loss
+'''
+
+
+def test_a_trainer_class_calling_the_helper_keeps_the_scaler_as_an_attribute(tmp_path):
+    """`__init__` calls the helper, `train_step()` scales the loss: `self.scaler`, created after the call."""
+    project = _copy(tmp_path)
+    (project / "train.py").write_text(TRAINER)
+    _fix(project)
+    text = (project / "train.py").read_text()
+    assert "apex" not in text + (project / "model_setup.py").read_text()
+    assert (
+        "        net, opt = prepare(net, opt, cfg.device, fp16=cfg.fp16)\n"
+        '        self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.fp16)\n'
+    ) in text
+    assert '        with torch.autocast("cuda", dtype=torch.float16, enabled=self.scaler.is_enabled()):\n' in text
+    assert "            self.scaler.unscale_(self.optimizer)\n" in text
+    _compiles_and_is_stable(project)
+
+
+def test_a_group_reason_names_the_caller_and_its_own_reason(tmp_path):
+    project = _copy(tmp_path)
+    _edit(project / "train.py", 'opt_level="O1")', "opt_level=args.level)")
+    reasons = _refused(project)
+    assert "(train.py cannot be migrated with it: the opt level `prepare()` passes" in reasons["model_setup.py"]
