@@ -113,3 +113,23 @@ def test_round_two_does_not_parse_again_what_round_one_parsed(monkeypatch):
     result = runner._process(engine, path, Job("check"), None, defer_large=False, screened=flagged)
     assert result.findings and result.parsed
     assert True not in parses
+
+
+def test_a_notebook_waits_for_the_index_and_is_analysed_as_before(tmp_path):
+    import json
+
+    tree = tmp_path / "tree"
+    for i, path in enumerate(sorted(FIXTURES.rglob("*.py"))[:70]):
+        target = tree / f"d{i}" / path.name
+        target.parent.mkdir(parents=True)
+        target.write_bytes(path.read_bytes())
+    cells = [
+        {"cell_type": "code", "id": "a", "metadata": {}, "execution_count": 1, "outputs": [],
+         "source": ["import torch\n", "scaler = torch.cuda.amp.GradScaler()\n"]},
+        {"cell_type": "code", "id": "b", "metadata": {}, "execution_count": 2, "outputs": [],
+         "source": ["with torch.cuda.amp.autocast():\n", "    pass\n"]},
+    ]
+    (tree / "train.ipynb").write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    files = sorted(str(p) for p in tree.rglob("*.py")) + [str(tree / "train.ipynb")]
+    outcome = _both(tree, files, make_settings(), Job("check"), 2, tmp_path)
+    assert any(path.endswith(".ipynb") and findings for path, findings, *_ in outcome)
