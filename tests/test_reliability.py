@@ -40,7 +40,7 @@ TIMEOUT = 180  # seconds: far above what any of these runs needs, even on a busy
 
 # Replaces Engine.check_text/fix_text in the subprocess: `crash*.py` segfaults the process,
 # `spin*.py` loops forever, `hog*.py` allocates memory until stopped.
-_PATCH = textwrap.dedent(
+MISBEHAVE = textwrap.dedent(
     """
     import os, signal, sys
     from ampmigrate.engine import pipeline
@@ -54,7 +54,10 @@ _PATCH = textwrap.dedent(
                 pass
         if name.startswith("hog"):
             hoard = [b"x" * (16 << 20) for _ in range(256)]  # 4 GiB unless stopped
-
+    """
+)
+_PATCH = MISBEHAVE + textwrap.dedent(
+    """
     for method in ("check_text", "fix_text"):
         original = getattr(pipeline.Engine, method)
         def patched(self, text, path, _original=original, **kwargs):

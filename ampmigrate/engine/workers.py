@@ -12,11 +12,12 @@ processed in worker processes, even with one job, and the parent watches each on
 - workers die with the parent, even one killed by SIGKILL (PR_SET_PDEATHSIG on Linux; elsewhere
   a worker notices when the parent's end of its pipe closes, between files).
 
-A worker streams one message per event: ("file", key, cpu) when it starts a file, ("round", cpu)
-when it starts a parse, ("done", key, result) when it has a file's result, where `cpu` is its CPU
-time then (the budget's start: the parent need not read `/proc` for it). The parent so always
-knows which file a dead or killed worker was on. It looks at busy workers' CPU time and memory
-in `/proc` every `POLL_INTERVAL`, not after every message (a cold run sends two per file).
+A worker streams one message per event: ("file", key, cpu) when it starts a batch's first file,
+("round", cpu) when it starts a parse, ("done", key, result, cpu) when it has a file's result and
+goes on to the next file of its batch, where `cpu` is its CPU time then (the budget's start: the
+parent need not read `/proc` for it). The parent so always knows which file a dead or killed
+worker was on (the first of its batch not done). It looks at busy workers' CPU time and memory
+in `/proc` every `POLL_INTERVAL`, not after every message (a cold run sends one per file).
 """
 
 from __future__ import annotations
@@ -106,9 +107,11 @@ def _worker_main(
         if isinstance(items, _Reinitialize):
             items.setup(*items.args)
             continue
+        # The batch's first file is announced; each "done" also starts the next file's budget
+        # (the worker goes straight on to it): one message per file, not two.
+        connection.send(("file", items[0][0], time.process_time()))
         for key, item in items:
-            connection.send(("file", key, time.process_time()))
-            connection.send(("done", key, process_item(item)))
+            connection.send(("done", key, process_item(item), time.process_time()))
 
 
 # ---------------------------------------------------------------------------------- in the parent
@@ -257,7 +260,10 @@ class WorkerPool:
                     key, result = message[1], message[2]
                     worker.pending = [item for item in worker.pending if item[0] != key]
                     worker.current = None
-                    if not worker.pending:
+                    if worker.pending:  # the worker is on the next file of its batch now
+                        worker.current = worker.pending[0][0]
+                        worker.start_budget(message[3])
+                    else:
                         del busy[connection]
                         idle.append(worker)
                     yield key, result
