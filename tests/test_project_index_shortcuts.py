@@ -133,8 +133,17 @@ EDGES = {
         b"    return torch.norm(torch.stack([(torch.norm)(p.grad.detach(), t) for p in ps]), t)\n",
         "grad_norm_helpers",
     ),
+    "checkpoint saver, async, through parentheses": (
+        b"import torch\nasync \\\n def save_all(path, model, optimizer):\n"
+        b"    torch.save({'m': (model) . state_dict(), 'o': optimizer.state_dict()}, path)\n",
+        "checkpoint_savers",
+    ),
 }
 NOT_RECORDED = {
+    "checkpoint saver of attributes only": (
+        b"import torch\ndef save_all(self, path):\n    torch.save(self.model.state_dict(), path)\n"
+        b"class T:\n    def save(self, model):\n        torch.save(model.state_dict(), 'x')\n"
+    ),
     "gradient and normalize": b"def f(m):\n    m.gradient_clip = normalize(m.grad_scale)\n    return m.norm\n",
     "grad norm in a method only": b"class C:\n    def g(self, ps):\n        return sum(p.grad.norm(2) for p in ps)\n",
     "clip named in a string": b"def f(m):\n    return 'clip_grad_norm' + m.utils\n",

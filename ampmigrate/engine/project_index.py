@@ -646,6 +646,9 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
         # Only a file that spells what a record needs can have one: in an ASCII file every
         # identifier `ast` reports is spelled as is (elsewhere NFKC may join other spellings).
         needs_ast = needs_ast and _may_record_scaler_or_clip(raw)
+        if needs_savers and not _may_define_checkpoint_saver(raw):
+            needs_savers = False
+            others = needs_results or needs_scaler_params
         needs_apex = needs_apex and (b"scale_loss" in raw or _APEX_AMP_IMPORT.search(raw) is not None)
         if not (needs_ast or needs_apex or others):
             return summary
@@ -935,6 +938,17 @@ def _may_define_grad_norm_helper(raw: bytes) -> bool:
         and _GRAD_ATTRIBUTE.search(raw) is not None
         and _TOP_DEF.search(raw) is not None
     )
+
+
+# `_checkpoint_savers`: a top-level function (`def` or `async def` at a line's start) calling
+# `<name>.state_dict()` on a name (one of its parameters), not on an attribute (`self.m`).
+_TOP_FUNCTION = re.compile(rb"(?:^|[\r\n])\x0c*(?:async[\s\\]+)?def[\s\\]")
+_NAME_STATE_DICT = re.compile(rb"(?<![\w.])\w+" + _GAP_CLOSE + rb"\." + _GAP + rb"state_dict\b")
+
+
+def _may_define_checkpoint_saver(raw: bytes) -> bool:
+    """False when this (ASCII) file cannot define a checkpoint saver."""
+    return _TOP_FUNCTION.search(raw) is not None and _NAME_STATE_DICT.search(raw) is not None
 
 
 def _may_define_backward_runner(raw: bytes) -> bool:
