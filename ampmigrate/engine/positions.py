@@ -29,7 +29,9 @@ _NEWLINE = re.compile(r"\r\n?|\n")
 
 @dataclass(frozen=False)
 class _TokenIndexState(CodegenState):
-    ranges: Dict[cst.CSTNode, Tuple[int, int]] = field(default_factory=dict)
+    # By `id(node)`: a CST node's own `__hash__` is Python code, called twice per node here
+    # (the module keeps every node alive, so no other object has its id meanwhile).
+    ranges: Dict[int, Tuple[int, int]] = field(default_factory=dict)
     starts: List[int] = field(default_factory=list)
 
     def before_codegen(self, node: cst.CSTNode) -> None:
@@ -37,8 +39,9 @@ class _TokenIndexState(CodegenState):
 
     def after_codegen(self, node: cst.CSTNode) -> None:
         start = self.starts.pop()
-        if node not in self.ranges:  # a syntactic position recorded inside wins
-            self.ranges[node] = (start, len(self.tokens))
+        key = id(node)
+        if key not in self.ranges:  # a syntactic position recorded inside wins
+            self.ranges[key] = (start, len(self.tokens))
 
     def pop_trailing_newline(self) -> None:
         # PositionProvider's counters have already moved past this newline when the module
@@ -59,10 +62,10 @@ class _TokenIndexState(CodegenState):
         finally:
             end = len(self.tokens)
             if start_node is not None:
-                start = self.ranges[start_node][0]
+                start = self.ranges[id(start_node)][0]
             if end_node is not None:
-                end = self.ranges[end_node][1]
-            self.ranges[node] = (start, end)
+                end = self.ranges[id(end_node)][1]
+            self.ranges[id(node)] = (start, end)
 
 
 class Positions:
@@ -89,7 +92,8 @@ class Positions:
     def _generate(self, node: cst.CSTNode) -> None:
         """Generate until `node` has its range, or the whole module."""
         module, state = self._module, self._state
-        while node not in self._ranges and not self._finished:
+        key = id(node)
+        while key not in self._ranges and not self._finished:
             if self._next < len(module.body):
                 module.body[self._next]._codegen(state)
                 self._next += 1
@@ -124,9 +128,12 @@ class Positions:
 
     def __getitem__(self, node: cst.CSTNode) -> CodeRange:
         self._generate(node)
-        start, end = self._ranges[node]
+        try:
+            start, end = self._ranges[id(node)]
+        except KeyError:
+            raise KeyError(node) from None
         return CodeRange(self._position(start), self._position(end))
 
     def __contains__(self, node: cst.CSTNode) -> bool:
         self._generate(node)
-        return node in self._ranges
+        return id(node) in self._ranges
