@@ -1,4 +1,4 @@
-from ampmigrate.cli import main
+from ampmigrate.cli import run
 
 if __name__ == "__main__":
-    main()
+    run()

@@ -48,29 +48,6 @@ class _Group(click.Group):
             click.echo(f"error: internal error: {type(exc).__name__}: {exc}", err=True)
             sys.exit(EXIT_ERROR)
 
-    def main(self, args=None, *rest, **kwargs):
-        """As the program's entry (`ampmigrate ...`, `python -m ampmigrate ...`: no `args`
-        given), the process ends as soon as the command is done and its output flushed,
-        without the interpreter's finalization: tearing down LibCST's and the rules' modules
-        and objects took about 30 ms after every run. Everything the commands write is written
-        and closed by then, and their child processes are gone (or die with this one)."""
-        if args is not None or rest or kwargs.get("standalone_mode", True) is not True:
-            return super().main(args, *rest, **kwargs)  # called from Python (tests, CliRunner)
-        try:
-            super().main(args, *rest, **kwargs)
-            code = 0
-        except SystemExit as stop:
-            code = stop.code
-        if code is not None and not isinstance(code, int):
-            print(code, file=sys.stderr)  # as the interpreter does with `sys.exit("message")`
-            code = 1
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code or 0)
-
     def list_commands(self, ctx):
         return sorted([*super().list_commands(ctx), "verify", "server"])
 
@@ -96,6 +73,29 @@ class _Group(click.Group):
 
             return verify
         return super().get_command(ctx, name)
+
+
+def run() -> None:
+    """The program's entry (`ampmigrate ...`, `python -m ampmigrate ...`): `main()`, then the
+    process ends as soon as the command is done and its output flushed, without the
+    interpreter's finalization (tearing down LibCST's and the rules' modules and objects took
+    about 30 ms after every run). Everything the commands write is written and closed by then,
+    and their child processes are gone (or die with this one). `main()` called from Python
+    raises SystemExit as click's commands do."""
+    try:
+        main()
+        code = 0
+    except SystemExit as stop:
+        code = stop.code
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)  # as the interpreter does with `sys.exit("message")`
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code or 0)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

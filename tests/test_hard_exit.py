@@ -1,6 +1,7 @@
-"""As the program's entry, the CLI ends its process without the interpreter's finalization
-(cli._Group.main): everything written must still be there, the exit status the command's,
-and a call from Python (click's CliRunner, the tests) must return as before."""
+"""As the program's entry (`cli.run`: the console script and `python -m ampmigrate`), the CLI
+ends its process without the interpreter's finalization: everything written must still be
+there, the exit status the command's, and `main` called from Python (click's CliRunner, a
+script catching SystemExit: tests/test_warm_start.py) must return or raise as before."""
 
 from __future__ import annotations
 
