@@ -229,6 +229,7 @@ class StepRewrites:
         """Puts `unscale_` before the gradient reads of each step's window; returns the reads
         (and `_unscale_points`, where it went)."""
         inserts: Dict[cst.CSTNode, List[Tuple[str, Step]]] = {}
+        self._own_code_readers: Set[cst.CSTNode] = set()  # see _window_readers
         self._micro_step_clips: Dict[Step, List[cst.Call]] = {}  # see _accumulation_clip
         self._micro_step_norms: Dict[Step, List[cst.Call]] = {}  # gradient-norm helpers, ditto
         order: List[cst.CSTNode] = []
@@ -250,6 +251,8 @@ class StepRewrites:
                     elif self._inactive(step, reader):
                         continue
                     point = self._insertion_point(reader, statement)
+                    if reader in self._own_code_readers and not stop:
+                        point = statement  # as early as apex unscaled: before the statement holding the call
                     if self._scaled_on_micro_steps(reader, point, step, master_refs):
                         continue  # a torch clip on every micro-step: threshold scaled (_accumulation_clip)
                     readers.setdefault(point, []).append(reader)
@@ -376,6 +379,9 @@ class StepRewrites:
                 optimizers = self._helper_reads(node, step, master_refs)
                 if optimizers:
                     found.append((node, optimizers))
+                elif self._reads_scaled_gradients(node):  # this file's code reading `.grad` (_window_readers)
+                    self._own_code_readers.add(node)
+                    found.append((node, [self.ctx.code(o).strip() for o in step.optimizers]))
         return found
 
     def _reads_gradients(self, node: cst.CSTNode) -> bool:
