@@ -27,9 +27,10 @@ The autocast variable is the name that a do-nothing context (`suppress`, `nullco
 before the apex arm (the nearest binding found with analysis/statements.py) and that, followed
 through this file's calls, is entered as `with X():` in a function that calls the loss scaler.
 The plan stops with the reason (`Unfixable`) when apex asked for more than NativeScaler does
-(another opt level, a static loss scale, an override), when that variable cannot be found, when
-apex.amp is used otherwise in the file, or when a use of the scaler or the variable leaves what
-this file shows. A call clipping through the scaler is where the two differ: ApexScaler clipped
+(O0/O3, a static loss scale, `enabled=`, `num_losses`; O2 and the other overrides are decided as
+the in-file planner's `scaler_spec` does), when that variable cannot be found, when apex.amp is
+used otherwise in the file, or when a use of the scaler or the variable leaves what this file
+and the files of the repository it calls (_timm_remote.py, by the project index) show. A call clipping through the scaler is where the two differ: ApexScaler clipped
 every parameter of the optimizer (`amp.master_params`), NativeScaler clips the `parameters=` it
 is given; `model.parameters()` is the same set (the note says so), anything else is unsafe.
 """
