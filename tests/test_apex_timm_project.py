@@ -85,6 +85,12 @@ def test_the_fix_says_where_the_other_files_clip_and_save(tmp_path):
             "is assigned again at checkpoint_saver.py:14",
         ),
         (
+            "main.py",
+            "        saver.save(epoch, top1)\n",
+            "        saver.save(epoch, top1)\n        saver.amp_scaler.update()\n",
+            "`saver.amp_scaler` at line 37 may reach `self.amp_scaler`",
+        ),
+        (
             "checkpoint_saver.py",
             "class CheckpointSaver:",
             "class CheckpointSaver(Base):",

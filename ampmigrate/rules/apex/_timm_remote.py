@@ -211,6 +211,16 @@ class RemoteCallee:
         """`self.amp_scaler = amp_scaler` in `__init__`: every `self.amp_scaler` of the class."""
         cls = self.node
         what = f"`self.{attr}` (the loss scaler, {self.relative})"
+        inside = {id(n) for n in ast.walk(cls)}
+        outside = next((n for n in ast.walk(self.tree) if isinstance(n, ast.Attribute) and n.attr == attr and id(n) not in inside), None)
+        if outside is not None:
+            raise Unfixable(f"`{ast.unparse(outside)}` at {self._where(outside)} may reach {what} from outside its class")
+        for node in self.p.names.nodes_of_type((cst.Attribute,)):
+            if node.attr.value == attr:
+                raise Unfixable(
+                    f"`{self.p.ctx.code(node).strip()}` at line {self.p.ctx.position(node).start.line} may reach {what} "
+                    "from outside its class"
+                )
         for method in cls.body:
             if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 if any(isinstance(n, ast.Attribute) and n.attr == attr for n in ast.walk(method)):
