@@ -11,9 +11,13 @@ The shape and the facts are engine/apex_setup_helper.py's. The migration:
   planner's (`scaler.scale(loss).backward()`, `scaler.step`/`update`, autocast around the forward
   pass, the scaler passed to the functions of the file that scale the loss).
 
-The helper's `opt_level` and `loss_scale` must be O1/O2 and dynamic for every caller (a literal in
-the helper, or a parameter whose value each caller gives as such, or its default), else every
-side refuses with the reason. Every file of the run calling the helper must be a caller that
+The helper's `loss_scale` must be dynamic for every caller, its `opt_level` O1/O2 (a literal in
+the helper, or a parameter whose value each caller gives as such, or its default), or O0 among them
+(the caller's `enabled=` then gains `<level> != "O0"`), or known only at run time as the in-file
+planner takes it: where the opt level is the helper's parameter, `amp.initialize` becomes
+`if <param> == "O3": raise ValueError(...)` (pure fp16 has no torch.amp equivalent). Else every
+side refuses with the reason. A caller that trains nothing through the helper (engine's
+`inference_callers`) changes nothing; the helper's fix notes that its model now runs in fp32. Every file of the run calling the helper must be a caller that
 migrates (a caller that scales no loss, an inference use, stops the group): each side plans the
 others from the bytes the index read, as rules/apex/_cross_threading.py does.
 """
@@ -33,13 +37,14 @@ from ampmigrate.engine.apex_setup_helper import (
     helper_callers,
     helper_of,
     helper_of_source,
+    inference_callers,
     test_chains,
     helpers_called_by,
 )
 from ampmigrate.engine.context import FileContext, FixBuilder
 from ampmigrate.rules.apex._amp_common import AmpPlan, Unfixable
 from ampmigrate.rules.apex._amp_migration import NO_INIT_REASON, NO_STEP_REASON, _Planner
-from ampmigrate.rules.apex._amp_options import ScalerSpec, _possible_levels, literal_value
+from ampmigrate.rules.apex._amp_options import ScalerSpec, _fp16_arm_test, _possible_levels, literal_value
 from ampmigrate.rules.apex._cross_threading import _check_min_torch, _plan_elsewhere, _spelled
 
 _ATOMIC = (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.SimpleString, cst.Integer, cst.Float)
@@ -209,12 +214,29 @@ class _HelperSide(_Planner):
             raise Unfixable(f"{NO_STEP_REASON} (`amp.initialize` is used without being called)")
         self.builder = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
         line = self._init_line(init)
-        self.removal.remove_statement(line)
+        level = self.helper.options.get("opt_level")
+        if isinstance(level, ast.Name) and level.id in self.helper.params + self.helper.kwonly:
+            # The opt level is the helper's parameter: whatever a caller gives it, O3 (pure fp16,
+            # which torch.amp cannot do) stops here with an error instead of training another way.
+            quote = self.ctx.quote
+            guard = self.ctx.parse_statement(
+                f"if {level.id} == {quote}O3{quote}:\n"
+                f"    raise ValueError({self.ctx.string('apex opt_level O3 (pure fp16) has no torch.amp equivalent; use O1 or O2').value})\n"
+            )
+            self.builder.replace(line, guard.with_changes(leading_lines=line.leading_lines))
+            self._note(f"`{level.id}` O3 now raises where `amp.initialize` was")
+        else:
+            self.removal.remove_statement(line)
         self.handled.add(line)
         self._plan_imports()
         self._emit_removals()
         self._check_nesting()
         index = self.ctx.project_index
+        for other, what in inference_callers(index, self.helper.path, self.helper.name):
+            self._note(
+                f"{index.relative(other)} calls `{self.helper.name}()` for inference ({what}): without `amp.initialize` "
+                'its model runs in fp32; wrap its inference in `torch.autocast("cuda", dtype=torch.float16)` for apex\'s fp16 speed'
+            )
         callers = ", ".join(index.relative(c) for c in self.callers)
         return self._finish(
             f"Migrate apex.amp to torch.amp: `amp.initialize` in `{self.helper.name}()` goes (the model stays fp32, "
@@ -435,7 +457,9 @@ class _CallerSide(_Planner):
         if roots & targets:
             raise Unfixable(f"the call of `{helper.name}()` rebinds `{sorted(roots & targets)[0]}`, which its apex test reads")
         # the opt level and the loss scale, in the caller's terms
-        spec.levels = self._option_levels(value, helper.options.get("opt_level"))
+        spec.levels = self._option_levels(value, helper.options.get("opt_level"), spec, roots)
+        if roots & targets:
+            raise Unfixable(f"the call of `{helper.name}()` rebinds `{sorted(roots & targets)[0]}`, which its apex setup reads")
         scale = helper.options.get("loss_scale")
         if scale is not None:
             if isinstance(scale, ast.Name) and scale.id in helper.params + helper.kwonly:
@@ -453,11 +477,17 @@ class _CallerSide(_Planner):
         spec.optimizers = target.elements[helper.optimizer_index].value
         return spec
 
-    def _option_levels(self, value, node: Optional[ast.expr]) -> Set[str]:
+    def _option_levels(self, value, node: Optional[ast.expr], spec: ScalerSpec, roots: Set[str]) -> Set[str]:
+        """The opt levels the helper's `amp.initialize` runs with for this caller. O1 and O2 become
+        fp16 autocast + GradScaler; a level that may be O0 (fp32 in apex) disables both for it
+        (`enabled=` gains `<level> != "O0"` in the caller's terms); a level known only at run time
+        also may be O3, which the helper's guard (`_HelperSide`) stops with an error where
+        `amp.initialize` was, as the in-file planner does (rules/apex/_amp_migration.py)."""
         helper = self.helper
         if node is None:
             return {"O1"}
         levels: Optional[Set[str]] = None
+        given = None
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             levels = {node.value}
         elif isinstance(node, ast.Name) and node.id in helper.params + helper.kwonly:
@@ -466,13 +496,48 @@ class _CallerSide(_Planner):
                 levels = {given.value}
             elif isinstance(given, cst.CSTNode):
                 levels = _possible_levels(self.names, given)
-        if levels is None or not levels or not levels <= {"O1", "O2"}:
-            shown = sorted(levels) if levels else "only known at run time"
+                if levels is None:  # known only at run time
+                    if not is_pure(given):
+                        raise Unfixable(f"the opt level given to `{helper.name}()` has side effects")
+                    code = self.ctx.code(given).strip()
+                    operand = code if isinstance(given, _ATOMIC) else f"({code})"
+                    condition = f"{operand} != {self.ctx.quote}O0{self.ctx.quote}"
+                    spec.add_enabled(condition, cst.parse_expression(condition))
+                    spec.opt_level_code = code
+                    self._add_root(given, roots)
+                    self._note(
+                        f"`{code}` (the opt level of `{helper.name}()`) is known only at run time: O0 disables the "
+                        "scaler and autocast, O1 and O2 run fp16 autocast, and O3 (pure fp16, which torch.amp cannot "
+                        f"do) now raises in `{helper.name}()` where `amp.initialize` was"
+                    )
+                    return {"O0", "O1", "O2", "O3"}
+        if levels is not None and not levels <= {"O0", "O1", "O2", "O3"}:
+            raise Unfixable(f"the opt level `{helper.name}()` passes to `amp.initialize` is {sorted(levels)}, which apex rejects")
+        if levels is None or not levels or "O3" in levels or levels == {"O0"}:
+            shown = sorted(levels) if levels else "not a string the fix can read"
             raise Unfixable(
                 f"the opt level `{helper.name}()` passes to `amp.initialize` is {shown} here; the setup-helper "
-                "migration takes O1 or O2"
+                "migration takes O1 or O2 (O0 among them at run time)"
             )
+        if "O0" in levels:  # `"O1" if args.fp16 else "O0"`: fp32 on one arm
+            chosen = _fp16_arm_test(given, lambda n: self.ctx.code(n)) if isinstance(given, cst.CSTNode) else None
+            if chosen is not None:
+                spec.add_enabled(*chosen)
+            else:
+                code = self.ctx.code(given).strip()
+                operand = code if isinstance(given, _ATOMIC) else f"({code})"
+                condition = f"{operand} != {self.ctx.quote}O0{self.ctx.quote}"
+                spec.add_enabled(condition, cst.parse_expression(condition))
+            self._add_root(given, roots)
         return levels
+
+    @staticmethod
+    def _add_root(given: cst.CSTNode, roots: Set[str]) -> None:
+        root = given
+        while isinstance(root, (cst.Attribute, cst.Subscript)):
+            root = root.value
+        if isinstance(root, cst.Name):
+            roots.add(root.value)
 
     # ---- the scaler, right after the call
     def _rebinding(self) -> Optional[str]:
