@@ -398,3 +398,36 @@ def test_a_group_reason_names_the_caller_and_its_own_reason(tmp_path):
     _edit(project / "train.py", 'opt_level="O1")', 'opt_level="O1", loss_scale=8.0)')
     reasons = _refused(project)
     assert "(train.py cannot be migrated with it: `prepare()` is called with `loss_scale=`" in reasons["model_setup.py"]
+
+
+def test_same_file_helper_reading_the_opt_level_from_its_argument(tmp_path):
+    """`amp.initialize(..., opt_level=args.opt_level)` in a helper given `args`: the guard is in
+    the helper's own terms, the caller's `enabled=` in its own."""
+    project = _copy(tmp_path, SAME_FILE)
+    _edit(project / "train.py", 'opt_level="O2")', "opt_level=args.opt_level)")
+    _edit(project / "train.py", '    return parser.parse_args()\n', '    parser.add_argument("--opt_level", default="O1")\n    return parser.parse_args()\n')
+    _fix(project)
+    text = (project / "train.py").read_text()
+    assert _apex_free(text) and "amp.initialize" not in text
+    assert f'    if args.fp16:\n        if args.opt_level == "O3":\n            {O3_GUARD}\n    return model, optimizer\n' in text
+    assert '    scaler = torch.amp.GradScaler("cuda", enabled=args.fp16 and args.opt_level != "O0")\n' in text
+    _compiles_and_is_stable(project)
+
+
+def test_a_helper_assigning_the_opt_level_it_reads_refuses(tmp_path):
+    project = _copy(tmp_path, SAME_FILE)
+    _edit(project / "train.py", 'opt_level="O2")', "opt_level=args.opt_level)")
+    _edit(project / "train.py", "    args.start_epoch = 0\n", '    args.opt_level = "O1"\n')
+    reasons = _refused(project)
+    assert "assigns `args.opt_level`, which its apex test reads" in reasons["train.py"]
+
+
+def test_same_file_helper_making_its_own_optimizer_called_for_inference_elsewhere_refuses(tmp_path):
+    """The helper builds the optimizer itself: whether a caller trains with it cannot be told."""
+    project = _copy(tmp_path, SAME_FILE)
+    (project / "predict.py").write_text(
+        "import torch\nfrom train import build_model_and_optimizer, parse_args\n\n\n"
+        "def predict(x):\n    model, _ = build_model_and_optimizer(parse_args())\n    return model(x)\n"
+    )
+    reasons = _refused(project)
+    assert "`build_model_and_optimizer()` sets apex up for callers in this file and in others" in reasons["train.py"]

@@ -148,7 +148,7 @@ def helper_of(tree: ast.Module, path: str) -> Tuple[Optional[Helper], str]:
         if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)) and n.id in params + kwonly
     }
     used = {n.id for test, _ in tests for n in ast.walk(test) if isinstance(n, ast.Name)}
-    used |= {v.id for v in options.values() if isinstance(v, ast.Name)}
+    used |= {n.id for v in options.values() for n in ast.walk(v) if isinstance(n, ast.Name)}
     if used & rebound:
         return None, f"`{name}()` rebinds its parameter `{sorted(used & rebound)[0]}` that decides its apex setup"
     stores = sorted(

@@ -172,6 +172,39 @@ def _check_file(planner: _Planner) -> None:
     planner._check_other_refs()
 
 
+def _param_chain(node: Optional[ast.expr], helper: Helper) -> bool:
+    """`args.fp16_opt_level`: an attribute chain on one of the helper's parameters."""
+    if not isinstance(node, ast.Attribute):
+        return False
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name) and node.id in helper.params + helper.kwonly
+
+
+def _replace_init(planner: _Planner, helper: Helper, line: cst.SimpleStatementLine) -> None:
+    """The helper's `amp.initialize` line goes; where its opt level is the helper's parameter, it
+    becomes `if <param> == "O3": raise ValueError(...)`: whatever a caller gives it, O3 (pure fp16,
+    which torch.amp cannot do) stops there instead of training another way. The notes name the
+    files calling the helper for inference, whose model now runs in fp32."""
+    level = helper.options.get("opt_level")
+    if (isinstance(level, ast.Name) and level.id in helper.params + helper.kwonly) or _param_chain(level, helper):
+        quote = planner.ctx.quote
+        spelled = ast.unparse(level)
+        message = planner.ctx.string("apex opt_level O3 (pure fp16) has no torch.amp equivalent; use O1 or O2").value
+        guard = planner.ctx.parse_statement(f"if {spelled} == {quote}O3{quote}:\n    raise ValueError({message})\n")
+        planner.builder.replace(line, guard.with_changes(leading_lines=line.leading_lines))
+        planner._note(f"`{spelled}` O3 now raises where `amp.initialize` was")
+    else:
+        planner.removal.remove_statement(line)
+    planner.handled.add(line)
+    index = planner.ctx.project_index
+    for other, what in inference_callers(index, helper.path, helper.name):
+        planner._note(
+            f"{index.relative(other)} calls `{helper.name}()` for inference ({what}): without `amp.initialize` "
+            'its model runs in fp32; wrap its inference in `torch.autocast("cuda", dtype=torch.float16)` for apex\'s fp16 speed'
+        )
+
+
 class _Init:
     """The helper's call standing where `amp.initialize` was, for the in-file planner."""
 
@@ -213,30 +246,11 @@ class _HelperSide(_Planner):
         if init.call is None:
             raise Unfixable(f"{NO_STEP_REASON} (`amp.initialize` is used without being called)")
         self.builder = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
-        line = self._init_line(init)
-        level = self.helper.options.get("opt_level")
-        if isinstance(level, ast.Name) and level.id in self.helper.params + self.helper.kwonly:
-            # The opt level is the helper's parameter: whatever a caller gives it, O3 (pure fp16,
-            # which torch.amp cannot do) stops here with an error instead of training another way.
-            quote = self.ctx.quote
-            guard = self.ctx.parse_statement(
-                f"if {level.id} == {quote}O3{quote}:\n"
-                f"    raise ValueError({self.ctx.string('apex opt_level O3 (pure fp16) has no torch.amp equivalent; use O1 or O2').value})\n"
-            )
-            self.builder.replace(line, guard.with_changes(leading_lines=line.leading_lines))
-            self._note(f"`{level.id}` O3 now raises where `amp.initialize` was")
-        else:
-            self.removal.remove_statement(line)
-        self.handled.add(line)
+        _replace_init(self, self.helper, self._init_line(init))
         self._plan_imports()
         self._emit_removals()
         self._check_nesting()
         index = self.ctx.project_index
-        for other, what in inference_callers(index, self.helper.path, self.helper.name):
-            self._note(
-                f"{index.relative(other)} calls `{self.helper.name}()` for inference ({what}): without `amp.initialize` "
-                'its model runs in fp32; wrap its inference in `torch.autocast("cuda", dtype=torch.float16)` for apex\'s fp16 speed'
-            )
         callers = ", ".join(index.relative(c) for c in self.callers)
         return self._finish(
             f"Migrate apex.amp to torch.amp: `amp.initialize` in `{self.helper.name}()` goes (the model stays fp32, "
@@ -313,9 +327,7 @@ class _CallerSide(_Planner):
         if not steps:
             raise Unfixable(f"no `amp.scale_loss` after `{self.helper.name}()` in this file")
         if self.same_file:
-            init_line = self._init_line(inits[0])
-            self.removal.remove_statement(init_line)
-            self.handled.add(init_line)
+            _replace_init(self, self.helper, self._init_line(inits[0]))
         self._plan_fp16(steps)
         self._check_half_inputs(steps)
         self._plan_imports()
@@ -442,9 +454,10 @@ class _CallerSide(_Planner):
             except cst.ParserSyntaxError:
                 raise Unfixable(f"the apex test of `{helper.name}()` cannot be spelled in its caller's terms") from None
         # what the helper may change before its test: the attributes the test reads
+        read_nodes = [test for test, _ in helper.tests] + [o for o in [helper.options.get("opt_level")] if o is not None]
         reads = [
             _chain(bound.get(param)) + suffix
-            for test, _ in helper.tests
+            for test in read_nodes
             for param, suffix in test_chains(test, helper.params + helper.kwonly)
             if param in bound
         ]
@@ -457,7 +470,7 @@ class _CallerSide(_Planner):
         if roots & targets:
             raise Unfixable(f"the call of `{helper.name}()` rebinds `{sorted(roots & targets)[0]}`, which its apex test reads")
         # the opt level and the loss scale, in the caller's terms
-        spec.levels = self._option_levels(value, helper.options.get("opt_level"), spec, roots)
+        spec.levels = self._option_levels(value, helper.options.get("opt_level"), spec, roots, translate)
         if roots & targets:
             raise Unfixable(f"the call of `{helper.name}()` rebinds `{sorted(roots & targets)[0]}`, which its apex setup reads")
         scale = helper.options.get("loss_scale")
@@ -477,7 +490,7 @@ class _CallerSide(_Planner):
         spec.optimizers = target.elements[helper.optimizer_index].value
         return spec
 
-    def _option_levels(self, value, node: Optional[ast.expr], spec: ScalerSpec, roots: Set[str]) -> Set[str]:
+    def _option_levels(self, value, node: Optional[ast.expr], spec: ScalerSpec, roots: Set[str], translate) -> Set[str]:
         """The opt levels the helper's `amp.initialize` runs with for this caller. O1 and O2 become
         fp16 autocast + GradScaler; a level that may be O0 (fp32 in apex) disables both for it
         (`enabled=` gains `<level> != "O0"` in the caller's terms); a level known only at run time
@@ -490,6 +503,18 @@ class _CallerSide(_Planner):
         given = None
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             levels = {node.value}
+        elif isinstance(node, ast.Attribute) and _param_chain(node, helper):
+            # `args.fp16_opt_level` of the helper's `args`: known only at run time, in the caller's terms
+            code = translate(node)
+            condition = f"{code} != {self.ctx.quote}O0{self.ctx.quote}"
+            spec.add_enabled(condition, cst.parse_expression(condition))
+            spec.opt_level_code = code
+            self._note(
+                f"`{code}` (the opt level of `{helper.name}()`) is known only at run time: O0 disables the "
+                "scaler and autocast, O1 and O2 run fp16 autocast, and O3 (pure fp16, which torch.amp cannot "
+                f"do) now raises in `{helper.name}()` where `amp.initialize` was"
+            )
+            return {"O0", "O1", "O2", "O3"}
         elif isinstance(node, ast.Name) and node.id in helper.params + helper.kwonly:
             given = value(node.id)
             if isinstance(given, ast.Constant) and isinstance(given.value, str):
