@@ -431,3 +431,20 @@ def test_same_file_helper_making_its_own_optimizer_called_for_inference_elsewher
     )
     reasons = _refused(project)
     assert "`build_model_and_optimizer()` sets apex up for callers in this file and in others" in reasons["train.py"]
+
+
+def test_a_registration_beside_the_helpers_import_goes_with_its_try(tmp_path):
+    """`apex.amp.register_half_function(torch, "einsum")` in the helper's `try` (CUDA autocast
+    casts einsum to fp16 by itself): the registration goes with `amp.initialize`, and the `try`
+    importing apex for both goes whole."""
+    project = _copy(tmp_path)
+    _edit(
+        project / "model_setup.py",
+        "            from apex import amp\n",
+        '            import apex\n            from apex import amp\n\n            apex.amp.register_half_function(torch, "einsum")\n',
+    )
+    assert "CUDA autocast already casts `torch.einsum`" in _messages(project)["model_setup.py"]
+    _fix(project)
+    a = (project / "model_setup.py").read_text()
+    assert "try" not in a and "pass" not in a and _apex_free(a)
+    _compiles_and_is_stable(project)

@@ -46,6 +46,7 @@ from ampmigrate.rules.apex._amp_common import AmpPlan, Unfixable
 from ampmigrate.rules.apex._amp_migration import NO_INIT_REASON, NO_STEP_REASON, _Planner
 from ampmigrate.rules.apex._amp_options import ScalerSpec, _fp16_arm_test, _possible_levels, literal_value
 from ampmigrate.rules.apex._cross_threading import _check_min_torch, _plan_elsewhere, _spelled
+from ampmigrate.rules.apex.amp105_apex_amp_cast_annotations import _registration_autocast_keeps
 
 _ATOMIC = (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.SimpleString, cst.Integer, cst.Float)
 
@@ -197,6 +198,15 @@ def _replace_init(planner: _Planner, helper: Helper, line: cst.SimpleStatementLi
     else:
         planner.removal.remove_statement(line)
     planner.handled.add(line)
+    # `apex.amp.register_half_function(torch, "einsum")` beside it (DPR's helper): CUDA autocast
+    # casts that op the same way (AMP105's fix); removed here too, so that the `try` importing apex
+    # for both goes whole instead of being left with `pass`.
+    for ref in planner.usage.refs:
+        kept = _registration_autocast_keeps(planner.ctx, ref) if ref.api in ("register_half_function", "register_float_function") else None
+        if kept is not None:
+            planner.removal.remove_statement(kept[0])
+            planner.handled.update((kept[0], ref.node))
+            planner._note(f"CUDA autocast already casts `{kept[1]}` as its registration asked")
     index = planner.ctx.project_index
     for other, what in inference_callers(index, helper.path, helper.name):
         planner._note(
