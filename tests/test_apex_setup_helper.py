@@ -448,3 +448,20 @@ def test_a_registration_beside_the_helpers_import_goes_with_its_try(tmp_path):
     a = (project / "model_setup.py").read_text()
     assert "try" not in a and "pass" not in a and _apex_free(a)
     _compiles_and_is_stable(project)
+
+
+def test_a_test_reading_the_optimizer_that_amp_initialize_rebinds():
+    """`if use_amp and optimizer: model, optimizer = amp.initialize(model, optimizer, ...)`: the
+    call's own rebinding comes after its test ran, to the same (patched) objects."""
+    source = (
+        "from apex import amp\n\n\n"
+        "def init_amp(model, optimizer=None, use_amp=None):\n"
+        "    if use_amp and optimizer:\n"
+        "        model, optimizer = amp.initialize(model, optimizer, opt_level=use_amp)\n"
+        "    return model, optimizer\n"
+    )
+    helper, why = helper_of(ast.parse(source), "x.py")
+    assert why == "" and helper is not None and helper.optimizer_param == "optimizer"
+    rebinding = source.replace("    if use_amp", "    optimizer = optimizer or None\n    if use_amp")
+    helper, why = helper_of(ast.parse(rebinding), "x.py")
+    assert helper is None and "rebinds its parameter `optimizer`" in why

@@ -142,10 +142,14 @@ def helper_of(tree: ast.Module, path: str) -> Tuple[Optional[Helper], str]:
                 "does not map into its callers' terms"
             )
         options[keyword.arg] = keyword.value
+    # (`model, optimizer = amp.initialize(model, optimizer)` itself binds them again after its tests
+    # ran, to the same objects apex patched: not a change of what decided the setup)
+    own_targets = {id(e) for e in statement.targets[0].elts}
     rebound = {
         n.id
         for n in _own_nodes(function)
         if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)) and n.id in params + kwonly
+        and id(n) not in own_targets
     }
     used = {n.id for test, _ in tests for n in ast.walk(test) if isinstance(n, ast.Name)}
     used |= {n.id for v in options.values() for n in ast.walk(v) if isinstance(n, ast.Name)}
