@@ -379,10 +379,18 @@ class StepRewrites:
                 optimizers = self._helper_reads(node, step, master_refs)
                 if optimizers:
                     found.append((node, optimizers))
-                elif self._reads_scaled_gradients(node):  # this file's code reading `.grad` (_window_readers)
+                elif not self._around_a_read(node, master_refs) and self._reads_scaled_gradients(node):
+                    # this file's code reading `.grad` (_window_readers)
                     self._own_code_readers.add(node)
                     found.append((node, [self.ctx.code(o).strip() for o in step.optimizers]))
         return found
+
+    def _around_a_read(self, call: cst.Call, master_refs) -> bool:
+        """`f(amp.master_params(opt))`, `log(clip_grad_norm_(...))`: the inner read is the one planned."""
+        return any(
+            n is not call and (n in master_refs or (isinstance(n, cst.Call) and self.names.qualified_names(n.func) & CLIP_GRAD))
+            for n in walk(call)
+        )
 
     def _reads_gradients(self, node: cst.CSTNode) -> bool:
         if isinstance(node, cst.Attribute) and node.attr.value == "grad":
