@@ -465,3 +465,14 @@ def test_a_test_reading_the_optimizer_that_amp_initialize_rebinds():
     rebinding = source.replace("    if use_amp", "    optimizer = optimizer or None\n    if use_amp")
     helper, why = helper_of(ast.parse(rebinding), "x.py")
     assert helper is None and "rebinds its parameter `optimizer`" in why
+
+
+def test_a_helper_called_by_another_function_of_its_file_names_it(tmp_path):
+    """`build()` calls the setup helper and hands its model and optimizer on: not followed, and
+    the reason says through which function."""
+    project = _copy(tmp_path)
+    _edit(project / "model_setup.py", "    return model, optimizer\n", "    return model, optimizer\n\n\ndef build(model, optimizer, fp16):\n    return prepare(model, optimizer, 'cuda', fp16=fp16)\n")
+    _edit(project / "train.py", "from model_setup import prepare\n", "from model_setup import build\n")
+    _edit(project / "train.py", 'net, opt = prepare(net, opt, "cuda", fp16=args.fp16, opt_level="O1")', "net, opt = build(net, opt, args.fp16)")
+    reasons = _refused(project)
+    assert "`prepare()` sets apex up and returns the model and optimizer to `build()` in this file, where no loss is scaled" in reasons["model_setup.py"]

@@ -75,7 +75,9 @@ def setup_helper_planner(ctx: FileContext) -> Optional[_Planner]:
             if not _only_called(tree, helper.name):
                 return _Refusing(ctx, f"`{helper.name}()` is used otherwise than by calling it", NO_STEP_REASON)
             return _CallerSide(ctx, helper, frozenset({helper.name}), same_file=True)
-        if scales or called_here:
+        if called_here and not scales:
+            return _NestedHelper(ctx, helper, _calling_functions(tree, helper.name))
+        if scales:
             return None  # the in-file planner's (and its reasons)
         if reason:
             return _Refusing(ctx, reason, NO_STEP_REASON)
@@ -92,6 +94,19 @@ def setup_helper_planner(ctx: FileContext) -> Optional[_Planner]:
     if found is None or found.name != name:
         return None  # not a setup helper: the other planners' shapes and reasons
     return _CallerSide(ctx, found, spellings, same_file=False)
+
+
+def _calling_functions(tree: ast.Module, name: str) -> List[str]:
+    """The top-level functions (or `Class.method`s) of the module that call `name`."""
+    found: List[str] = []
+    for node in tree.body:
+        members = [(node.name, node)] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else []
+        if isinstance(node, ast.ClassDef):
+            members = [(f"{node.name}.{m.name}", m) for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for label, function in members:
+            if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name for n in ast.walk(function)):
+                found.append(label)
+    return found
 
 
 def _scales_loss(tree: ast.Module) -> bool:
@@ -134,6 +149,30 @@ def _group(ctx: FileContext, helper: Helper) -> Tuple[Optional[str], List[str]]:
             unsafe.extend(u for u in member_unsafe if u not in unsafe)
         memo[key] = (problem, unsafe)
     return memo[key]
+
+
+class _NestedHelper(_Planner):
+    """The helper's own file calls it in functions that scale no loss (FARM's `optimize_model()`
+    calling `_init_amp()`, jiant's `raw_special_model_setup()` calling `fp16ize()`): the in-file
+    planner's plan, and where it finds no training step, its reason names those functions (a setup
+    helper called by another helper, whose callers would have to create the GradScaler, is not
+    followed)."""
+
+    def __init__(self, ctx: FileContext, helper: Helper, calling: List[str]) -> None:
+        super().__init__(ctx)
+        self.helper = helper
+        self.calling = calling
+
+    def plan(self) -> AmpPlan:
+        plan = super().plan()
+        if plan.fix is None and plan.reason == NO_STEP_REASON:
+            where = ", ".join(f"`{c}()`" for c in self.calling) or "this file"
+            plan.reason = (
+                f"{NO_STEP_REASON} (`{self.helper.name}()` sets apex up and returns the model and optimizer to "
+                f"{where} in this file, where no loss is scaled: a setup helper called by another function that hands "
+                "them on is not followed)"
+            )
+        return plan
 
 
 class _Refusing(_Planner):
