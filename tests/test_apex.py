@@ -450,9 +450,52 @@ def test_the_caller_step_migration_passes_the_scaler_and_steps_after_the_call():
     assert branch.index("scaler.unscale_(optimizer)") < branch.index("clip_grad_norm_") < branch.index("scaler.step(optimizer)")
 
 
-def test_this_files_code_reading_gradients_in_the_window_is_refused():
-    (reason,) = _amp101_reasons("window_reader_same_file.py")
-    assert "`perturb.attack()` at line 26 runs code of this file that reads `.grad`" in reason
+def test_this_files_code_reading_gradients_in_the_window_gets_them_unscaled_as_apex_gave_them():
+    assert _amp101_reasons("window_reader_same_file.py") == {None}
+    fixed = fix((FIXTURES / "AMP101" / "window_reader_same_file.py").read_text(encoding="utf-8"))
+    window = fixed.split("scaler.scale(loss).backward()\n")[1]
+    assert window.index("scaler.unscale_(optimizer)") < window.index("perturb.attack()") < window.index("scaler.step(optimizer)")
+
+
+def test_a_reader_before_a_plain_backward_is_refused():
+    """The adversarial backward after the read would add unscaled gradients to scaled ones."""
+    (reason,) = _amp101_reasons("window_reader_then_backward.py")
+    assert "`loss_adv.backward()` at line 36 adds gradients after they are unscaled at line 34" in reason
+
+
+def test_a_reader_on_every_micro_step_is_refused():
+    (reason,) = _amp101_reasons("window_reader_micro_steps.py")
+    assert "read at line 17 on every backward pass, but the optimizer steps only" in reason
+    assert "`log_gradients(...)` is not torch's" in reason
+
+
+def test_a_reader_under_a_condition_gets_one_unscale_before_it_that_the_clip_after_shares():
+    source = """import torch
+from apex import amp
+
+
+def grad_max(model):
+    return max(p.grad.abs().max().item() for p in model.parameters() if p.grad is not None)
+
+
+def train(model, loader, log_every):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for index, batch in enumerate(loader):
+        loss = model(batch)
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        if index % log_every == 0:
+            print(grad_max(model))
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+    fixed = fix(source)
+    assert fixed.count("scaler.unscale_(optimizer)") == 1
+    window = fixed.split("scaler.scale(loss).backward()\n")[1]
+    assert window.index("scaler.unscale_(optimizer)") < window.index("if index % log_every == 0:") < window.index("clip_grad_norm_")
+    assert fix(fixed) == fixed
 
 
 def test_a_grad_is_none_test_in_the_window_is_no_read():

@@ -24,6 +24,14 @@ HELPER = FIXTURES / "AMP101" / "apex_setup_helper.project"
 SAME_FILE = FIXTURES / "AMP101" / "apex_setup_helper_same_file.project"
 
 
+O3_GUARD = 'raise ValueError("apex opt_level O3 (pure fp16) has no torch.amp equivalent; use O1 or O2")'
+
+
+def _apex_free(text: str) -> bool:
+    """No apex left (the O3 guard's message names apex)."""
+    return "apex" not in text.replace(O3_GUARD, "")
+
+
 def _copy(tmp_path: Path, source: Path = HELPER) -> Path:
     project = tmp_path / "p"
     shutil.copytree(source, project)
@@ -53,7 +61,7 @@ def test_fix_creates_the_scaler_after_the_helper_call(tmp_path):
     _fix(project)
     a = (project / "model_setup.py").read_text()
     b = (project / "train.py").read_text()
-    assert "apex" not in a + b and "amp.initialize" not in a
+    assert _apex_free(a + b) and "amp.initialize" not in a
     # the helper keeps its signature and its return
     assert 'def prepare(model: nn.Module, optimizer, device, fp16=False, opt_level="O1"):\n' in a
     assert "    return model, optimizer\n" in a
@@ -75,7 +83,7 @@ def test_same_file_helper_threads_the_scaler_from_its_caller(tmp_path):
     project = _copy(tmp_path, SAME_FILE)
     _fix(project)
     text = (project / "train.py").read_text()
-    assert "apex" not in text and "amp.initialize" not in text
+    assert _apex_free(text) and "amp.initialize" not in text
     assert (
         "    model, optimizer = build_model_and_optimizer(args)\n"
         '    scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)\n'
@@ -133,29 +141,125 @@ def test_the_default_dynamic_loss_scale_migrates(tmp_path):
     project = _copy(tmp_path)
     _loss_scale_parameter(project)
     _fix(project)
-    assert "apex" not in (project / "train.py").read_text() + (project / "model_setup.py").read_text()
+    assert _apex_free((project / "train.py").read_text() + (project / "model_setup.py").read_text())
 
 
-def test_a_run_time_opt_level_refuses(tmp_path):
+def _messages(project: Path) -> dict:
+    """{file name: AMP101 fix message} before any fix."""
+    from test_apex_threading import _check_json
+
+    return {
+        f["filename"].rsplit("/", 1)[-1]: (f.get("fix") or {}).get("message") or f["no_fix_reason"]
+        for f in _check_json(project)
+        if f["code"] == "AMP101"
+    }
+
+
+def test_a_run_time_opt_level_migrates_with_an_o3_guard_in_the_helper(tmp_path):
+    """`opt_level=args.level`: as the in-file planner does, O0 disables the scaler and autocast (in
+    the caller's terms), O1/O2 run fp16 autocast, and O3 raises in the helper where `amp.initialize` was."""
     project = _copy(tmp_path)
     _edit(project / "train.py", 'opt_level="O1")', "opt_level=args.level)")
+    messages = _messages(project)
+    assert "`args.level` (the opt level of `prepare()`) is known only at run time" in messages["train.py"]
+    assert "O3 now raises where `amp.initialize` was" in messages["model_setup.py"]
+    _fix(project)
+    a = (project / "model_setup.py").read_text()
+    b = (project / "train.py").read_text()
+    assert _apex_free(a + b)
+    assert f'    if fp16:\n        if opt_level == "O3":\n            {O3_GUARD}\n    if torch.cuda' in a
+    assert '    scaler = torch.amp.GradScaler("cuda", enabled=args.fp16 and args.level != "O0")\n' in b
+    assert '        with torch.autocast("cuda", dtype=torch.float16, enabled=args.fp16 and args.level != "O0"):\n' in b
+    _compiles_and_is_stable(project)
+
+
+def test_an_opt_level_chosen_between_o1_and_o0_enables_on_its_test(tmp_path):
+    project = _copy(tmp_path)
+    _edit(project / "train.py", 'opt_level="O1")', 'opt_level="O1" if args.steps > 1 else "O0")')
+    _fix(project)
+    b = (project / "train.py").read_text()
+    assert '    scaler = torch.amp.GradScaler("cuda", enabled=args.fp16 and args.steps > 1)\n' in b
+    _compiles_and_is_stable(project)
+
+
+def test_a_literal_o3_refuses_the_group(tmp_path):
+    project = _copy(tmp_path)
+    _edit(project / "train.py", 'opt_level="O1")', 'opt_level="O3")')
     reasons = _refused(project)
-    assert "the opt level `prepare()` passes to `amp.initialize` is only known at run time here" in reasons["train.py"]
+    assert "the opt level `prepare()` passes to `amp.initialize` is ['O3'] here" in reasons["train.py"]
+    assert "(train.py cannot be migrated with it: the opt level `prepare()` passes" in reasons["model_setup.py"]
 
 
-def test_an_inference_use_of_the_helper_refuses(tmp_path):
-    """apex ran an evaluation script's model in fp16 too: without `amp.initialize` it would not."""
+EVALUATE = (
+    "import torch\nfrom model_setup import prepare\n\n\n"
+    "def evaluate(net, level):\n"
+    "    net, _ = prepare(net, None, 'cuda', fp16=True, opt_level=level)\n"
+    "    with torch.no_grad():\n"
+    "        return net(torch.randn(2, 8))\n"
+)
+
+
+def test_an_inference_use_of_the_helper_migrates_with_the_group(tmp_path):
+    """A caller giving the helper no optimizer trains nothing through it: it needs no scaler, and
+    its model runs in fp32 once `amp.initialize` goes (the note says so), as the in-file planner
+    drops an inference `amp.initialize`."""
+    project = _copy(tmp_path)
+    (project / "evaluate.py").write_text(EVALUATE)
+    messages = _messages(project)
+    assert (
+        "evaluate.py calls `prepare()` for inference (no optimizer): without `amp.initialize` its model runs in fp32"
+    ) in messages["model_setup.py"]
+    _fix(project)
+    assert (project / "evaluate.py").read_text() == EVALUATE
+    assert "amp.initialize" not in (project / "model_setup.py").read_text()
+    assert '    scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)\n' in (project / "train.py").read_text()
+    _compiles_and_is_stable(project)
+
+
+def test_an_inference_caller_with_an_optimizer_it_never_steps(tmp_path):
     project = _copy(tmp_path)
     (project / "evaluate.py").write_text(
         "import torch\nfrom model_setup import prepare\n\n\n"
         "def evaluate(net):\n"
-        "    net, _ = prepare(net, None, 'cuda', fp16=True)\n"
-        "    with torch.no_grad():\n"
-        "        return net(torch.randn(2, 8))\n"
+        "    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "    net, _ = prepare(net, optimizer, 'cuda', fp16=True)\n"
+        "    return net(torch.randn(2, 8))\n"
+    )
+    assert "(an optimizer nothing steps)" in _messages(project)["model_setup.py"]
+    _fix(project)
+    assert "amp.initialize" not in (project / "model_setup.py").read_text()
+
+
+def test_an_optimizer_stepped_by_a_caller_without_apex_refuses(tmp_path):
+    """The caller trains with the optimizer the helper set up, but without `amp.scale_loss`."""
+    project = _copy(tmp_path)
+    (project / "finetune.py").write_text(
+        "import torch\nfrom model_setup import prepare\n\n\n"
+        "def finetune(net):\n"
+        "    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "    net, optimizer = prepare(net, optimizer, 'cuda', fp16=True)\n"
+        "    net(torch.randn(2, 8)).sum().backward()\n"
+        "    optimizer.step()\n"
     )
     reasons = _refused(project)
-    assert "evaluate.py calls `prepare()` and scales no loss with apex's amp" in reasons["model_setup.py"]
-    assert "evaluate.py calls `prepare()` and scales no loss" in reasons["train.py"]
+    assert "finetune.py calls `prepare()` and scales no loss with apex's amp itself, and it is not an inference use" in reasons["model_setup.py"]
+    assert "line 7 gives the helper an optimizer the file may train with" in reasons["train.py"]
+
+
+def test_an_inference_caller_casting_to_half_refuses(tmp_path):
+    """apex's O2 model took fp16 inputs; without `amp.initialize` the fp32 model would not."""
+    project = _copy(tmp_path)
+    (project / "evaluate.py").write_text(EVALUATE.replace("net(torch.randn(2, 8))", "net(torch.randn(2, 8).half())"))
+    reasons = _refused(project)
+    assert "line 8 casts to half: without `amp.initialize` the helper's model stays fp32" in reasons["model_setup.py"]
+    assert "evaluate.py calls `prepare()`" in reasons["train.py"]
+
+
+def test_an_inference_caller_asking_for_o3_refuses(tmp_path):
+    project = _copy(tmp_path)
+    (project / "evaluate.py").write_text(EVALUATE.replace("opt_level=level", "opt_level='O3'"))
+    reasons = _refused(project)
+    assert "line 6 asks for O3 (pure fp16)" in reasons["model_setup.py"]
 
 
 def test_a_cached_result_follows_a_new_inference_caller(tmp_path):
@@ -179,7 +283,7 @@ def test_a_cached_result_follows_a_new_inference_caller(tmp_path):
         return {f["filename"].rsplit("/", 1)[-1]: f["no_fix_reason"] for f in json.loads(done.stdout)}
 
     assert not any(reasons().values())
-    (project / "evaluate.py").write_text("from model_setup import prepare\n\nnet, _ = prepare(1, None, 'cuda', fp16=True)\n")
+    (project / "evaluate.py").write_text("from model_setup import prepare\n\nnet, _ = prepare(1, None, 'cuda', fp16=True)\nnet.half()\n")
     found = reasons()
     assert "evaluate.py calls `prepare()`" in found["model_setup.py"] and "evaluate.py calls `prepare()`" in found["train.py"]
 
@@ -190,7 +294,7 @@ def test_the_helper_imported_under_another_name_or_through_its_module(tmp_path):
     _edit(project / "train.py", "net, opt = prepare(", "net, opt = ms.prepare(")
     _fix(project)
     text = (project / "train.py").read_text()
-    assert '    scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)\n' in text and "apex" not in text
+    assert '    scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)\n' in text and _apex_free(text)
     project = tmp_path / "q"
     shutil.copytree(HELPER, project)
     _edit(project / "train.py", "from model_setup import prepare\n", "from model_setup import prepare as setup\n")
@@ -279,7 +383,7 @@ def test_a_trainer_class_calling_the_helper_keeps_the_scaler_as_an_attribute(tmp
     (project / "train.py").write_text(TRAINER)
     _fix(project)
     text = (project / "train.py").read_text()
-    assert "apex" not in text + (project / "model_setup.py").read_text()
+    assert _apex_free(text + (project / "model_setup.py").read_text())
     assert (
         "        net, opt = prepare(net, opt, cfg.device, fp16=cfg.fp16)\n"
         '        self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.fp16)\n'
@@ -291,6 +395,84 @@ def test_a_trainer_class_calling_the_helper_keeps_the_scaler_as_an_attribute(tmp
 
 def test_a_group_reason_names_the_caller_and_its_own_reason(tmp_path):
     project = _copy(tmp_path)
-    _edit(project / "train.py", 'opt_level="O1")', "opt_level=args.level)")
+    _edit(project / "train.py", 'opt_level="O1")', 'opt_level="O1", loss_scale=8.0)')
     reasons = _refused(project)
-    assert "(train.py cannot be migrated with it: the opt level `prepare()` passes" in reasons["model_setup.py"]
+    assert "(train.py cannot be migrated with it: `prepare()` is called with `loss_scale=`" in reasons["model_setup.py"]
+
+
+def test_same_file_helper_reading_the_opt_level_from_its_argument(tmp_path):
+    """`amp.initialize(..., opt_level=args.opt_level)` in a helper given `args`: the guard is in
+    the helper's own terms, the caller's `enabled=` in its own."""
+    project = _copy(tmp_path, SAME_FILE)
+    _edit(project / "train.py", 'opt_level="O2")', "opt_level=args.opt_level)")
+    _edit(project / "train.py", '    return parser.parse_args()\n', '    parser.add_argument("--opt_level", default="O1")\n    return parser.parse_args()\n')
+    _fix(project)
+    text = (project / "train.py").read_text()
+    assert _apex_free(text) and "amp.initialize" not in text
+    assert f'    if args.fp16:\n        if args.opt_level == "O3":\n            {O3_GUARD}\n    return model, optimizer\n' in text
+    assert '    scaler = torch.amp.GradScaler("cuda", enabled=args.fp16 and args.opt_level != "O0")\n' in text
+    _compiles_and_is_stable(project)
+
+
+def test_a_helper_assigning_the_opt_level_it_reads_refuses(tmp_path):
+    project = _copy(tmp_path, SAME_FILE)
+    _edit(project / "train.py", 'opt_level="O2")', "opt_level=args.opt_level)")
+    _edit(project / "train.py", "    args.start_epoch = 0\n", '    args.opt_level = "O1"\n')
+    reasons = _refused(project)
+    assert "assigns `args.opt_level`, which its apex test reads" in reasons["train.py"]
+
+
+def test_same_file_helper_making_its_own_optimizer_called_for_inference_elsewhere_refuses(tmp_path):
+    """The helper builds the optimizer itself: whether a caller trains with it cannot be told."""
+    project = _copy(tmp_path, SAME_FILE)
+    (project / "predict.py").write_text(
+        "import torch\nfrom train import build_model_and_optimizer, parse_args\n\n\n"
+        "def predict(x):\n    model, _ = build_model_and_optimizer(parse_args())\n    return model(x)\n"
+    )
+    reasons = _refused(project)
+    assert "`build_model_and_optimizer()` sets apex up for callers in this file and in others" in reasons["train.py"]
+
+
+def test_a_registration_beside_the_helpers_import_goes_with_its_try(tmp_path):
+    """`apex.amp.register_half_function(torch, "einsum")` in the helper's `try` (CUDA autocast
+    casts einsum to fp16 by itself): the registration goes with `amp.initialize`, and the `try`
+    importing apex for both goes whole."""
+    project = _copy(tmp_path)
+    _edit(
+        project / "model_setup.py",
+        "            from apex import amp\n",
+        '            import apex\n            from apex import amp\n\n            apex.amp.register_half_function(torch, "einsum")\n',
+    )
+    assert "CUDA autocast already casts `torch.einsum`" in _messages(project)["model_setup.py"]
+    _fix(project)
+    a = (project / "model_setup.py").read_text()
+    assert "try" not in a and "pass" not in a and _apex_free(a)
+    _compiles_and_is_stable(project)
+
+
+def test_a_test_reading_the_optimizer_that_amp_initialize_rebinds():
+    """`if use_amp and optimizer: model, optimizer = amp.initialize(model, optimizer, ...)`: the
+    call's own rebinding comes after its test ran, to the same (patched) objects."""
+    source = (
+        "from apex import amp\n\n\n"
+        "def init_amp(model, optimizer=None, use_amp=None):\n"
+        "    if use_amp and optimizer:\n"
+        "        model, optimizer = amp.initialize(model, optimizer, opt_level=use_amp)\n"
+        "    return model, optimizer\n"
+    )
+    helper, why = helper_of(ast.parse(source), "x.py")
+    assert why == "" and helper is not None and helper.optimizer_param == "optimizer"
+    rebinding = source.replace("    if use_amp", "    optimizer = optimizer or None\n    if use_amp")
+    helper, why = helper_of(ast.parse(rebinding), "x.py")
+    assert helper is None and "rebinds its parameter `optimizer`" in why
+
+
+def test_a_helper_called_by_another_function_of_its_file_names_it(tmp_path):
+    """`build()` calls the setup helper and hands its model and optimizer on: not followed, and
+    the reason says through which function."""
+    project = _copy(tmp_path)
+    _edit(project / "model_setup.py", "    return model, optimizer\n", "    return model, optimizer\n\n\ndef build(model, optimizer, fp16):\n    return prepare(model, optimizer, 'cuda', fp16=fp16)\n")
+    _edit(project / "train.py", "from model_setup import prepare\n", "from model_setup import build\n")
+    _edit(project / "train.py", 'net, opt = prepare(net, opt, "cuda", fp16=args.fp16, opt_level="O1")', "net, opt = build(net, opt, args.fp16)")
+    reasons = _refused(project)
+    assert "`prepare()` sets apex up and returns the model and optimizer to `build()` in this file, where no loss is scaled" in reasons["model_setup.py"]

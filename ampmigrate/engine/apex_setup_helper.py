@@ -10,10 +10,15 @@ callers, in A or in other files, do `model, optimizer = H(...)` and then scale t
 The migration (rules/apex/_setup_helper.py): `H` keeps its signature and return values and its
 `amp.initialize` goes (the model stays fp32, autocast goes around the forward passes); each
 caller creates `torch.amp.GradScaler("cuda", enabled=<H's tests in the caller's terms>)` right
-after the call and uses it in its training step. Every caller must migrate, or none does.
+after the call and uses it in its training step. A caller that trains nothing through the helper
+(no optimizer given, or one it never steps: DPR's `dense_retriever.py`) needs no scaler; its model
+runs in fp32 once `amp.initialize` goes (the helper's fix notes it), as the in-file planner drops an
+inference `amp.initialize`, and a cast to half in it stops the group. Every caller must migrate, or
+none does.
 
 `helper_of(tree)` describes `H` (or says why the file is not this shape); `helper_callers(index,
-path, name)` lists the files of the run calling it (or why they cannot be followed).
+path, name)` lists the files of the run training with it (or why they cannot be followed),
+`inference_callers(index, path, name)` the others.
 """
 
 from __future__ import annotations
@@ -53,6 +58,9 @@ class Helper:
     init_line: int = 0
     # what the helper assigns in the objects it is given: (name, its attribute or "" for any)
     stores: List[Tuple[str, str]] = field(default_factory=list)
+    # the parameter the optimizer handed to `amp.initialize` comes from, when the helper never
+    # binds it again ("" otherwise): a caller giving it `None` trains nothing through the helper
+    optimizer_param: str = ""
 
 
 def helper_of(tree: ast.Module, path: str) -> Tuple[Optional[Helper], str]:
@@ -134,13 +142,17 @@ def helper_of(tree: ast.Module, path: str) -> Tuple[Optional[Helper], str]:
                 "does not map into its callers' terms"
             )
         options[keyword.arg] = keyword.value
+    # (`model, optimizer = amp.initialize(model, optimizer)` itself binds them again after its tests
+    # ran, to the same objects apex patched: not a change of what decided the setup)
+    own_targets = {id(e) for e in statement.targets[0].elts}
     rebound = {
         n.id
         for n in _own_nodes(function)
         if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)) and n.id in params + kwonly
+        and id(n) not in own_targets
     }
     used = {n.id for test, _ in tests for n in ast.walk(test) if isinstance(n, ast.Name)}
-    used |= {v.id for v in options.values() if isinstance(v, ast.Name)}
+    used |= {n.id for v in options.values() for n in ast.walk(v) if isinstance(n, ast.Name)}
     if used & rebound:
         return None, f"`{name}()` rebinds its parameter `{sorted(used & rebound)[0]}` that decides its apex setup"
     stores = sorted(
@@ -156,6 +168,17 @@ def helper_of(tree: ast.Module, path: str) -> Tuple[Optional[Helper], str]:
             and _first_step(n.args[0])[0]
         }
     )
+    given = call.args[1].id
+    optimizer_param = (
+        given
+        if given in params + kwonly
+        and not any(
+            isinstance(n, ast.Name) and n.id == given and isinstance(n.ctx, (ast.Store, ast.Del))
+            and n is not statement.targets[0].elts[1]
+            for n in _own_nodes(function)
+        )
+        else ""
+    )
     helper = Helper(
         path=path,
         name=name,
@@ -169,6 +192,7 @@ def helper_of(tree: ast.Module, path: str) -> Tuple[Optional[Helper], str]:
         options=options,
         init_line=statement.lineno,
         stores=stores,
+        optimizer_param=optimizer_param,
     )
     return helper, ""
 
@@ -185,35 +209,215 @@ def helper_of_source(index: "ProjectIndex", path: str) -> Tuple[Optional[Helper]
 
 
 def helper_callers(index: "ProjectIndex", path: str, name: str) -> Tuple[List[str], str]:
-    """(the other files of the run calling the helper `name` of the file at `path`, "") or ([], why
-    they cannot all be followed): each must scale a loss with apex's amp (an inference caller
-    would lose apex's fp16), call the helper only, and import it unambiguously."""
+    """(the other files of the run calling the helper `name` of the file at `path` to train, "") or
+    ([], why they cannot all be followed): each must scale a loss with apex's amp, or train
+    nothing through the helper (`inference_callers`), call the helper only, and import it
+    unambiguously."""
+    callers, _, reason = _helper_group(index, path, name)
+    return callers, reason
+
+
+def inference_callers(index: "ProjectIndex", path: str, name: str) -> List[Tuple[str, str]]:
+    """[(file, what it does)] for the files of the run that call the helper and train nothing
+    through it (no optimizer given, or one nothing steps); empty where the group cannot be followed."""
+    callers, inference, reason = _helper_group(index, path, name)
+    return [] if reason else inference
+
+
+def _helper_group(index: "ProjectIndex", path: str, name: str) -> Tuple[List[str], List[Tuple[str, str]], str]:
+    memo = index.__dict__.setdefault("_apex_setup_helper_callers", {})
+    key = (os.path.abspath(path), name)
+    if key not in memo:
+        memo[key] = _classify_callers(index, path, name)
+    return memo[key]
+
+
+def _classify_callers(index: "ProjectIndex", path: str, name: str) -> Tuple[List[str], List[Tuple[str, str]], str]:
     absolute = os.path.abspath(path)
     here = index.relative(absolute)
     callers: List[str] = []
+    inference: List[Tuple[str, str]] = []
+    helper: Optional[Helper] = None
     for other, how in importers(index, absolute):
         where = index.relative(other)
         if how.ambiguity(name):
-            return [], f"{where} imports `{how.ambiguity(name)}`, which may be {here} or another file of the run"
+            return [], [], f"{where} imports `{how.ambiguity(name)}`, which may be {here} or another file of the run"
         if name not in how.names and not how.module and not how.star:
             continue
         found = uses(index, other, absolute, name)
         if found is None:
-            return [], f"{where} imports {here} and cannot be read again"
+            return [], [], f"{where} imports {here} and cannot be read again"
         if found.escapes or found.rebound or found.other:
-            return [], f"{where} uses `{name}` otherwise than by calling it"
+            return [], [], f"{where} uses `{name}` otherwise than by calling it"
         if not found.calls:
             if name in how.names:
-                return [], f"{where} imports `{name}()` and never calls it"
+                return [], [], f"{where} imports `{name}()` and never calls it"
             continue
         if other not in index.apex_sources or not index.modules[other].apex_step_functions:
-            return [], (
-                f"{where} calls `{name}()` and scales no loss with apex's amp itself (an inference or evaluation "
-                "use, whose model would run in fp32 without `amp.initialize`, or a training step in yet another file, "
-                "which the GradScaler created there would have to reach)"
-            )
+            if helper is None:
+                helper, _ = helper_of_source(index, absolute)
+            why, what = _inference_use(index, other, helper, found.spellings)
+            if why:
+                return [], [], (
+                    f"{where} calls `{name}()` and scales no loss with apex's amp itself, and it is not an "
+                    f"inference use either ({why})"
+                )
+            inference.append((other, what))
+            continue
         callers.append(other)
-    return callers, ""
+    return callers, inference, ""
+
+
+def _inference_use(index: "ProjectIndex", path: str, helper: Optional[Helper], spellings) -> Tuple[str, str]:
+    """("", what it does) when the file at `path` calls the setup helper only to run a model (no
+    optimizer given, or one nothing steps afterwards), as the in-file planner's inference path
+    takes `amp.initialize` without optimizers (rules/apex/_unused_optimizer.py); else (why not, "").
+    Without `amp.initialize` its model runs in fp32, so a cast of inputs to half in the file stops it
+    (an fp32 model would get fp16 inputs), as `_drop_inference_init` does."""
+    from ampmigrate.engine.caller_uses import dotted, source_tree
+
+    if helper is None or not helper.optimizer_param:
+        return "the helper's optimizer is not a parameter it keeps, so what the call trains cannot be told", ""
+    tree = source_tree(index, path)
+    if tree is None:
+        return "it cannot be read again", ""
+    if _apex_amp_names(tree):
+        return "it imports apex's amp", ""
+    half = _half_cast_line(tree)
+    if half:
+        return (
+            f"line {half} casts to half: without `amp.initialize` the helper's model stays fp32 and would get "
+            "fp16 inputs"
+        ), ""
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and dotted(n.func) in spellings]
+    if not calls:
+        return "its calls of the helper cannot be found", ""
+    parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+    kinds = set()
+    for call in calls:
+        bound = _bind(helper, call)
+        if bound is None:
+            return f"line {call.lineno} passes arguments the helper's parameters cannot be matched to", ""
+        level = _level_argument(helper, bound)
+        if isinstance(level, ast.Constant) and level.value == "O3":
+            return f"line {call.lineno} asks for O3 (pure fp16), which torch.amp cannot do", ""
+        given = bound.get(helper.optimizer_param)
+        if given is None:
+            default = helper.defaults.get(helper.optimizer_param)
+            if not (isinstance(default, ast.Constant) and default.value is None):
+                return f"line {call.lineno} does not give the helper an optimizer argument", ""
+            kinds.add("no optimizer")
+        elif isinstance(given, ast.Constant) and given.value is None:
+            kinds.add("no optimizer")
+        elif _unstepped(tree, parents, call, given, helper):
+            kinds.add("an optimizer nothing steps")
+        else:
+            return f"line {call.lineno} gives the helper an optimizer the file may train with", ""
+    return "", " and ".join(sorted(kinds))
+
+
+def _bind(helper: Helper, call: ast.Call) -> Optional[Dict[str, ast.expr]]:
+    bound: Dict[str, ast.expr] = {}
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return None
+    if len(call.args) > len(helper.params):
+        return None
+    for param, arg in zip(helper.params, call.args):
+        bound[param] = arg
+    for keyword in call.keywords:
+        if keyword.arg in bound or keyword.arg not in helper.params + helper.kwonly:
+            return None
+        bound[keyword.arg] = keyword.value
+    return bound
+
+
+def _level_argument(helper: Helper, bound: Dict[str, ast.expr]) -> Optional[ast.expr]:
+    option = helper.options.get("opt_level")
+    if isinstance(option, ast.Name) and option.id in helper.params + helper.kwonly:
+        return bound.get(option.id, helper.defaults.get(option.id))
+    return option
+
+
+def _half_cast_line(tree: ast.Module) -> int:
+    """The line of a `.half()` call or a float16 dtype in the file (0: none)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "half":
+            return node.lineno
+        if isinstance(node, ast.Attribute) and node.attr in ("float16", "HalfTensor") or (
+            isinstance(node, ast.Attribute) and node.attr == "half" and isinstance(node.value, ast.Name) and node.value.id == "torch"
+        ):
+            return node.lineno
+        if isinstance(node, ast.Constant) and node.value in ("float16", "half", "fp16") and _is_dtype_argument(tree, node):
+            return node.lineno
+    return 0
+
+
+def _is_dtype_argument(tree: ast.Module, node: ast.Constant) -> bool:
+    """`.to("float16")`-style uses: the string as an argument of `.to()`/`.type()` or a `dtype=` keyword."""
+    for call in ast.walk(tree):
+        if not isinstance(call, ast.Call):
+            continue
+        if any(k.value is node and k.arg == "dtype" for k in call.keywords):
+            return True
+        if isinstance(call.func, ast.Attribute) and call.func.attr in ("to", "type") and any(a is node for a in call.args):
+            return True
+    return False
+
+
+def _unstepped(tree: ast.Module, parents: Dict[int, ast.AST], call: ast.Call, given: ast.expr, helper: Helper) -> bool:
+    """`net, opt = H(net, optimizer, ...)` in a function that made `optimizer` and reads neither it
+    (but as this argument, and where it was made) nor the `opt` returned anywhere: the optimizer
+    object reaches nothing that steps it (the shape of `optimizers_unused` in rules/apex/_unused_optimizer.py)."""
+    if not isinstance(given, ast.Name):
+        return False
+    statement = parents.get(id(call))
+    if not (
+        isinstance(statement, ast.Assign)
+        and statement.value is call
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0], (ast.Tuple, ast.List))
+        and len(statement.targets[0].elts) == helper.returns
+    ):
+        return False
+    returned = statement.targets[0].elts[helper.optimizer_index]
+    if not isinstance(returned, ast.Name):
+        return False
+    function = parents.get(id(statement))
+    while function is not None and not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        if isinstance(function, (ast.For, ast.While, ast.AsyncFor)):
+            return False  # a later round reads what this one bound
+        function = parents.get(id(function))
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    args = function.args
+    if given.id in {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}:
+        return False  # the function's caller holds the optimizer too
+    made = False
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and {given.id, returned.id} & set(node.names):
+            return False
+        if not isinstance(node, ast.Name) or node is given or node is returned:
+            continue
+        if node.id == returned.id and returned.id != given.id:
+            if returned.id != "_" or isinstance(node.ctx, ast.Load):
+                return False
+            continue
+        if node.id != given.id:
+            continue
+        if isinstance(node.ctx, ast.Store) and node.lineno < call.lineno and _inside(parents, node, function):
+            made = True
+            continue
+        return False  # read, or bound elsewhere: it may be stepped
+    return made
+
+
+def _inside(parents: Dict[int, ast.AST], node: ast.AST, root: ast.AST) -> bool:
+    current = parents.get(id(node))
+    while current is not None:
+        if isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return current is root
+        current = parents.get(id(current))
+    return False
 
 
 def helpers_called_by(index: "ProjectIndex", path: str) -> List[Tuple[str, str, frozenset]]:

@@ -475,6 +475,11 @@ class ProjectIndex:
                 for near in sorted({other, self.sibling_module(absolute, spec)} - {None}):
                     if near != absolute and self.modules[near].grad_norm_helpers:
                         parts.append(f"{spec}:gradnorm={sorted(self.modules[near].grad_norm_helpers.items())}")
+            if summary.apex_initializes:  # timm's scaler followed into the files it imports (rules/apex/_timm_remote.py)
+                for spec in sorted(set(summary.imports) | set(summary.star_imports)):
+                    other = self.module_for(spec)
+                    if other is not None and other != absolute:
+                        parts.append(f"{spec}:apex_callee={self.digests.get(other, '')}")
         exported = self.imported_from(absolute)
         if exported:
             parts.append("exports=" + ",".join(sorted(exported)))

@@ -229,6 +229,7 @@ class StepRewrites:
         """Puts `unscale_` before the gradient reads of each step's window; returns the reads
         (and `_unscale_points`, where it went)."""
         inserts: Dict[cst.CSTNode, List[Tuple[str, Step]]] = {}
+        self._own_code_readers: Set[cst.CSTNode] = set()  # see _window_readers
         self._micro_step_clips: Dict[Step, List[cst.Call]] = {}  # see _accumulation_clip
         self._micro_step_norms: Dict[Step, List[cst.Call]] = {}  # gradient-norm helpers, ditto
         order: List[cst.CSTNode] = []
@@ -250,6 +251,8 @@ class StepRewrites:
                     elif self._inactive(step, reader):
                         continue
                     point = self._insertion_point(reader, statement)
+                    if reader in self._own_code_readers and not stop:
+                        point = statement  # as early as apex unscaled: before the statement holding the call
                     if self._scaled_on_micro_steps(reader, point, step, master_refs):
                         continue  # a torch clip on every micro-step: threshold scaled (_accumulation_clip)
                     readers.setdefault(point, []).append(reader)
@@ -376,7 +379,18 @@ class StepRewrites:
                 optimizers = self._helper_reads(node, step, master_refs)
                 if optimizers:
                     found.append((node, optimizers))
+                elif not self._around_a_read(node, master_refs) and self._reads_scaled_gradients(node):
+                    # this file's code reading `.grad` (_window_readers)
+                    self._own_code_readers.add(node)
+                    found.append((node, [self.ctx.code(o).strip() for o in step.optimizers]))
         return found
+
+    def _around_a_read(self, call: cst.Call, master_refs) -> bool:
+        """`f(amp.master_params(opt))`, `log(clip_grad_norm_(...))`: the inner read is the one planned."""
+        return any(
+            n is not call and (n in master_refs or (isinstance(n, cst.Call) and self.names.qualified_names(n.func) & CLIP_GRAD))
+            for n in walk(call)
+        )
 
     def _reads_gradients(self, node: cst.CSTNode) -> bool:
         if isinstance(node, cst.Attribute) and node.attr.value == "grad":

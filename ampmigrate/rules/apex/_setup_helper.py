@@ -11,9 +11,13 @@ The shape and the facts are engine/apex_setup_helper.py's. The migration:
   planner's (`scaler.scale(loss).backward()`, `scaler.step`/`update`, autocast around the forward
   pass, the scaler passed to the functions of the file that scale the loss).
 
-The helper's `opt_level` and `loss_scale` must be O1/O2 and dynamic for every caller (a literal in
-the helper, or a parameter whose value each caller gives as such, or its default), else every
-side refuses with the reason. Every file of the run calling the helper must be a caller that
+The helper's `loss_scale` must be dynamic for every caller, its `opt_level` O1/O2 (a literal in
+the helper, or a parameter whose value each caller gives as such, or its default), or O0 among them
+(the caller's `enabled=` then gains `<level> != "O0"`), or known only at run time as the in-file
+planner takes it: where the opt level is the helper's parameter, `amp.initialize` becomes
+`if <param> == "O3": raise ValueError(...)` (pure fp16 has no torch.amp equivalent). Else every
+side refuses with the reason. A caller that trains nothing through the helper (engine's
+`inference_callers`) changes nothing; the helper's fix notes that its model now runs in fp32. Every file of the run calling the helper must be a caller that
 migrates (a caller that scales no loss, an inference use, stops the group): each side plans the
 others from the bytes the index read, as rules/apex/_cross_threading.py does.
 """
@@ -33,14 +37,16 @@ from ampmigrate.engine.apex_setup_helper import (
     helper_callers,
     helper_of,
     helper_of_source,
+    inference_callers,
     test_chains,
     helpers_called_by,
 )
 from ampmigrate.engine.context import FileContext, FixBuilder
 from ampmigrate.rules.apex._amp_common import AmpPlan, Unfixable
 from ampmigrate.rules.apex._amp_migration import NO_INIT_REASON, NO_STEP_REASON, _Planner
-from ampmigrate.rules.apex._amp_options import ScalerSpec, _possible_levels, literal_value
+from ampmigrate.rules.apex._amp_options import ScalerSpec, _fp16_arm_test, _possible_levels, literal_value
 from ampmigrate.rules.apex._cross_threading import _check_min_torch, _plan_elsewhere, _spelled
+from ampmigrate.rules.apex.amp105_apex_amp_cast_annotations import _registration_autocast_keeps
 
 _ATOMIC = (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.SimpleString, cst.Integer, cst.Float)
 
@@ -69,7 +75,9 @@ def setup_helper_planner(ctx: FileContext) -> Optional[_Planner]:
             if not _only_called(tree, helper.name):
                 return _Refusing(ctx, f"`{helper.name}()` is used otherwise than by calling it", NO_STEP_REASON)
             return _CallerSide(ctx, helper, frozenset({helper.name}), same_file=True)
-        if scales or called_here:
+        if called_here and not scales:
+            return _NestedHelper(ctx, helper, _calling_functions(tree, helper.name))
+        if scales:
             return None  # the in-file planner's (and its reasons)
         if reason:
             return _Refusing(ctx, reason, NO_STEP_REASON)
@@ -86,6 +94,19 @@ def setup_helper_planner(ctx: FileContext) -> Optional[_Planner]:
     if found is None or found.name != name:
         return None  # not a setup helper: the other planners' shapes and reasons
     return _CallerSide(ctx, found, spellings, same_file=False)
+
+
+def _calling_functions(tree: ast.Module, name: str) -> List[str]:
+    """The top-level functions (or `Class.method`s) of the module that call `name`."""
+    found: List[str] = []
+    for node in tree.body:
+        members = [(node.name, node)] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else []
+        if isinstance(node, ast.ClassDef):
+            members = [(f"{node.name}.{m.name}", m) for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for label, function in members:
+            if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name for n in ast.walk(function)):
+                found.append(label)
+    return found
 
 
 def _scales_loss(tree: ast.Module) -> bool:
@@ -130,6 +151,30 @@ def _group(ctx: FileContext, helper: Helper) -> Tuple[Optional[str], List[str]]:
     return memo[key]
 
 
+class _NestedHelper(_Planner):
+    """The helper's own file calls it in functions that scale no loss (FARM's `optimize_model()`
+    calling `_init_amp()`, jiant's `raw_special_model_setup()` calling `fp16ize()`): the in-file
+    planner's plan, and where it finds no training step, its reason names those functions (a setup
+    helper called by another helper, whose callers would have to create the GradScaler, is not
+    followed)."""
+
+    def __init__(self, ctx: FileContext, helper: Helper, calling: List[str]) -> None:
+        super().__init__(ctx)
+        self.helper = helper
+        self.calling = calling
+
+    def plan(self) -> AmpPlan:
+        plan = super().plan()
+        if plan.fix is None and plan.reason == NO_STEP_REASON:
+            where = ", ".join(f"`{c}()`" for c in self.calling) or "this file"
+            plan.reason = (
+                f"{NO_STEP_REASON} (`{self.helper.name}()` sets apex up and returns the model and optimizer to "
+                f"{where} in this file, where no loss is scaled: a setup helper called by another function that hands "
+                "them on is not followed)"
+            )
+        return plan
+
+
 class _Refusing(_Planner):
     """A side of a setup-helper group that cannot migrate: the reason, and no fix."""
 
@@ -165,6 +210,48 @@ def _check_file(planner: _Planner) -> None:
         if planner.ctx.reexported(binding):
             raise Unfixable(f"`{binding.name}` is re-exported from here")
     planner._check_other_refs()
+
+
+def _param_chain(node: Optional[ast.expr], helper: Helper) -> bool:
+    """`args.fp16_opt_level`: an attribute chain on one of the helper's parameters."""
+    if not isinstance(node, ast.Attribute):
+        return False
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name) and node.id in helper.params + helper.kwonly
+
+
+def _replace_init(planner: _Planner, helper: Helper, line: cst.SimpleStatementLine) -> None:
+    """The helper's `amp.initialize` line goes; where its opt level is the helper's parameter, it
+    becomes `if <param> == "O3": raise ValueError(...)`: whatever a caller gives it, O3 (pure fp16,
+    which torch.amp cannot do) stops there instead of training another way. The notes name the
+    files calling the helper for inference, whose model now runs in fp32."""
+    level = helper.options.get("opt_level")
+    if (isinstance(level, ast.Name) and level.id in helper.params + helper.kwonly) or _param_chain(level, helper):
+        quote = planner.ctx.quote
+        spelled = ast.unparse(level)
+        message = planner.ctx.string("apex opt_level O3 (pure fp16) has no torch.amp equivalent; use O1 or O2").value
+        guard = planner.ctx.parse_statement(f"if {spelled} == {quote}O3{quote}:\n    raise ValueError({message})\n")
+        planner.builder.replace(line, guard.with_changes(leading_lines=line.leading_lines))
+        planner._note(f"`{spelled}` O3 now raises where `amp.initialize` was")
+    else:
+        planner.removal.remove_statement(line)
+    planner.handled.add(line)
+    # `apex.amp.register_half_function(torch, "einsum")` beside it (DPR's helper): CUDA autocast
+    # casts that op the same way (AMP105's fix); removed here too, so that the `try` importing apex
+    # for both goes whole instead of being left with `pass`.
+    for ref in planner.usage.refs:
+        kept = _registration_autocast_keeps(planner.ctx, ref) if ref.api in ("register_half_function", "register_float_function") else None
+        if kept is not None:
+            planner.removal.remove_statement(kept[0])
+            planner.handled.update((kept[0], ref.node))
+            planner._note(f"CUDA autocast already casts `{kept[1]}` as its registration asked")
+    index = planner.ctx.project_index
+    for other, what in inference_callers(index, helper.path, helper.name):
+        planner._note(
+            f"{index.relative(other)} calls `{helper.name}()` for inference ({what}): without `amp.initialize` "
+            'its model runs in fp32; wrap its inference in `torch.autocast("cuda", dtype=torch.float16)` for apex\'s fp16 speed'
+        )
 
 
 class _Init:
@@ -208,9 +295,7 @@ class _HelperSide(_Planner):
         if init.call is None:
             raise Unfixable(f"{NO_STEP_REASON} (`amp.initialize` is used without being called)")
         self.builder = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
-        line = self._init_line(init)
-        self.removal.remove_statement(line)
-        self.handled.add(line)
+        _replace_init(self, self.helper, self._init_line(init))
         self._plan_imports()
         self._emit_removals()
         self._check_nesting()
@@ -291,9 +376,7 @@ class _CallerSide(_Planner):
         if not steps:
             raise Unfixable(f"no `amp.scale_loss` after `{self.helper.name}()` in this file")
         if self.same_file:
-            init_line = self._init_line(inits[0])
-            self.removal.remove_statement(init_line)
-            self.handled.add(init_line)
+            _replace_init(self, self.helper, self._init_line(inits[0]))
         self._plan_fp16(steps)
         self._check_half_inputs(steps)
         self._plan_imports()
@@ -420,9 +503,10 @@ class _CallerSide(_Planner):
             except cst.ParserSyntaxError:
                 raise Unfixable(f"the apex test of `{helper.name}()` cannot be spelled in its caller's terms") from None
         # what the helper may change before its test: the attributes the test reads
+        read_nodes = [test for test, _ in helper.tests] + [o for o in [helper.options.get("opt_level")] if o is not None]
         reads = [
             _chain(bound.get(param)) + suffix
-            for test, _ in helper.tests
+            for test in read_nodes
             for param, suffix in test_chains(test, helper.params + helper.kwonly)
             if param in bound
         ]
@@ -435,7 +519,9 @@ class _CallerSide(_Planner):
         if roots & targets:
             raise Unfixable(f"the call of `{helper.name}()` rebinds `{sorted(roots & targets)[0]}`, which its apex test reads")
         # the opt level and the loss scale, in the caller's terms
-        spec.levels = self._option_levels(value, helper.options.get("opt_level"))
+        spec.levels = self._option_levels(value, helper.options.get("opt_level"), spec, roots, translate)
+        if roots & targets:
+            raise Unfixable(f"the call of `{helper.name}()` rebinds `{sorted(roots & targets)[0]}`, which its apex setup reads")
         scale = helper.options.get("loss_scale")
         if scale is not None:
             if isinstance(scale, ast.Name) and scale.id in helper.params + helper.kwonly:
@@ -453,26 +539,79 @@ class _CallerSide(_Planner):
         spec.optimizers = target.elements[helper.optimizer_index].value
         return spec
 
-    def _option_levels(self, value, node: Optional[ast.expr]) -> Set[str]:
+    def _option_levels(self, value, node: Optional[ast.expr], spec: ScalerSpec, roots: Set[str], translate) -> Set[str]:
+        """The opt levels the helper's `amp.initialize` runs with for this caller. O1 and O2 become
+        fp16 autocast + GradScaler; a level that may be O0 (fp32 in apex) disables both for it
+        (`enabled=` gains `<level> != "O0"` in the caller's terms); a level known only at run time
+        also may be O3, which the helper's guard (`_HelperSide`) stops with an error where
+        `amp.initialize` was, as the in-file planner does (rules/apex/_amp_migration.py)."""
         helper = self.helper
         if node is None:
             return {"O1"}
         levels: Optional[Set[str]] = None
+        given = None
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             levels = {node.value}
+        elif isinstance(node, ast.Attribute) and _param_chain(node, helper):
+            # `args.fp16_opt_level` of the helper's `args`: known only at run time, in the caller's terms
+            code = translate(node)
+            condition = f"{code} != {self.ctx.quote}O0{self.ctx.quote}"
+            spec.add_enabled(condition, cst.parse_expression(condition))
+            spec.opt_level_code = code
+            self._note(
+                f"`{code}` (the opt level of `{helper.name}()`) is known only at run time: O0 disables the "
+                "scaler and autocast, O1 and O2 run fp16 autocast, and O3 (pure fp16, which torch.amp cannot "
+                f"do) now raises in `{helper.name}()` where `amp.initialize` was"
+            )
+            return {"O0", "O1", "O2", "O3"}
         elif isinstance(node, ast.Name) and node.id in helper.params + helper.kwonly:
             given = value(node.id)
             if isinstance(given, ast.Constant) and isinstance(given.value, str):
                 levels = {given.value}
             elif isinstance(given, cst.CSTNode):
                 levels = _possible_levels(self.names, given)
-        if levels is None or not levels or not levels <= {"O1", "O2"}:
-            shown = sorted(levels) if levels else "only known at run time"
+                if levels is None:  # known only at run time
+                    if not is_pure(given):
+                        raise Unfixable(f"the opt level given to `{helper.name}()` has side effects")
+                    code = self.ctx.code(given).strip()
+                    operand = code if isinstance(given, _ATOMIC) else f"({code})"
+                    condition = f"{operand} != {self.ctx.quote}O0{self.ctx.quote}"
+                    spec.add_enabled(condition, cst.parse_expression(condition))
+                    spec.opt_level_code = code
+                    self._add_root(given, roots)
+                    self._note(
+                        f"`{code}` (the opt level of `{helper.name}()`) is known only at run time: O0 disables the "
+                        "scaler and autocast, O1 and O2 run fp16 autocast, and O3 (pure fp16, which torch.amp cannot "
+                        f"do) now raises in `{helper.name}()` where `amp.initialize` was"
+                    )
+                    return {"O0", "O1", "O2", "O3"}
+        if levels is not None and not levels <= {"O0", "O1", "O2", "O3"}:
+            raise Unfixable(f"the opt level `{helper.name}()` passes to `amp.initialize` is {sorted(levels)}, which apex rejects")
+        if levels is None or not levels or "O3" in levels or levels == {"O0"}:
+            shown = sorted(levels) if levels else "not a string the fix can read"
             raise Unfixable(
                 f"the opt level `{helper.name}()` passes to `amp.initialize` is {shown} here; the setup-helper "
-                "migration takes O1 or O2"
+                "migration takes O1 or O2 (O0 among them at run time)"
             )
+        if "O0" in levels:  # `"O1" if args.fp16 else "O0"`: fp32 on one arm
+            chosen = _fp16_arm_test(given, lambda n: self.ctx.code(n)) if isinstance(given, cst.CSTNode) else None
+            if chosen is not None:
+                spec.add_enabled(*chosen)
+            else:
+                code = self.ctx.code(given).strip()
+                operand = code if isinstance(given, _ATOMIC) else f"({code})"
+                condition = f"{operand} != {self.ctx.quote}O0{self.ctx.quote}"
+                spec.add_enabled(condition, cst.parse_expression(condition))
+            self._add_root(given, roots)
         return levels
+
+    @staticmethod
+    def _add_root(given: cst.CSTNode, roots: Set[str]) -> None:
+        root = given
+        while isinstance(root, (cst.Attribute, cst.Subscript)):
+            root = root.value
+        if isinstance(root, cst.Name):
+            roots.add(root.value)
 
     # ---- the scaler, right after the call
     def _rebinding(self) -> Optional[str]:

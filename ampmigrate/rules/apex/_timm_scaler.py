@@ -27,15 +27,17 @@ The autocast variable is the name that a do-nothing context (`suppress`, `nullco
 before the apex arm (the nearest binding found with analysis/statements.py) and that, followed
 through this file's calls, is entered as `with X():` in a function that calls the loss scaler.
 The plan stops with the reason (`Unfixable`) when apex asked for more than NativeScaler does
-(another opt level, a static loss scale, an override), when that variable cannot be found, when
-apex.amp is used otherwise in the file, or when a use of the scaler or the variable leaves what
-this file shows. A call clipping through the scaler is where the two differ: ApexScaler clipped
+(O0/O3, a static loss scale, `enabled=`, `num_losses`; O2 and the other overrides are decided as
+the in-file planner's `scaler_spec` does), when that variable cannot be found, when apex.amp is
+used otherwise in the file, or when a use of the scaler or the variable leaves what this file
+and the files of the repository it calls (_timm_remote.py, by the project index) show. A call clipping through the scaler is where the two differ: ApexScaler clipped
 every parameter of the optimizer (`amp.master_params`), NativeScaler clips the `parameters=` it
 is given; `model.parameters()` is the same set (the note says so), anything else is unsafe.
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -57,6 +59,7 @@ from ampmigrate.rules.apex._amp_options import (
     bound_arguments,
     literal_value,
 )
+from ampmigrate.rules.apex._timm_remote import RemoteCall, RemoteWith, remote_callee, star_binds
 
 # timm's `__call__(loss, optimizer, clip_grad=None, clip_mode="norm", parameters=None,
 # create_graph=False, need_update=True)`; timm 0.1 had `(loss, optimizer, clip_grad=None,
@@ -113,6 +116,9 @@ class _TimmScaler:
         self.ctx = planner.ctx
         self.calls = calls
         self.checkpoints = False
+        self.autocast_withs: List = []
+        self.remotes: List = []  # the other files' callees the scaler and the autocast reach
+        self.autocast_problem = ""  # why a candidate autocast variable could not be followed
 
     # ------------------------------------------------------------------ entry
     def fix(self) -> Fix:
@@ -138,6 +144,8 @@ class _TimmScaler:
         autocast = self._autocast_variable(line, {f for c in scaler_calls for f in self._functions_around(c)})
         for scaler_call in scaler_calls:
             self._check_clip(scaler_call)
+        self._check_with_arguments(autocast)
+        self._check_half_inputs()
         # ---- emit
         p._place_home(None)  # `amp.initialize` goes (a rebinding to other names stays)
         self._respell_scaler(call, native)
@@ -157,45 +165,60 @@ class _TimmScaler:
     def _partial(self, at: cst.CSTNode) -> str:
         """How to spell `functools.partial` at `at`: the file's own `partial`, else `functools`
         (imported when missing). A `from timm... import *` binds no `functools` (timm's packages
-        import their names one by one), so under such star imports alone the name is free."""
+        import their names one by one), and the project index shows what a file of the
+        repository star-exports; under such star imports alone the name is free."""
         name, _ = self.ctx.module_reference(at, "functools.partial")
         if name is not None:
             return name
         functools, needs_import = self.ctx.module_reference(at, "functools")
-        if functools is None and self._only_timm_star_imports() and not any(
-            "functools" in scope.bindings for scope in self.names.scopes
+        if (
+            functools is None
+            and self.names.has_star_import
+            and not any("functools" in scope.bindings for scope in self.names.scopes)
+            and self._star_imports_free()  # or it stops here, saying which star import
         ):
             functools, needs_import = "functools", True
-        if functools is None and self.names.has_star_import:
-            raise Unfixable(
-                "a `from ... import *` of a module other than timm's may bind `functools` here, so the fp16 autocast "
-                "cannot be spelled: import `functools` (or `partial`) by name first"
-            )
         if functools is None:
             raise Unfixable("the name `functools` is taken in this file, so the fp16 autocast cannot be spelled")
         if needs_import:
             self.p.builder.require_import("functools")
         return f"{functools}.partial"
 
-    def _only_timm_star_imports(self) -> bool:
-        modules = [
-            cst.Module([]).code_for_node(node.module) if node.module is not None and not node.relative else ""
-            for node in self.names.nodes_of_type((cst.ImportFrom,))
-            if isinstance(node.names, cst.ImportStar)
-        ]
-        return bool(modules) and all(m == "timm" or m.startswith("timm.") for m in modules)
+    def _star_imports_free(self) -> bool:
+        """Every `from X import *` of the file leaves `functools` and `partial` alone: X is timm's,
+        or a file of the repository whose exports the project index shows (_timm_remote.py);
+        a star import binding either name, or that cannot be resolved, stops the plan saying so."""
+        stars = [node for node in self.names.nodes_of_type((cst.ImportFrom,)) if isinstance(node.names, cst.ImportStar)]
+        for node in stars:
+            module = cst.Module([]).code_for_node(node.module) if node.module is not None else ""
+            if not node.relative and (module == "timm" or module.startswith("timm.")):
+                continue
+            spelled = "." * len(node.relative) + module
+            binds = star_binds(self.p, node, ("functools", "partial"))
+            if binds is None:
+                raise Unfixable(
+                    f"`from {spelled} import *` (line {self._line(node)}) may bind `functools` here, and it is not a file "
+                    "of the repository whose names can be read, so the fp16 autocast cannot be spelled: import "
+                    "`functools` (or `partial`) by name first"
+                )
+            if binds:
+                raise Unfixable(
+                    f"`from {spelled} import *` (line {self._line(node)}) binds `{binds}` here, so the fp16 autocast "
+                    "cannot be spelled: import `functools` (or `partial`) by name after it"
+                )
+        return bool(stars)
 
     # ------------------------------------------------------------------ what apex asked for
     def _check_options(self) -> None:
         spec, init = self.p.spec, self.p.init
         if init.api != "initialize":
             raise Unfixable("timm's ApexScaler beside the old `amp.init()` handle API is not a shape the fix follows")
-        if spec.levels != {"O1"}:
+        if not spec.levels or not spec.levels <= {"O1", "O2"}:
             levels = "/".join(sorted(spec.levels))
             runs = "runs" if len(spec.levels) == 1 else "may run (known only at run time)"
             raise Unfixable(
                 f"`amp.initialize` at line {self._line(init.call)} {runs} opt level {levels}: timm's NativeScaler arm is "
-                "fp16 autocast over fp32 weights with a dynamic loss scale, which is apex's O1 only"
+                "fp16 autocast over fp32 weights with a dynamic loss scale, the counterpart of apex's O1 and O2 only"
             )
         bound = bound_arguments(init.call, INITIALIZE_PARAMS) or {}
         loss_scale = bound.get("loss_scale")
@@ -210,18 +233,65 @@ class _TimmScaler:
                     f"{self._line(init.call)}: timm's NativeScaler makes its GradScaler with the dynamic defaults, "
                     "so apex's loss scale cannot be kept"
                 )
-        overrides = [
-            name
-            for name in ("enabled", "cast_model_type", "patch_torch_functions", "keep_batchnorm_fp32", "master_weights",
-                         "cast_model_outputs", "num_losses", "min_loss_scale", "max_loss_scale")
-            if name in bound
-        ]
-        if overrides or spec.unsafe or spec.keywords or spec.enabled or spec.error:
-            what = f"`{overrides[0]}=`" if overrides else "its options"
+        # The in-file planner's decision (_amp_options.scaler_spec): O2 (and overrides that keep
+        # an fp16 level's meaning, `keep_batchnorm_fp32=True`) become fp16 autocast over fp32
+        # weights; overrides that change numerics are its unsafe reasons. What NativeScaler (a
+        # default GradScaler, always on, one loss) cannot take stops here.
+        losses = bound.get("num_losses")
+        if losses is not None:
+            try:
+                single = literal_value(losses.value) == 1
+            except ValueError:
+                single = False
+            if not single:
+                raise Unfixable(
+                    f"`amp.initialize` at line {self._line(init.call)} sets `num_losses=`: timm's NativeScaler is one "
+                    "loss scaler"
+                )
+        if spec.keywords or spec.enabled or spec.error:
+            what = "`enabled=`" if spec.enabled else f"`{spec.keywords[0][0]}`" if spec.keywords else "its options"
             raise Unfixable(
-                f"`amp.initialize` at line {self._line(init.call)} sets {what}, which timm's NativeScaler "
+                f"`amp.initialize` at line {self._line(init.call)} asks for {what}, which timm's NativeScaler "
                 "(a default GradScaler, always on) cannot reproduce"
             )
+        self.p.unsafe.extend(u for u in spec.unsafe if u not in self.p.unsafe)
+        if "O2" in spec.levels:
+            self.p._note(
+                "apex O2 cast the model to fp16 with fp32 master weights; torch.amp keeps the weights in fp32 and casts "
+                "under the fp16 autocast"
+            )
+        for note in spec.notes:
+            self.p._note(note)
+
+    def _check_with_arguments(self, autocast: str) -> None:
+        """`with amp_autocast(dtype=args.dtype):`: the do-nothing context of the apex arm took no
+        such argument (`suppress(dtype=...)` raises TypeError), the fp16 autocast now takes it."""
+        for w in self.autocast_withs:
+            if isinstance(w, RemoteWith):
+                keywords, where = w.keywords, w.where
+            else:
+                keywords, where = [a.keyword.value for a in w.args if a.keyword is not None], f"line {self._line(w)}"
+            if keywords:
+                self.p.unsafe.append(
+                    f"`{autocast}({keywords[0]}=...)` at {where}: apex's arm entered the do-nothing context with it, which "
+                    "raises TypeError, and the fp16 autocast now takes it"
+                    + (" (its dtype overrides apex's fp16)" if "dtype" in keywords else "")
+                )
+                return
+
+    def _check_half_inputs(self) -> None:
+        """apex's fp16 casts (O1's patched functions, O2's fp16 model) ran everywhere; the autocast
+        variable covers only where it is entered: a half cast elsewhere feeding the model stops
+        the plan, as in the in-file planner (_multi_init.py `_check_half_inputs`)."""
+        homes = {self._function_of(w) for w in self.autocast_withs if not isinstance(w, RemoteWith)}
+        self.p._check_half_inputs([SimpleNamespace(function=SimpleNamespace(node=f)) for f in homes])
+        for remote in self.remotes:
+            where = remote.half_casts()
+            if where is not None:
+                raise Unfixable(
+                    f"{where} casts to half: apex's fp16 model (or O1's casts) took such values, and whether the migrated "
+                    "code runs it under the autocast is not followed into that file"
+                )
 
     def _check_other_refs(self) -> None:
         for ref in self.p.refs:
@@ -284,6 +354,13 @@ class _TimmScaler:
                 if self.names.qualified_names(call.func) & TIMM_SCALER_STATE_USERS:
                     self.checkpoints = True
                     continue
+                remote = remote_callee(self.p, call) if isinstance(call, cst.Call) else None
+                if remote is not None:  # a function or class of another file (_timm_remote.py)
+                    found = remote.scaler_uses(parent)
+                    calls.extend(found.calls)
+                    self.checkpoints = self.checkpoints or found.checkpoints
+                    self.remotes.append(remote)
+                    continue
                 self._follow_scaler(self._parameter_refs(call, parent, ref, "the loss scaler", depth), calls, depth + 1)
             else:
                 raise Unfixable(
@@ -294,6 +371,12 @@ class _TimmScaler:
     def _check_clip(self, call: cst.Call) -> None:
         """ApexScaler clipped `amp.master_params(optimizer)`; NativeScaler clips `parameters`
         (and asserts it is given)."""
+        if isinstance(call, RemoteCall):  # judged where it was read (_timm_remote.py)
+            if call.unsafe is not None:
+                self.p.unsafe.append(call.unsafe)
+            if call.note is not None:
+                self.p._note(call.note)
+            return
         positional = [a for a in call.args if a.keyword is None]
         bound = bound_arguments(call, SCALER_CALL_PARAMS)
         if bound is None or len(positional) > _SAME_POSITIONS:
@@ -397,10 +480,12 @@ class _TimmScaler:
                 continue
             if any(self._function_of(w) in training for w in withs):
                 found.append(name)
+                self.autocast_withs = withs
         if not found:
             raise Unfixable(
                 "no name bound to a do-nothing context (`suppress`/`nullcontext`) before the apex arm is entered as "
                 "`with X():` where the loss scaler is called: the autocast the training code uses cannot be found"
+                + (f" ({self.autocast_problem})" if self.autocast_problem else "")
             )
         if len(found) > 1:
             raise Unfixable(
@@ -440,7 +525,8 @@ class _TimmScaler:
         withs: List[cst.Call] = []
         try:
             self._follow_autocast(self._references(name, scope), withs, 0)
-        except Unfixable:
+        except Unfixable as exc:
+            self.autocast_problem = str(exc)
             return None
         return withs
 
@@ -454,6 +540,11 @@ class _TimmScaler:
                 withs.append(parent)
             elif isinstance(parent, cst.Arg) and parent.value is ref and not parent.star:
                 call = self.names.parent(parent)
+                remote = remote_callee(self.p, call) if isinstance(call, cst.Call) else None
+                if remote is not None:  # a function of another file (_timm_remote.py)
+                    withs.extend(remote.autocast_uses(parent, f"`{ref.value}`"))
+                    self.remotes.append(remote)
+                    continue
                 self._follow_autocast(self._parameter_refs(call, parent, ref, f"`{ref.value}`", depth), withs, depth + 1)
             else:
                 raise Unfixable(f"`{ref.value}` is used at line {self._line(ref)} other than as an autocast")
@@ -502,12 +593,16 @@ class _TimmScaler:
             raise Unfixable(f"`{param.name.value}` of `{function.name.value}` is assigned again: {what} cannot be followed")
         return list(self.names.references(bindings[0]))
 
-    def _function_of(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+    def _function_of(self, node) -> Optional[object]:
+        if isinstance(node, RemoteWith):
+            return node.function
         return self.p._function_scope(node).node
 
     def _functions_around(self, node: cst.CSTNode) -> List[cst.CSTNode]:
         """The functions `node` is in, innermost first (timm's later train.py calls the scaler in
         a `_backward` helper nested in the function that enters the autocast)."""
+        if isinstance(node, RemoteCall):
+            return list(node.functions)
         return [a for a in self.names.ancestors(node) if isinstance(a, cst.FunctionDef)]
 
     def _line(self, node: cst.CSTNode) -> int:

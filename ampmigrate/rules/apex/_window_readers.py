@@ -5,11 +5,11 @@ until `unscale_`/`step`. `_amp_steps` puts `unscale_` before the reads it knows 
 `amp.master_params`, a gradient-norm helper). Two more things can sit in that window:
 
 - a call into this file's own code that reads `.grad` (`fgm.attack()` of an FGM class defined
-  here, `log_grads(model)`): it would now see gradients multiplied by the loss scale. Unless the
-  planner already treats it as a reader, or every read is scale-invariant (FGM's
-  `epsilon * grad / norm` with `norm = torch.norm(grad)`, `grad.sign()`: a power-of-two scale
-  changes neither), the migration is refused with the reason (an attack that steps by the raw
-  gradient would move 65536 times as far);
+  here, `log_grads(model)`): it would see gradients multiplied by the loss scale. Unless every
+  read is scale-invariant (FGM's `epsilon * grad / norm` with `norm = torch.norm(grad)`,
+  `grad.sign()`: a power-of-two scale changes neither), `_amp_steps._plan_unscale` puts
+  `scaler.unscale_` before the statement that makes the call, where apex had unscaled, and
+  refuses where that cannot run once per step (a read on every micro-step);
 - a plain `x.backward()` (see `_amp_steps._plain_backwards`), which the fix scales too: that is
   only right while the gradients are still scaled, so an `unscale_` the fix puts before it
   refuses the migration.
@@ -26,35 +26,18 @@ from typing import Dict, List, Optional, Set
 import libcst as cst
 
 from ampmigrate.analysis.statements import walk
-from ampmigrate.rules.apex._amp_common import Step, Unfixable
+from ampmigrate.rules.apex._amp_common import Unfixable
 
 
 class WindowReaders:
-    def _check_opaque_readers(self, steps: List[Step], known: Set[cst.CSTNode]) -> None:
-        """Refuse when a call in a step's window runs this file's code that reads `.grad` and is
-        not a reader the planner handles (`known`)."""
-        for step in steps:
-            step_lines = {self._step_line(c) for c in step.steps}
-            for statement in self._window_statements(step):
-                stop = any(any(n is line for n in walk(statement)) for line in step_lines)
-                for node in walk(statement):
-                    if not isinstance(node, cst.Call) or any(n in known for n in walk(node)):
-                        continue  # a handled read, or a call around one (`get_grad_norm(amp.master_params(o))`)
-                    if (stop and not self._before_any(node, step_lines)) or self._inactive(step, node):
-                        continue
-                    body = self._own_callee(node)
-                    if body is None:
-                        continue
-                    reads = [n for n in walk(body, into_scopes=True) if self._reads_grad_attribute(n)]
-                    if not reads or _scale_invariant(self.names, body, reads):
-                        continue
-                    raise Unfixable(
-                        f"`{self.ctx.code(node.func).strip()}()` at line {self._line(node)} runs code of this file "
-                        f"that reads `.grad` between the scaled backward (line {self._line(step.call)}) and the "
-                        "step: apex had unscaled the gradients there, GradScaler has not"
-                    )
-                if stop:
-                    break
+    def _reads_scaled_gradients(self, call: cst.Call) -> bool:
+        """`call` runs this file's code that reads `.grad` in a way the loss scale changes: it gets
+        `scaler.unscale_` before it, where apex had unscaled (`_amp_steps._plan_unscale`)."""
+        body = self._own_callee(call)
+        if body is None:
+            return False
+        reads = [n for n in walk(body, into_scopes=True) if self._reads_grad_attribute(n)]
+        return bool(reads) and not _scale_invariant(self.names, body, reads)
 
     def _check_plain_backwards_before_unscale(self, plain, points: List[cst.CSTNode]) -> None:
         for line, loss, _ in plain:

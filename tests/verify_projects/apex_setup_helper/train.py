@@ -4,7 +4,7 @@ apex setup is in a helper of another module (model_utils.setup_for_training); th
 it, then scales the loss with `amp.scale_loss` and clips `amp.master_params(optimizer)`. In-batch
 negatives over synthetic token ids, CPU-sized.
 
-    python train.py --fp16
+    python train.py --fp16 --fp16_opt_level O1
 """
 
 import argparse
@@ -58,12 +58,13 @@ def main():
     parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--max_grad_norm", type=float, default=2.0)
+    parser.add_argument("--fp16_opt_level", default="O1")
     args = parser.parse_args()
 
     torch.manual_seed(0)
     model = BiEncoder()
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    model, optimizer = setup_for_training(model, optimizer, args.device, 1, args.fp16, "O1")
+    model, optimizer = setup_for_training(model, optimizer, args.device, 1, args.fp16, args.fp16_opt_level)
 
     model.train()
     for epoch in range(args.epochs):
