@@ -34,7 +34,8 @@ class _Group(click.Group):
     """Lists `verify` without importing it (it needs torch); loads it only when it runs.
 
     An unexpected exception anywhere is an internal error: one line on stderr, exit status 2
-    (set AMPMIGRATE_DEBUG=1 for the traceback).
+    (set AMPMIGRATE_DEBUG=1 for the traceback). A closed pipe on stdout is no error: status 1,
+    nothing printed.
     """
 
     def invoke(self, ctx):
@@ -42,6 +43,13 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, SystemExit):
             raise
+        except BrokenPipeError:
+            # The reader went away (`ampmigrate check . | head`): stop quietly, as command-line
+            # tools do, with the status Python's documentation suggests; nothing more can be
+            # written to it (stdout now goes nowhere, so the exit's flush raises nothing).
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(EXIT_FINDINGS)
         except Exception as exc:  # noqa: BLE001 - the last line of defence
             if os.environ.get("AMPMIGRATE_DEBUG"):
                 raise

@@ -406,3 +406,23 @@ def test_control_characters_inside_strings_and_comments_are_fine(tmp_path):
     (tmp_path / "ok.py").write_bytes(b'import torch\nx = "\x01\x1b[0m"  # \x02\n')
     result = run_files([str(tmp_path / "ok.py")], Settings(), Job("check"), jobs=1)
     assert result.all_errors == [] and result.findings == []
+
+
+@pytest.mark.parametrize("lines", [0, 1])
+def test_a_reader_that_stops_reading_ends_the_run_quietly(tmp_path, lines):
+    """`ampmigrate check . | head -N`: the closed pipe is no internal error (status 1, as Python's
+    documentation suggests for a broken pipe, and nothing on stderr)."""
+    for index in range(30):
+        (tmp_path / f"train_{index}.py").write_text(
+            "import torch\n\nscaler = torch.cuda.amp.GradScaler()\nwith torch.cuda.amp.autocast():\n    pass\n",
+            encoding="utf-8",
+        )
+    reader = subprocess.Popen(["head", f"-{lines}"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ampmigrate", "check", "--no-cache", str(tmp_path)],
+        stdout=reader.stdin, stderr=subprocess.PIPE, env=_env(), timeout=120,
+    )
+    reader.stdin.close()
+    reader.wait(timeout=30)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == b"", proc.stderr
