@@ -509,3 +509,8 @@ def test_a_plain_backward_after_the_unscale_is_refused():
 
 def test_a_normalized_attack_in_the_window_keeps_the_migration():
     assert _amp101_reasons("window_reader_normalized.py") == {None}
+
+
+def test_o1_with_keep_batchnorm_fp32_is_refused_because_apex_raised_there():
+    (reason,) = _amp101_reasons("o1_keep_batchnorm_raises.py")
+    assert "apex raises RuntimeError for `keep_batchnorm_fp32=True` with opt_level O1" in reason

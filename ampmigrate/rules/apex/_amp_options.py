@@ -281,6 +281,23 @@ def scaler_spec(
         return spec
     # ---- overrides of the opt level's properties
     fp16_levels = spec.levels & {"O1", "O2"}
+    if spec.levels == {"O1"}:
+        # apex's Properties.__setattr__ (frontend.py) calls warn_or_err, which raises RuntimeError,
+        # for these overrides under O1: such a call never ran, so there is nothing to keep.
+        for name in ("keep_batchnorm_fp32", "master_weights"):
+            node = value(name)
+            if node is None:
+                continue
+            try:
+                given = literal_value(node)
+            except ValueError:
+                continue
+            if given is not None:
+                spec.error = (
+                    f"apex raises RuntimeError for `{name}={code(node).strip()}` with opt_level O1 (O1 keeps fp32 "
+                    "weights and runs batchnorm in fp32 itself): the original does not run; remove the argument first"
+                )
+                return spec
     for name, good in (
         ("keep_batchnorm_fp32", (None, True, "True")),
         ("master_weights", (None, True)),
