@@ -281,23 +281,6 @@ def scaler_spec(
         return spec
     # ---- overrides of the opt level's properties
     fp16_levels = spec.levels & {"O1", "O2"}
-    if spec.levels == {"O1"}:
-        # apex's Properties.__setattr__ (frontend.py) calls warn_or_err, which raises RuntimeError,
-        # for these overrides under O1: such a call never ran, so there is nothing to keep.
-        for name in ("keep_batchnorm_fp32", "master_weights"):
-            node = value(name)
-            if node is None:
-                continue
-            try:
-                given = literal_value(node)
-            except ValueError:
-                continue
-            if given is not None:
-                spec.error = (
-                    f"apex raises RuntimeError for `{name}={code(node).strip()}` with opt_level O1 (O1 keeps fp32 "
-                    "weights and runs batchnorm in fp32 itself): the original does not run; remove the argument first"
-                )
-                return spec
     for name, good in (
         ("keep_batchnorm_fp32", (None, True, "True")),
         ("master_weights", (None, True)),
@@ -312,6 +295,14 @@ def scaler_spec(
         except ValueError:
             spec.unsafe.append(f"`{name}={code(node).strip()}` is only known at run time")
             continue
+        if spec.levels == {"O1"} and name in ("keep_batchnorm_fp32", "master_weights") and given is not None:
+            # apex's Properties.__setattr__ (frontend.py) raises RuntimeError for these under O1
+            # (warn_or_err): such a call never ran, so there is nothing to keep.
+            spec.error = (
+                f"apex raises RuntimeError for `{name}={code(node).strip()}` with opt_level O1 (O1 keeps fp32 "
+                "weights and runs batchnorm in fp32 itself): the original does not run; remove the argument first"
+            )
+            return spec
         if given not in good:
             spec.unsafe.append(f"`{name}={code(node).strip()}` differs from what autocast does (fp32 weights and batchnorm, fp16 matmuls)")
     cast_type = value("cast_model_type")
