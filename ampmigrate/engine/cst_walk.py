@@ -122,18 +122,38 @@ def _walk(node: cst.CSTNode, visitor: cst.CSTVisitor, cls: type, typed: bool) ->
         order = _ORDERS.get(type(node))
         if order is None or (order[1] and any(getattr(node, name) is not None for name in order[1])):
             order = _learn(node)
+        kinds = _KINDS
         for name in order[0]:  # _children(node), inline: this runs for every node of a file
             value = getattr(node, name)
-            if isinstance(value, cst.CSTNode):
+            kind = kinds.get(type(value))
+            if kind is None:
+                kind = _kind(type(value))
+            if kind == _NODE:
                 _walk(value, visitor, cls, typed)
-            elif isinstance(value, (list, tuple)):
+            elif kind == _SEQUENCE:
                 for item in value:
-                    if isinstance(item, cst.CSTNode):
+                    item_kind = kinds.get(type(item))
+                    if item_kind is None:
+                        item_kind = _kind(type(item))
+                    if item_kind == _NODE:
                         _walk(item, visitor, cls, typed)
     if not typed:
         visitor.on_leave(node)
     elif leave is not None:
         leave(visitor, node)
+
+
+# What a field's value is, by its type: `isinstance(value, cst.CSTNode)` goes through ABCMeta's
+# `__instancecheck__` (Python code) for every field of every node; a dict of types does not.
+_OTHER, _NODE, _SEQUENCE = 0, 1, 2
+_KINDS: Dict[type, int] = {}
+
+
+def _kind(kind: type) -> int:
+    found = _KINDS[kind] = (
+        _NODE if issubclass(kind, cst.CSTNode) else _SEQUENCE if issubclass(kind, (list, tuple)) else _OTHER
+    )
+    return found
 
 
 def _children(node: cst.CSTNode) -> List[cst.CSTNode]:
@@ -142,12 +162,21 @@ def _children(node: cst.CSTNode) -> List[cst.CSTNode]:
     if order is None or (order[1] and any(getattr(node, name) is not None for name in order[1])):
         order = _learn(node)
     children: List[cst.CSTNode] = []
+    kinds = _KINDS
     for name in order[0]:
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
+        kind = kinds.get(type(value))
+        if kind is None:
+            kind = _kind(type(value))
+        if kind == _NODE:
             children.append(value)
-        elif isinstance(value, (list, tuple)):
-            children.extend(item for item in value if isinstance(item, cst.CSTNode))
+        elif kind == _SEQUENCE:
+            for item in value:
+                item_kind = kinds.get(type(item))
+                if item_kind is None:
+                    item_kind = _kind(type(item))
+                if item_kind == _NODE:
+                    children.append(item)
     return children
 
 
