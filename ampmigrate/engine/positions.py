@@ -15,9 +15,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange
@@ -48,24 +47,45 @@ class _TokenIndexState(CodegenState):
         # drops it; keeping the token keeps token indices and counters in step.
         pass
 
-    @contextmanager
     def record_syntactic_position(
         self,
         node: cst.CSTNode,
         *,
         start_node: Optional[cst.CSTNode] = None,
         end_node: Optional[cst.CSTNode] = None,
-    ) -> Iterator[None]:
-        start = len(self.tokens)
-        try:
-            yield
-        finally:
-            end = len(self.tokens)
-            if start_node is not None:
-                start = self.ranges[id(start_node)][0]
-            if end_node is not None:
-                end = self.ranges[id(end_node)][1]
-            self.ranges[id(node)] = (start, end)
+    ) -> "_Recording":
+        # A class, not a generator with @contextmanager: this is entered for most nodes
+        # (every parenthesizable expression), and a generator's context manager costs several
+        # Python calls per use.
+        return _Recording(self, node, start_node, end_node)
+
+
+class _Recording:
+    """The range of `node` from the tokens generated inside the `with` block (or from the
+    recorded ranges of `start_node` / `end_node`)."""
+
+    __slots__ = ("state", "node", "start_node", "end_node", "start")
+
+    def __init__(
+        self,
+        state: _TokenIndexState,
+        node: cst.CSTNode,
+        start_node: Optional[cst.CSTNode],
+        end_node: Optional[cst.CSTNode],
+    ) -> None:
+        self.state, self.node, self.start_node, self.end_node = state, node, start_node, end_node
+
+    def __enter__(self) -> None:
+        self.start = len(self.state.tokens)
+
+    def __exit__(self, *exc_info: object) -> None:
+        state = self.state
+        start, end = self.start, len(state.tokens)
+        if self.start_node is not None:
+            start = state.ranges[id(self.start_node)][0]
+        if self.end_node is not None:
+            end = state.ranges[id(self.end_node)][1]
+        state.ranges[id(self.node)] = (start, end)
 
 
 class Positions:
