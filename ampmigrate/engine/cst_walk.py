@@ -156,28 +156,38 @@ def _kind(kind: type) -> int:
     return found
 
 
-def _children(node: cst.CSTNode) -> List[cst.CSTNode]:
-    """The child nodes LibCST's visit descends into, in its order."""
+# For walkers of their own (engine/names.py's pass): the same table and its three answers.
+KINDS, NODE, SEQUENCE, kind_of = _KINDS, _NODE, _SEQUENCE, _kind
+
+
+def field_order(node: cst.CSTNode) -> Tuple[str, ...]:
+    """The fields of `node` LibCST's visit descends into, in its order (a field's value is a
+    node, a sequence of nodes, or neither: `KINDS` / `kind_of` by the value's type)."""
     order = _ORDERS.get(type(node))
     if order is None or (order[1] and any(getattr(node, name) is not None for name in order[1])):
         order = _learn(node)
-    children: List[cst.CSTNode] = []
+    return order[0]
+
+
+def _children(node: cst.CSTNode) -> List[cst.CSTNode]:
+    """The child nodes LibCST's visit descends into, in its order."""
+    found: List[cst.CSTNode] = []
     kinds = _KINDS
-    for name in order[0]:
+    for name in field_order(node):
         value = getattr(node, name)
         kind = kinds.get(type(value))
         if kind is None:
             kind = _kind(type(value))
         if kind == _NODE:
-            children.append(value)
+            found.append(value)
         elif kind == _SEQUENCE:
             for item in value:
                 item_kind = kinds.get(type(item))
                 if item_kind is None:
                     item_kind = _kind(type(item))
                 if item_kind == _NODE:
-                    children.append(item)
-    return children
+                    found.append(item)
+    return found
 
 
 def nodes_of_type(node: cst.CSTNode, kind: type) -> List[cst.CSTNode]:
