@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from ampmigrate.analysis.version_gates import chooses_modern, version_gate
+from ampmigrate.engine.ast_nodes import nodes_of
 from ampmigrate.rules.base import Rule
 from ampmigrate.rules.precision._common import is_test_file
 
@@ -36,10 +37,10 @@ class HandRolledLossScaling(Rule):
         return not is_test_file(path)
 
     def screen(self, tree: ast.Module) -> bool:
-        return any(
-            isinstance(node, ast.Attribute) and node.attr == _GRAD for node in ast.walk(tree)
-        ) and any(
-            isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.Mult) for node in ast.walk(tree)
+        # The pre-filter's one index of the tree's nodes by type (engine/ast_nodes.py), not two
+        # walks of the whole tree.
+        return any(node.attr == _GRAD for node in nodes_of(tree, ast.Attribute)) and any(
+            isinstance(node.op, ast.Mult) for kind in (ast.BinOp, ast.AugAssign) for node in nodes_of(tree, kind)
         )
 
     def check(self, ctx) -> None:
