@@ -104,6 +104,7 @@ class _Planner:
         self.ctx = ctx
         self.names = ctx.names
         self._gates: Dict[int, Optional[cst.CSTNode]] = {}  # id(node) -> its compatibility gate
+        self._super_inits: Optional[List[Tuple[cst.Call, cst.Call]]] = None
 
     # ------------------------------------------------------------------ grouping
     def plan(self) -> List[Group]:
@@ -573,13 +574,7 @@ class _Planner:
     def _super_init_calls(self, classdef: cst.ClassDef) -> List[cst.Call]:
         """`super().__init__(...)` (or `super(<the class>, self).__init__(...)`) in the class's methods."""
         found = []
-        for call in self.names.nodes_of_type(cst.Call):
-            func = call.func
-            if not (isinstance(func, cst.Attribute) and func.attr.value == "__init__" and isinstance(func.value, cst.Call)):
-                continue
-            inner = func.value
-            if not (isinstance(inner.func, cst.Name) and inner.func.value == "super" and not self.names.bindings_of(inner.func)):
-                continue
+        for call, inner in self._super_init_candidates():
             if self.names.enclosing(call, cst.ClassDef) is not classdef:
                 continue
             if inner.args and not (
@@ -593,6 +588,22 @@ class _Planner:
                 )
             found.append(call)
         return found
+
+    def _super_init_candidates(self) -> List[Tuple[cst.Call, cst.Call]]:
+        """(call, its `super(...)`) for every `super(...).__init__(...)` of the file with the
+        builtin `super`, in source order: found once per file, not once per class asked about."""
+        if self._super_inits is None:
+            self._super_inits = []
+            for call in self.names.nodes_of_type(cst.Call):
+                func = call.func
+                if not (
+                    isinstance(func, cst.Attribute) and func.attr.value == "__init__" and isinstance(func.value, cst.Call)
+                ):
+                    continue
+                inner = func.value
+                if isinstance(inner.func, cst.Name) and inner.func.value == "super" and not self.names.bindings_of(inner.func):
+                    self._super_inits.append((call, inner))
+        return self._super_inits
 
     def _check_instantiations(self, builder, classdef: cst.ClassDef, api: LegacyApi) -> None:
         """A subclass without `__init__` inherits torch.amp.GradScaler's after the rebase: every
