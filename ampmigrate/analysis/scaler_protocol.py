@@ -709,8 +709,8 @@ class _Analyzer:
                     if expr is not None:
                         scaler_args.add(optimizer_key(self.names, expr).key)
 
-            for node in self.names.parents:  # every node of the module
-                if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "zero_grad":
+            for node in self.names.nodes_of_type(cst.Call):  # every call of the module, in order
+                if isinstance(node.func, cst.Attribute) and node.func.attr.value == "zero_grad":
                     key = optimizer_key(self.names, node.func.value)
                     if key.stable:
                         zero.setdefault(self.owner_of(node), set()).add(key.key)
