@@ -95,8 +95,22 @@ def _tuple_attribute_targets(names: NameIndex) -> Dict[str, List[Tuple[cst.Attri
 
 
 def _unpacked_classes(names: NameIndex, bindings: List[Binding]) -> frozenset:
-    # Asked for every load of a name: each binding's answer is worked out once per file.
-    known = _UNPACKED.setdefault(names, {})
+    # Asked for every load of a name: each binding's answer is worked out once per file, and the
+    # answer for a scope's list of bindings of a name (what `bindings_of` gives every load that
+    # sees it) once too: a name bound hundreds of times at module level is read as many times.
+    known = _UNPACKED.get(names)
+    if known is None:
+        known = _UNPACKED[names] = {}
+    if not bindings:
+        return EMPTY
+    key = ("list", id(bindings))  # a non-empty list is a scope's own, alive with the index
+    answer = known.get(key)
+    if answer is None:
+        answer = known[key] = _unpacked_classes_of(names, known, bindings)
+    return answer
+
+
+def _unpacked_classes_of(names: NameIndex, known: Dict, bindings: List[Binding]) -> frozenset:
     result: frozenset = EMPTY
     for binding in bindings:
         classes = known.get(id(binding))

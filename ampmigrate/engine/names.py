@@ -103,6 +103,8 @@ class NameIndex:
         # id(a scope's list of bindings of one name) -> the qualified names of a load seeing it,
         # for loads resolved outside any other resolution (see _compute_qualified_names).
         self._bindings_qnames: Dict[int, FrozenSet[str]] = {}
+        self._method_scopes: Dict[int, Optional[Scope]] = {}  # id(a list of bindings) -> its class scope
+        self._bindings_instances: Dict[int, FrozenSet[str]] = {}  # the same, for instance_classes
         self._references: Optional[Dict[Binding, List[cst.Name]]] = None
         self._qualified: Optional[List[Tuple[cst.BaseExpression, FrozenSet[str]]]] = None
         self._by_type: Dict[object, List[cst.CSTNode]] = {}
@@ -127,6 +129,8 @@ class NameIndex:
         self._qname_memo = {}
         self._instance_memo = {}
         self._bindings_qnames = {}
+        self._method_scopes = {}
+        self._bindings_instances = {}
         self._references = None
         self._qualified = None
         self._by_type = {}
@@ -379,7 +383,18 @@ class NameIndex:
 
     def method_class_scope(self, name: cst.Name) -> Optional[Scope]:
         """If `name` is the first parameter of a method (its `self`), the class's scope."""
-        for binding in self.bindings_of(name):
+        bindings = self.bindings_of(name)
+        if not bindings:
+            return None
+        # The answer depends on the list alone (a scope's own, alive with the index): asked for
+        # every `x.attr` of the file, and a module-level name may be bound hundreds of times.
+        found = self._method_scopes.get(id(bindings), False)
+        if found is False:
+            found = self._method_scopes[id(bindings)] = self._method_class_scope(bindings)
+        return found
+
+    def _method_class_scope(self, bindings: List[Binding]) -> Optional[Scope]:
+        for binding in bindings:
             if binding.kind != "param":
                 continue
             func_scope = binding.scope
@@ -411,10 +426,24 @@ class NameIndex:
         if isinstance(node, cst.BooleanOperation):
             return self.instance_classes(node.left) | self.instance_classes(node.right)
         if isinstance(node, cst.Name):
-            return self._bindings_instance_classes(self.bindings_of(node))
+            return self._list_instance_classes(self.bindings_of(node))
         if isinstance(node, cst.Attribute):
-            return self._bindings_instance_classes(self.self_attribute_bindings(node))
+            return self._list_instance_classes(self.self_attribute_bindings(node))
         return EMPTY
+
+    def _list_instance_classes(self, bindings: List[Binding]) -> FrozenSet[str]:
+        """`_bindings_instance_classes` of a scope's list of bindings of a name (or of a class's
+        `self.<attr>`), once per list for the loads resolved on their own, as qualified names
+        are (see _compute_qualified_names): a name bound hundreds of times is asked at each load."""
+        alone = len(self._in_progress) == 1
+        if alone and bindings:
+            known = self._bindings_instances.get(id(bindings))
+            if known is not None:
+                return known
+        answer = self._bindings_instance_classes(bindings)
+        if alone and bindings:
+            self._bindings_instances[id(bindings)] = answer
+        return answer
 
     def _bindings_instance_classes(self, bindings: Iterable[Binding]) -> FrozenSet[str]:
         result: Set[str] = set()
