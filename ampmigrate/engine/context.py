@@ -146,13 +146,29 @@ class FileContext:
         top = module.split(".")[0]
         if module == top and denotes(top):
             return top, False
-        for candidate in self.names.scopes:
-            for name, bindings in candidate.bindings.items():
-                if any(b.qname == module for b in bindings) and denotes(name):
-                    return name, False
+        for name in self._names_binding(module):
+            if denotes(name):
+                return name, False
         if module == top and self.names.is_free(top, scope):
             return top, True
         return None, False
+
+
+    def _names_binding(self, module: str) -> List[str]:
+        """Each scope's names with a binding to exactly `module`, in the order of the scopes and
+        of their bindings: worked out once per file (one pass over every binding for all the
+        modules asked), not a pass over every binding of the file at each call."""
+        by_module = self._shared.get(_NAMES_BINDING)
+        if by_module is None:
+            by_module = self._shared[_NAMES_BINDING] = {}
+            for candidate in self.names.scopes:
+                for name, bindings in candidate.bindings.items():
+                    for qname in dict.fromkeys(b.qname for b in bindings if b.qname is not None):
+                        by_module.setdefault(qname, []).append(name)
+        return by_module.get(module, [])
+
+
+_NAMES_BINDING = object()  # the key of `_names_binding`'s map in `FileContext._shared`
 
 
 class RuleContext:

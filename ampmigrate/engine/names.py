@@ -107,6 +107,7 @@ class NameIndex:
         self._bindings_instances: Dict[int, FrozenSet[str]] = {}  # the same, for instance_classes
         self._references: Optional[Dict[Binding, List[cst.Name]]] = None
         self._qualified: Optional[List[Tuple[cst.BaseExpression, FrozenSet[str]]]] = None
+        self._qualified_at: Optional[Dict[str, List[int]]] = None
         self._by_type: Dict[object, List[cst.CSTNode]] = {}
         self._exact_types: Optional[Dict[type, List[int]]] = None
         self._in_order: List[cst.CSTNode] = []
@@ -133,6 +134,7 @@ class NameIndex:
         self._bindings_instances = {}
         self._references = None
         self._qualified = None
+        self._qualified_at = None
         self._by_type = {}
         self._exact_types = None
         self._in_order = []
@@ -369,7 +371,17 @@ class NameIndex:
     def find(self, qnames: Iterable[str]) -> List[Tuple[cst.BaseExpression, FrozenSet[str]]]:
         """Expressions that can denote one of `qnames`, in source order of discovery."""
         wanted = frozenset(qnames)
-        return [(node, names & wanted) for node, names in self.qualified_expressions() if names & wanted]
+        found = self.qualified_expressions()
+        if self._qualified_at is None:
+            # qualified name -> the positions in `found` of the expressions that can denote it:
+            # each rule's `find` reads its own names' entries, not every expression of the file.
+            at: Dict[str, List[int]] = {}
+            for position, (_, names) in enumerate(found):
+                for qname in names:
+                    at.setdefault(qname, []).append(position)
+            self._qualified_at = at
+        positions = sorted({p for qname in wanted for p in self._qualified_at.get(qname, ())})
+        return [(found[p][0], found[p][1] & wanted) for p in positions]
 
     # ----------------------------------------------------------------------------- instances
     def self_attribute_bindings(self, node: cst.Attribute) -> List[Binding]:
