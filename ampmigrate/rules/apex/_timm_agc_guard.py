@@ -25,7 +25,7 @@ from typing import Dict, List, Optional
 import libcst as cst
 
 GUARD_MESSAGE = (  # two lines, no quote characters: spelled with the file's own quotes
-    "apex ApexScaler clipped every parameter of the optimizer; with exclude_head (clip mode agc) ",
+    "under apex every parameter of the optimizer was clipped; with exclude_head (clip mode agc) ",
     "timm NativeScaler leaves the model head out: use another clip mode or clip by hand",
 )
 
