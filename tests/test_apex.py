@@ -532,3 +532,19 @@ def test_an_empty_optimizer_list_binds_only_when_read():
     fixed = fix(discarded)
     assert "_ = ()" not in fixed and "from apex" not in fixed
     assert "_ = ()" in fix(discarded.replace("return out, 0", "return out, _"))
+
+
+# ---------------------------------------------------------------------- `torch` bound by a star import
+def test_torch_from_a_star_import_is_used_only_where_the_file_shows_it():
+    code = (FIXTURES / "AMP101" / "star_import_torch_evidence.py").read_text(encoding="utf-8")
+    fixed = fix(code)
+    assert "scaler = torch.amp.GradScaler(" in fixed and "import torch\n" not in fixed
+    # a star import after the code, or inside a `try`, or a local `torch`: not followed
+    moved = code.replace("from common import *\n", "") + "\nfrom common import *\n"
+    guarded = code.replace("from common import *\n", "try:\n    from common import *\nexcept ImportError:\n    pass\n")
+    local = code.replace('    device = torch.device(', '    torch = load_backend()\n    device = torch.device(')
+    for variant in (moved, guarded, local):
+        assert "amp.initialize" in fix(variant), variant
+    # no read of `torch.<attribute of torch's>` in the file: unknown
+    unknown = code.replace("torch.cuda.is_available()", "True").replace("torch.nn.functional.cross_entropy", "criterion")
+    assert "amp.initialize" in fix(unknown.replace('torch.device("cuda" if True else "cpu")', '"cuda"'))
