@@ -174,10 +174,17 @@ class Engine:
         noqa; `screen=False` skips the pre-filter's `ast` stage."""
         return self._rules_for(text, path, screen=screen)
 
+    def _star_bound(self, path: Optional[str]) -> Dict[str, str]:
+        """Free names of the file that its star imports of modules of the run bind (the index's
+        engine/apex_star.py): {name: qualified name}, for the resolver and the pre-filter."""
+        if self.index is None or path is None:
+            return {}
+        return self.index.star_bound(path)
+
     def _rules_for(self, text: str, path: Optional[str] = None, *, screen: bool = True) -> List[Rule]:
         skip = self._not_applying(path) if path is not None else frozenset()
         if self.prefilter is not None:
-            rules = self.prefilter.rules_for(text, screen=screen, skip=skip)
+            rules = self.prefilter.rules_for(text, screen=screen, skip=skip, bound=self._star_bound(path).values())
         else:
             rules = [rule for rule in self.rules if rule.code not in skip]
         if rules:
@@ -238,7 +245,7 @@ class Engine:
             return None
         result.parsed = True
         try:
-            context = FileContext(path, text, module, self.settings)
+            context = FileContext(path, text, module, self.settings, self._star_bound(path))
         except RecursionError:  # the name pass walks the tree recursively
             result.errors.append(FileError(path, TOO_DEEP))
             return None

@@ -29,6 +29,7 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 from ampmigrate.engine import collector
 from ampmigrate.engine.apex_checkpoint import state_key, summarize_checkpoint
 from ampmigrate.engine.apex_setup_helper import setup_key
+from ampmigrate.engine.apex_star import apex_star_exports, star_bound, star_key
 from ampmigrate.engine.apex_threading import summarize_threading, threading_key
 from ampmigrate.engine.apex_values import apex_amp_args, apex_amp_getters, top_functions
 from ampmigrate.engine.grad_norm_helpers import grad_norm_helpers
@@ -37,7 +38,7 @@ from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 14
+_FORMAT = 15
 
 
 @dataclass
@@ -115,6 +116,9 @@ class ModuleSummary:
     # The calls of this file handing apex's amp module to a parameter: (callee as written, line,
     # position or -1, keyword or ""). engine/apex_values.py.
     apex_amp_args: List[Tuple[str, int, int, str]] = field(default_factory=list)
+    # Names bound at the module's top level by an apex amp import (`from apex import amp`): what
+    # `from <this module> import *` may hand another file (engine/apex_star.py).
+    apex_star_exports: List[str] = field(default_factory=list)
 
 
 def _as_data(summary: ModuleSummary) -> dict:
@@ -156,6 +160,7 @@ def _as_data(summary: ModuleSummary) -> dict:
         "grad_norm_helpers": {name: (list(positional), norm) for name, (positional, norm) in summary.grad_norm_helpers.items()},
         "apex_amp_getters": list(summary.apex_amp_getters),
         "apex_amp_args": [tuple(item) for item in summary.apex_amp_args],
+        "apex_star_exports": list(summary.apex_star_exports),
     }
 
 
@@ -402,6 +407,11 @@ class ProjectIndex:
                 return other
         return None
 
+    def star_bound(self, path: str) -> Dict[str, str]:
+        """{name: "apex.amp"}: the names the star imports of the file at `path` bind to apex's amp
+        module (engine/apex_star.py); what engine/names.py resolves a name bound nowhere to."""
+        return star_bound(self, path)
+
     def content_hash(self, path: str) -> Optional[str]:
         """`cache.content_hash` of the bytes of the file at `path` as `build` read them, if it did
         (within the size limit, readable): the runner's cache lookup need not read it again."""
@@ -487,6 +497,9 @@ class ProjectIndex:
             parts.append(f"trained:{name}={trainer}:{self.modules[trainer].scales_loss}")
         for name, trainer in sorted(self._trained_results.get(absolute, {}).items()):
             parts.append(f"trained_result:{name}={trainer}")
+        stars = star_key(self, absolute) if summary is not None and summary.star_imports else ""
+        if stars:
+            parts.append(f"apex_star={stars}")
         threading = threading_key(self, absolute)
         if threading:
             parts.append(f"apex_threading={threading}")
@@ -668,6 +681,7 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
             summarize_checkpoint(tree, summary)
             summary.apex_amp_getters = apex_amp_getters(tree)
             summary.apex_amp_args = apex_amp_args(tree, _dotted)
+            summary.apex_star_exports = apex_star_exports(tree)
         if needs_results:
             summary.trained_results = _trained_results(tree, summary.from_imports, raw)
         if needs_savers:
