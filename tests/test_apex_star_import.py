@@ -105,6 +105,8 @@ def test_fix_migrates_the_importer_and_drops_the_provider_import(tmp_path):
     library = (project / "library.py").read_text()
     assert not re.search(r"\bamp\.(?!GradScaler)", train) and "scaler = torch.amp.GradScaler(" in train
     assert "scaler.scale(loss / accumulate).backward()" in train
+    # `nn` comes from the star import too: its clip reads the gradients, unscaled first
+    assert "scaler.unscale_(optimizer)\n            nn.utils.clip_grad_norm_(" in train
     assert "import torch\n" not in train  # `torch` comes from the star import already
     assert "apex" not in library
     for path in project.rglob("*.py"):

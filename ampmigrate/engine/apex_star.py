@@ -44,10 +44,6 @@ ABSENT = "absent"  # not bound (a star import of it leaves the importer's value)
 APEX = "=" + APEX_AMP
 OTHER = "other"  # something else
 UNKNOWN = "unknown"  # may be something else
-# The modules a star-importing file's fix may name through the star-bound name rather than add an
-# import for (the planner spells `torch.amp.GradScaler`): resolved only where an apex name is.
-_MODULES = ("torch",)
-
 # One top-level event of a module, in source order: ("bind", name, the qualified name an import
 # binds or "", conditional?) or ("star", dotted module, "", conditional?).
 _Event = Tuple[str, str, str, bool]
@@ -90,9 +86,12 @@ class _Module:
         self.all_names: Optional[FrozenSet[str]] = None  # a literal `__all__`
         self.all_dynamic = False  # `__all__` bound to something not a literal list of strings
         self.global_names: Set[str] = set()  # `global x` in some function: bound at call time
+        self.loaded: Set[str] = set()  # every name the file reads
         self._walk(tree.body, package, conditional=False)
         for node in ast.walk(tree):
-            if isinstance(node, ast.Global):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                self.loaded.add(node.id)
+            elif isinstance(node, ast.Global):
                 self.global_names.update(node.names)
             elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "__all__":
                 self.all_dynamic = True  # `__all__.extend(...)`, `.append(...)`: exports computed
@@ -313,9 +312,14 @@ def _bound(index: "ProjectIndex", path: str) -> Tuple[Tuple[Tuple[str, str], ...
             for name in sorted(names):
                 if _run(index, path, module, name, {path}, seen, own_bindings=False) == APEX:
                     bound.append((name, APEX_AMP))
-            for name in _MODULES if bound else ():
-                if name not in names and _run(index, path, module, name, {path}, seen, own_bindings=False) == "=" + name:
-                    bound.append((name, name))
+            if bound:
+                # The file's other free names too, where the chain binds them by imports
+                # (`torch`, `nn`, `F`): the migration must see `nn.utils.clip_grad_norm_` as the
+                # clip it is, and spell torch through the name the file already has.
+                for name in sorted(module.loaded - names):
+                    value = _run(index, path, module, name, {path}, seen, own_bindings=False)
+                    if value.startswith("="):
+                        bound.append((name, value[1:]))
             answer = (tuple(bound), frozenset(seen | {path}))
     memo[path] = answer
     return answer
