@@ -29,6 +29,8 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 from ampmigrate.engine import collector
 from ampmigrate.engine.apex_checkpoint import state_key, summarize_checkpoint
 from ampmigrate.engine.apex_setup_helper import setup_key
+from ampmigrate.engine.apex_attrs import apex_attr_stores
+from ampmigrate.engine.apex_attrs import wanted as attr_stores_wanted
 from ampmigrate.engine.apex_star import apex_star_exports, star_bound, star_key
 from ampmigrate.engine.apex_threading import summarize_threading, threading_key
 from ampmigrate.engine.apex_values import apex_amp_args, apex_amp_getters, top_functions
@@ -119,6 +121,9 @@ class ModuleSummary:
     # Names bound at the module's top level by an apex amp import (`from apex import amp`): what
     # `from <this module> import *` may hand another file (engine/apex_star.py).
     apex_star_exports: List[str] = field(default_factory=list)
+    # What each attribute named like amp is assigned here: {attr: ["apex" | "none" | "other"]},
+    # "*" for a `setattr` of a computed name (engine/apex_attrs.py).
+    apex_attr_stores: Dict[str, List[str]] = field(default_factory=dict)
 
 
 def _as_data(summary: ModuleSummary) -> dict:
@@ -161,6 +166,7 @@ def _as_data(summary: ModuleSummary) -> dict:
         "apex_amp_getters": list(summary.apex_amp_getters),
         "apex_amp_args": [tuple(item) for item in summary.apex_amp_args],
         "apex_star_exports": list(summary.apex_star_exports),
+        "apex_attr_stores": {attr: list(kinds) for attr, kinds in summary.apex_attr_stores.items()},
     }
 
 
@@ -407,6 +413,34 @@ class ProjectIndex:
                 return other
         return None
 
+    def apex_attr(self, attr: str) -> Optional[str]:
+        """A file of the run storing apex's amp module in attributes named `attr` when every
+        store to such an attribute anywhere in the run is that module or None (and no file sets
+        attributes by computed name): engine/apex_attrs.py."""
+        memo = self.__dict__.setdefault("_apex_attrs", {})
+        if attr not in memo:
+            origin = None
+            for path, summary in sorted(self.modules.items()):
+                kinds = set(summary.apex_attr_stores.get(attr, ())) | set(summary.apex_attr_stores.get("*", ()))
+                if "other" in kinds:
+                    origin = None
+                    break
+                if "apex" in kinds and origin is None:
+                    origin = path
+            memo[attr] = origin
+        return memo[attr]
+
+    def apex_attrs_key(self) -> str:
+        """The part of every file's cache key that `apex_attr` answers depend on ("" when no file
+        stores apex's module in an attribute)."""
+        memo = self.__dict__.setdefault("_apex_attrs", {})
+        if "key" not in memo:
+            stores = [(p, s.apex_attr_stores) for p, s in sorted(self.modules.items()) if s.apex_attr_stores]
+            wanted = any("apex" in kinds for _, record in stores for kinds in record.values())
+            text = repr(stores) if wanted else ""
+            memo["key"] = hashlib.blake2b(text.encode(), digest_size=8).hexdigest() if text else ""
+        return memo["key"]
+
     def star_bound(self, path: str) -> Dict[str, str]:
         """{name: "apex.amp"}: the names the star imports of the file at `path` bind to apex's amp
         module (engine/apex_star.py); what engine/names.py resolves a name bound nowhere to."""
@@ -497,6 +531,9 @@ class ProjectIndex:
             parts.append(f"trained:{name}={trainer}:{self.modules[trainer].scales_loss}")
         for name, trainer in sorted(self._trained_results.get(absolute, {}).items()):
             parts.append(f"trained_result:{name}={trainer}")
+        attrs = self.apex_attrs_key()
+        if attrs:
+            parts.append(f"apex_attrs={attrs}")
         stars = star_key(self, absolute) if summary is not None and summary.star_imports else ""
         if stars:
             parts.append(f"apex_star={stars}")
@@ -638,6 +675,13 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
                 tree = None
         return tree
 
+    if attr_stores_wanted(raw):
+        tree_for_attrs = parse()
+        if tree_for_attrs is not None:
+            try:
+                summary.apex_attr_stores = apex_attr_stores(tree_for_attrs)
+            except RecursionError:
+                summary.apex_attr_stores = {"*": ["other"]}
     if summary.trains and b"__call__" in raw and b".backward(" in raw:
         if not shortcuts or not raw.isascii() or _may_define_backward_runner(raw):
             summary.backward_runners = _backward_runners(parse())
