@@ -76,3 +76,15 @@ def test_the_module_stored_from_a_parameter(tmp_path):
     utils = project / "src" / "utils.py"
     utils.write_text("def initialize_amp(trainer, amp):\n    trainer.amp = amp\n")
     assert _model_findings(_run(project)) == []
+
+
+def test_the_cache_key_follows_every_store(tmp_path):
+    project = _copy(tmp_path)
+
+    def key():
+        files = sorted(str(p) for p in project.rglob("*.py"))
+        return ProjectIndex.build(str(project), files).dependency_key(str(project / "src" / "models.py"))
+
+    before = key()
+    (project / "config.py").write_text("args.amp = True\n")
+    assert key() != before

@@ -208,3 +208,21 @@ def test_a_run_beside_a_pending_index_finds_them_too(tmp_path):
     finally:
         index.close()
     assert len(_findings(result, "train.py")) == 2
+
+
+def test_cache_keys_follow_both_ends(tmp_path):
+    """The importer's result depends on the chain's files, the provider's on its star users."""
+    root = _write(tmp_path, {"library.py": PROVIDER, "train.py": TRAIN, "other.py": "x = 1\n"})
+
+    def keys():
+        files = sorted(str(p) for p in root.rglob("*.py"))
+        index = ProjectIndex.build(str(root), files)
+        return {Path(p).name: index.dependency_key(p) for p in files}
+
+    before = keys()
+    (root / "train.py").write_text(TRAIN.replace("opt_level=\"O1\"", "opt_level=\"O2\""))
+    after_user = keys()
+    assert after_user["library.py"] != before["library.py"]
+    (root / "library.py").write_text(PROVIDER + "SEED = 1\n")
+    assert keys()["train.py"] != after_user["train.py"]
+    assert keys()["other.py"] == before["other.py"]

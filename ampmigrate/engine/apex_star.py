@@ -325,6 +325,28 @@ def _bound(index: "ProjectIndex", path: str) -> Tuple[Tuple[Tuple[str, str], ...
     return answer
 
 
+def provider_key(index: "ProjectIndex", path: str) -> str:
+    """The cache-key part of a provider's fix (rules/apex/_star_users.py plans every file whose
+    star imports reach it): the digests of those files and of what they read."""
+    absolute = os.path.abspath(path)
+    summary = index.modules.get(absolute)
+    if summary is None or not summary.apex_star_exports:
+        return ""
+    users = _state(index).setdefault("users", None)
+    if users is None:
+        users = {}
+        for other, facts in sorted(index.modules.items()):
+            if facts.star_imports:
+                for reached_path in _bound(index, other)[1]:
+                    users.setdefault(reached_path, []).append(other)
+        _state(index)["users"] = users
+    parts = []
+    for other in users.get(absolute, ()):
+        if other != absolute:
+            parts.extend(f"{p}={index.digests.get(p, '')}" for p in sorted(_bound(index, other)[1]))
+    return hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest() if parts else ""
+
+
 def reached(index: "ProjectIndex", path: str) -> FrozenSet[str]:
     """The files of the run the star imports of `path` were followed into (itself included)."""
     return _bound(index, os.path.abspath(path))[1]

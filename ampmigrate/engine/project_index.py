@@ -31,7 +31,7 @@ from ampmigrate.engine.apex_checkpoint import state_key, summarize_checkpoint
 from ampmigrate.engine.apex_setup_helper import setup_key
 from ampmigrate.engine.apex_attrs import apex_attr_stores
 from ampmigrate.engine.apex_attrs import wanted as attr_stores_wanted
-from ampmigrate.engine.apex_star import apex_star_exports, star_bound, star_key
+from ampmigrate.engine.apex_star import apex_star_exports, provider_key, star_bound, star_key
 from ampmigrate.engine.apex_threading import summarize_threading, threading_key
 from ampmigrate.engine.apex_values import apex_amp_args, apex_amp_getters, top_functions
 from ampmigrate.engine.grad_norm_helpers import grad_norm_helpers
@@ -537,6 +537,9 @@ class ProjectIndex:
         stars = star_key(self, absolute) if summary is not None and summary.star_imports else ""
         if stars:
             parts.append(f"apex_star={stars}")
+        users = provider_key(self, absolute) if summary is not None and summary.apex_star_exports else ""
+        if users:
+            parts.append(f"apex_star_users={users}")
         threading = threading_key(self, absolute)
         if threading:
             parts.append(f"apex_threading={threading}")
