@@ -4,16 +4,15 @@ attribute in the run may be something else."""
 
 from __future__ import annotations
 
+import ast
 import shutil
 from pathlib import Path
+
+from conftest import FIXTURES, make_settings
 
 from ampmigrate.engine.apex_attrs import apex_attr_stores
 from ampmigrate.engine.project_index import ProjectIndex, summarize
 from ampmigrate.engine.runner import Job, run_files
-
-import ast
-
-from conftest import FIXTURES, make_settings
 
 PROJECT = FIXTURES / "AMP101" / "amp_in_attribute.project"
 

@@ -16,13 +16,12 @@ from pathlib import Path
 from typing import Dict
 
 import libcst as cst
+from conftest import FIXTURES, make_settings
 
 from ampmigrate.engine import apex_star
 from ampmigrate.engine.names import NameIndex
 from ampmigrate.engine.project_index import ProjectIndex, summarize
 from ampmigrate.engine.runner import Job, run_files, write_changes
-
-from conftest import FIXTURES, make_settings
 
 LIBRARY = FIXTURES / "AMP101" / "star_import_library.project"
 CHAIN = FIXTURES / "AMP101" / "star_import_chain.project"
