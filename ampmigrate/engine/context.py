@@ -43,12 +43,15 @@ TORCH_EVIDENCE = frozenset(
 
 
 class FileContext:
-    def __init__(self, path: str, text: str, module: cst.Module, settings: Settings) -> None:
+    def __init__(
+        self, path: str, text: str, module: cst.Module, settings: Settings, star_bound: Optional[Dict[str, str]] = None
+    ) -> None:
         self.path = path
         self.text = text
         self.module = module
         self.settings = settings
-        self.names = NameIndex(module)
+        # `star_bound`: free names the file's star imports bind (ProjectIndex.star_bound).
+        self.names = NameIndex(module, star_bound)
         self.reports: List[Report] = []
         self._positions: Optional[Positions] = None
         self._shared: Dict[Any, Any] = {}
@@ -156,6 +159,8 @@ class FileContext:
             for name, bindings in candidate.bindings.items():
                 if any(b.qname == module for b in bindings) and denotes(name):
                     return name, False
+        if module == top and not self.names.lookup(top, scope) and self.names.star_bound.get(top) == module:
+            return top, False  # bound by the file's star imports to that very module (engine/apex_star.py)
         if module == top and self.names.is_free(top, scope):
             return top, True
         if module == top and self._star_bound(top, scope, at):
