@@ -173,7 +173,7 @@ class InitEnclosure:
 
     def _uses(self) -> Iterator[cst.CSTNode]:
         builder = self.p.builder
-        pattern = re.compile(rf"(?<![\w.]){re.escape(self.access.name)}\b|\bself\.{re.escape(self.access.name)}\b")
+        pattern = re.compile(rf"(?<![\w.]){re.escape(self.access.name)}\b")  # the local scaler, not `x.scaler`
         creation = getattr(self.p, "hoisted", None)
         created = creation[1] if creation is not None else None
         init_line = self.p.init_line
