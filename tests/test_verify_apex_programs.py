@@ -33,7 +33,6 @@ CASES = {
     "coqui_tacotron": ("apex_tacotron_tts", "train_tacotron.py", [], set()),
     "waveglow": ("apex_waveglow", "train.py", [], set()),
     "person_reid": ("apex_reid", "train.py", ["--fp16"], {"apex", "apex.optimizers"}),
-    "kfold": ("apex_kfold", "train.py", ["--fp16"], set()),
 }
 
 _AMP_APIS = {"initialize", "scale_loss", "master_params", "state_dict", "load_state_dict", "_amp_state"}
