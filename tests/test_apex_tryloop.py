@@ -202,3 +202,28 @@ def test_flag_outside_the_loop_would_hoist_the_scaler_out_of_it():
     nested = "\n".join(("    " + line) if line else line for line in body.splitlines())
     code = _read("tryloop_kfold_helper").split("def run(folds, epochs):\n")[0] + "def run(folds, epochs, fp16=True):\n    if fp16:\n" + nested + "\n"
     _refused(code, "the scaler would be made once before the loop")
+
+
+def test_while_loop_making_a_new_setup_each_iteration():
+    code = _read("tryloop_kfold_helper").replace(
+        "    for fold, loader in enumerate(folds):\n",
+        "    fold = 0\n    while fold < len(folds):\n        loader = folds[fold]\n",
+    ).replace('        torch.save(model.state_dict(), f"fold{fold}.pt")\n', '        torch.save(model.state_dict(), f"fold{fold}.pt")\n        fold += 1\n')
+    migrated = _migrated(code)
+    loop = migrated.split("    while fold < len(folds):\n")[1]
+    assert 'scaler = torch.amp.GradScaler("cuda")' in loop
+
+
+def test_nested_loops_need_a_new_optimizer_in_the_inner_one():
+    # a repeat per seed inside the fold loop, the optimizer made per fold only: the second seed
+    # would pass apex's patched optimizer again
+    code = _read("tryloop_kfold_helper").replace(
+        '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n        for epoch in range(epochs):\n'
+        "            train_one_epoch(model, optimizer, loader)\n",
+        "        for seed in range(2):\n"
+        '            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "            for epoch in range(epochs):\n"
+        "                train_one_epoch(model, optimizer, loader)\n",
+    )
+    assert "for seed in range(2):" in code
+    _refused(code, "the loop at line 26", "not made anew")
