@@ -227,3 +227,16 @@ def test_nested_loops_need_a_new_optimizer_in_the_inner_one():
     )
     assert "for seed in range(2):" in code
     _refused(code, "the loop at line 26", "not made anew")
+
+
+def test_a_match_case_around_the_call_refuses():
+    code = _read("tryloop_kfold_helper").replace(
+        "        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)\n"
+        '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n',
+        "        match fold:\n"
+        "            case 0:\n"
+        "                optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)\n"
+        '                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n',
+    )
+    assert "case 0:" in code
+    _refused(code, "runs inside a `MatchCase`")

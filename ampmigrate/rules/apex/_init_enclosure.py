@@ -45,6 +45,9 @@ if TYPE_CHECKING:
     from ampmigrate.rules.apex._scaler_access import ScalerAccess
 
 _LOOPS = (cst.For, cst.While)
+# What may lie between `amp.initialize` and a later use: blocks, `with`, the `if`s the scaler's
+# `enabled=` comes from, `try`s whose handlers leave (each checked in `_check_after`).
+_ORDERED = (cst.IndentedBlock, cst.SimpleStatementSuite, cst.SimpleStatementLine, cst.Else, cst.If, cst.Try, cst.With)
 _EXITS = frozenset({"sys.exit", "os._exit", "builtins.exit", "builtins.quit"})
 
 
@@ -268,6 +271,11 @@ class InitEnclosure:
                         f"the `except` at line {self.p._line(handler)} falls through, so line {use_at}, after the `try`, "
                         f"may use the scaler without `amp.initialize` (line {init_at}) having run"
                     )
+            if not isinstance(ancestor, _ORDERED):  # a `match` case, say: maybe not run
+                raise Unfixable(
+                    f"`amp.initialize` (line {init_at}) runs inside a `{type(ancestor).__name__}` at line "
+                    f"{self.p._line(ancestor)}, and line {use_at} uses the scaler outside it"
+                )
             if ancestor is creation:
                 below_creation = False  # the `if`s above the one the scaler is made before are not its conditions
             child = ancestor
