@@ -240,3 +240,11 @@ def test_a_match_case_around_the_call_refuses():
     )
     assert "case 0:" in code
     _refused(code, "runs inside a `MatchCase`")
+
+
+def test_kfold_optimizer_rebound_to_an_old_object():
+    code = _read("tryloop_kfold_helper").replace(
+        "def run(folds, epochs):\n", "def run(folds, epochs, shared=None):\n"
+    ).replace("        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)\n", "        optimizer = shared\n")
+    assert "optimizer = shared" in code
+    _refused(code, "not made anew")

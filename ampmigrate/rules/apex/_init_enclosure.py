@@ -153,6 +153,8 @@ class InitEnclosure:
         for statement in preceding(self.names, self.p.init_line):
             if isinstance(statement, cst.SimpleStatementLine):
                 for small in statement.body:
+                    if not (isinstance(small, (cst.Assign, cst.AnnAssign)) and isinstance(small.value, cst.Call)):
+                        continue  # a new object is made by a call (`optimizer = self.optimizer` is the old one)
                     for target in _assigned(small):
                         dotted = _dotted(target)
                         if dotted is not None:
