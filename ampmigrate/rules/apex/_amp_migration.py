@@ -164,6 +164,7 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, M
                     f"`{binding.name}` is re-exported from here (`__all__` or a package `__init__`); the modules "
                     "that import it must be migrated first"
                 )
+        self._check_star_users()
         self._check_other_refs()
         inits = [r for r in self.refs if r.api in ("initialize", "init")]
         if not inits:
@@ -1166,6 +1167,16 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, M
                     "bind there: migrate that use by hand, with the GradScaler passed or stored where both can reach it"
                 )
 
+    def _check_star_users(self) -> None:
+        """The module-level apex import of a module that other files reach through `from <it>
+        import *` (engine/apex_star.py) goes only when each of them is migrated too."""
+        from ampmigrate.rules.apex._star_users import users_problem
+
+        bindings = [b for b in self.usage.import_bindings if b.scope is self.names.module_scope]
+        problem = users_problem(self.ctx, [b.name for b in bindings]) if bindings else None
+        if problem is not None:
+            raise Unfixable(f"other files reach this apex import through `*` imports: {problem}")
+
     def _check_star_refs(self) -> None:
         """A name reached through `from apex.amp import *` has no import the fix could remove."""
         for ref in self.refs:
@@ -1173,6 +1184,14 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, M
             while isinstance(root, cst.Attribute):
                 root = root.value
             if isinstance(root, cst.Name) and not self.names.bindings_of(root):
+                if self.names.star_bound.get(root.value) == "apex.amp":
+                    # A star import of a module of the run (engine/apex_star.py): no import here.
+                    from ampmigrate.rules.apex._star_users import importer_note
+
+                    note = importer_note(self.ctx, self.names.star_bound)
+                    if note:
+                        self._note(note)
+                    continue
                 raise Unfixable(f"`{root.value}` comes from a `*` import; import it by name and the fix can follow it")
 
     # ------------------------------------------------------------------ helpers
