@@ -17,8 +17,8 @@ of the call are followed here:
   amp.initialize(model, optimizer); for epoch ...: train_one_epoch(...)`): every iteration's call
   made new loss scalers, so a new GradScaler at the same place in each iteration is what apex did,
   when every use of the scaler is reached only after the call in the same iteration, the
-  optimizer is made anew in the iteration before the call (apex raised at the second iteration
-  otherwise), the scaler is made inside the loop (not hoisted before it), and the `if`s its
+  optimizer is made anew (by a call) in the iteration before the call (apex raised at the second
+  iteration otherwise), the scaler is made inside the loop (not hoisted before it), and the `if`s its
   `enabled=` comes from test nothing the loop changes (`if epoch == start:` would leave later
   iterations the scaler an earlier one made).
 
