@@ -381,6 +381,9 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, M
         from ampmigrate.rules.apex._checkpoint_threading import check_passed
 
         check_passed(self)  # no call of a checkpoint helper of another file left without its scaler
+        enclosure = getattr(getattr(self, "access", None), "enclosure", None)
+        if enclosure is not None:
+            enclosure.check_uses()  # _init_enclosure.py: `amp.initialize` in a loop or a `try`
         self._check_alternative_placed()  # _multi_init.py
         details = self.notes + ([f"unsafe: {'; '.join(self.unsafe)}"] if self.unsafe else [])
         if details:
