@@ -22,6 +22,7 @@ import re
 from typing import Dict, List, Set, Tuple
 
 from ampmigrate.engine.apex_values import _only_apex_amp, _pairs, name_scopes
+from ampmigrate.engine.ast_nodes import walk_order
 
 # A store to an attribute named like amp (`.amp =`, `.amp,` in a tuple target, `.amp)`):
 # the files worth parsing; `setattr(` too.
@@ -41,7 +42,15 @@ def apex_attr_stores(tree: ast.Module) -> Dict[str, List[str]]:
     """{attribute: sorted kinds stored there} for the attributes named like amp ("*": any)."""
     found: Dict[str, Set[str]] = {}
     handled: Set[int] = set()
-    for nodes, resolve in name_scopes(tree):
+    everything = walk_order(tree)  # ast.walk's nodes, in its order
+    # The scopes' name resolution (the costly part) only where an assignment may store to an
+    # attribute named like amp: its targets are such stores. The byte test passes many files
+    # that have none (`.timestamp)`, `.sample,` in a call's arguments).
+    stored = any(
+        isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _followed(node.attr)
+        for node in everything
+    )
+    for nodes, resolve in name_scopes(tree) if stored else ():
         for node in nodes:
             if isinstance(node, ast.Assign):
                 for target in node.targets:
@@ -55,7 +64,7 @@ def apex_attr_stores(tree: ast.Module) -> Dict[str, List[str]]:
                             else:
                                 kind = "other"
                             found.setdefault(element.attr, set()).add(kind)
-    for node in ast.walk(tree):
+    for node in everything:
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)) and _followed(node.attr):
             if id(node) not in handled:
                 found.setdefault(node.attr, set()).add("other")
