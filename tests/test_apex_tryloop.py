@@ -248,3 +248,28 @@ def test_kfold_optimizer_rebound_to_an_old_object():
     ).replace("        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)\n", "        optimizer = shared\n")
     assert "optimizer = shared" in code
     _refused(code, "not made anew")
+
+
+def test_a_repeat_in_a_loop_the_first_call_is_not_in_is_refused():
+    """apex made its loss scalers anew at each call: a repeat on every pass of a loop is no
+    re-initialization that one GradScaler made by the first call could stand for."""
+    code = (
+        "import torch\nfrom apex import amp\n\n\n"
+        "def train(model, optimizer, loaders):\n"
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "    for loader in loaders:\n"
+        '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "        for x, y in loader:\n"
+        "            loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "            optimizer.zero_grad()\n"
+        "            with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "                scaled_loss.backward()\n"
+        "            optimizer.step()\n"
+    )
+    reasons = {f.no_fix_reason for f in check(code, select=["AMP1"]) if f.code == "AMP101"}
+    assert any("runs again on each pass of the loop at line 7" in (r or "") for r in reasons), reasons
+    # the same repeat after the loop (a resume path) is still one setup
+    after = code.replace("    for loader in loaders:\n        model, optimizer = amp.initialize", "    model, optimizer = amp.initialize").replace(
+        "        for x, y in loader:\n", "    for loader in loaders:\n        for x, y in loader:\n"
+    )
+    assert "amp.initialize" not in fix(after, select=["AMP1"])

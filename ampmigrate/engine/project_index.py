@@ -533,7 +533,16 @@ class ProjectIndex:
                 for near in sorted({other, self.sibling_module(absolute, spec)} - {None}):
                     if near != absolute and self.modules[near].grad_norm_helpers:
                         parts.append(f"{spec}:gradnorm={sorted(self.modules[near].grad_norm_helpers.items())}")
-            if summary.apex_initializes:  # timm's scaler followed into the files it imports (rules/apex/_timm_remote.py)
+                    if near != absolute:  # helpers a package re-exports (`_reexported_helper`)
+                        for module, name in self.modules[near].from_imports:
+                            target = self.module_for(module) if name else None
+                            record = self.modules[target].grad_norm_helpers.get(name) if target else None
+                            if record:
+                                parts.append(f"{spec}:gradnorm:{module}.{name}={record}")
+            # timm's scaler followed into the files it imports (rules/apex/_timm_remote.py), and the
+            # bodies of other files' code called between the scaled backward and the step
+            # (rules/apex/_remote_grad_reads.py)
+            if summary.apex_initializes or summary.apex_step_functions or summary.apex_amp_params:
                 for spec in sorted(set(summary.imports) | set(summary.star_imports)):
                     other = self.module_for(spec)
                     if other is not None and other != absolute:
