@@ -87,3 +87,30 @@ def test_the_cache_key_follows_every_store(tmp_path):
     before = key()
     (project / "config.py").write_text("args.amp = True\n")
     assert key() != before
+
+
+def _reference_stores(tree: ast.Module, monkeypatch) -> dict:
+    """apex_attr_stores with every scope's names resolved (no shortcut)."""
+    from ampmigrate.engine import apex_attrs
+    from ampmigrate.engine.apex_values import name_scopes
+
+    with monkeypatch.context() as patch:
+        patch.setattr(apex_attrs, "_scopes", lambda tree, everything: name_scopes(tree))
+        patch.setattr(apex_attrs, "walk_order", lambda tree: list(ast.walk(tree)))
+        return apex_attrs.apex_attr_stores(tree)
+
+
+def test_the_shortcuts_record_what_resolving_every_scope_records(monkeypatch):
+    # Scopes are resolved only in a file storing to an attribute named like amp, and names'
+    # kinds only where an import binds apex's amp: the records are the same as without.
+    sources = [
+        "x.timestamp = None\nf(self.sample)\n",  # stores, no apex import: kinds skipped
+        "import foo\ndef f(m):\n    m.amp = foo\n    m.ramp = None\n",
+        "from apex import amp\nf(x.sample)\n",  # no store: scopes skipped
+        "from apex import amp\ndef f(m):\n    m.amp = amp\n    global g\n    g = amp\nx.amp = g\n",
+        "import apex.amp as A\nclass C:\n    y.amp = None\n    def h(self):\n        self.amp = A\n",
+    ]
+    trees = [ast.parse(source) for source in sources]
+    trees += [ast.parse(p.read_text(encoding="utf-8")) for p in sorted(FIXTURES.rglob("*.py"))]
+    for tree in trees:
+        assert apex_attr_stores(tree) == _reference_stores(tree, monkeypatch)

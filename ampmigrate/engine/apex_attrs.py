@@ -21,7 +21,7 @@ import ast
 import re
 from typing import Dict, List, Set, Tuple
 
-from ampmigrate.engine.apex_values import _only_apex_amp, _pairs, name_scopes
+from ampmigrate.engine.apex_values import _only_apex_amp, _own_nodes, _pairs, name_scopes
 from ampmigrate.engine.ast_nodes import walk_order
 
 # A store to an attribute named like amp (`.amp =`, `.amp,` in a tuple target, `.amp)`):
@@ -43,14 +43,7 @@ def apex_attr_stores(tree: ast.Module) -> Dict[str, List[str]]:
     found: Dict[str, Set[str]] = {}
     handled: Set[int] = set()
     everything = walk_order(tree)  # ast.walk's nodes, in its order
-    # The scopes' name resolution (the costly part) only where an assignment may store to an
-    # attribute named like amp: its targets are such stores. The byte test passes many files
-    # that have none (`.timestamp)`, `.sample,` in a call's arguments).
-    stored = any(
-        isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _followed(node.attr)
-        for node in everything
-    )
-    for nodes, resolve in name_scopes(tree) if stored else ():
+    for nodes, resolve in _scopes(tree, everything):
         for node in nodes:
             if isinstance(node, ast.Assign):
                 for target in node.targets:
@@ -81,6 +74,36 @@ def apex_attr_stores(tree: ast.Module) -> Dict[str, List[str]]:
             else:
                 found.setdefault("*", set()).add("other")
     return {attr: sorted(kinds) for attr, kinds in sorted(found.items())}
+
+
+def _scopes(tree: ast.Module, everything: List[ast.AST]):
+    """What `apex_attr_stores` reads of `name_scopes(tree)`, the costly part of it: nothing where
+    no assignment stores to an attribute named like amp (an assignment's attribute targets are
+    such stores; the byte test passes many files without: `.timestamp)`, `.sample,` in a call's
+    arguments); the scopes without their names' kinds where no import of the file binds apex's
+    amp (no name can resolve to it then: every name's kinds lack "amp")."""
+    if not any(
+        isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _followed(node.attr)
+        for node in everything
+    ):
+        return []
+    if any(_imports_apex_amp(node) for node in everything):
+        return name_scopes(tree)
+    functions = [node for node in everything if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return [(list(_own_nodes(scope)), _no_kinds) for scope in (tree, *functions)]
+
+
+def _imports_apex_amp(node: ast.AST) -> bool:
+    """An import `binding_kinds` reads as binding apex's amp module."""
+    if isinstance(node, ast.ImportFrom):
+        return node.module == "apex" and not node.level and any(alias.name == "amp" for alias in node.names)
+    if isinstance(node, ast.Import):
+        return any(alias.name == "apex.amp" and alias.asname is not None for alias in node.names)
+    return False
+
+
+def _no_kinds(name: str) -> Set[str]:
+    return set()
 
 
 def _class_targets(statement: ast.stmt) -> List[Tuple[str, str]]:
