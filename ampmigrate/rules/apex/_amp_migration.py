@@ -62,6 +62,7 @@ from ampmigrate.rules.apex._amp_steps import StepRewrites
 from ampmigrate.rules.apex._loop_helper_steps import LoopHelperSteps
 from ampmigrate.rules.apex._method_windows import MethodWindows
 from ampmigrate.rules.apex._multi_init import MORE_THAN_ONCE, MultiInits
+from ampmigrate.rules.apex._optimizer_loops import OptimizerLoops
 from ampmigrate.rules.apex._presence import (
     Action,
     Unsupported,
@@ -104,7 +105,9 @@ def _planner_for(ctx: FileContext) -> "_Planner":
     return setup_helper_planner(ctx) or split_planner(ctx) or checkpoint_planner(ctx) or _Planner(ctx)
 
 
-class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, MultiInits, LoopHelperSteps, WindowReaders):
+class _Planner(
+    StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, MultiInits, LoopHelperSteps, WindowReaders, OptimizerLoops
+):
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.names = ctx.names

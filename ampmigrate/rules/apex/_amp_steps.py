@@ -46,6 +46,8 @@ class StepRewrites:
                 if calls:
                     break
             if not calls:
+                calls = self._steps_in_optimizer_loop(step, optimizer)  # _optimizer_loops.py
+            if not calls:
                 calls = self._sibling_steps(step, optimizer)
             if not calls:
                 calls = self._steps_after_helper_loop(step, optimizer)  # _loop_helper_steps.py
@@ -76,15 +78,20 @@ class StepRewrites:
             for call in step.steps:
                 calls.setdefault(call, step)
         # `scaler.update()` once, after the last step of the group in each block.
+        # A step in a loop over the optimizers (_optimizer_loops.py) counts as its loop here.
         by_block: Dict[cst.CSTNode, List[cst.Call]] = {}
         for call in calls:
-            line = self._step_line(call)
+            line = self._step_anchor(call)
             by_block.setdefault(containing_block(self.names, line), []).append(call)
         for block, block_calls in by_block.items():
             body = list(body_of(block))
-            block_calls.sort(key=lambda c: body.index(self._step_line(c)))
+            block_calls.sort(key=lambda c: body.index(self._step_anchor(c)))
             for call in block_calls:
-                self._rewrite_step(call, calls[call], update=call is block_calls[-1])
+                last = call is block_calls[-1]
+                looped = self._in_optimizer_loop(call) is not None
+                self._rewrite_step(call, calls[call], update=last and not looped)
+                if last and looped:
+                    self._emit_loop_update(call, calls[call])
 
     def _step_line(self, call: cst.Call) -> cst.SimpleStatementLine:
         expr = self.names.parent(call)
@@ -287,16 +294,20 @@ class StepRewrites:
                 if any(o == optimizer and self._dominates(p, point) for p, o in done):
                     continue
                 done.append((point, optimizer))
-                scaler = self.access.expression(point)
-                text = f"{scaler}.unscale_({optimizer})"
-                guard = self._needed_guard(step, point)
-                if guard is not None:
-                    text = f"if {guard}:\n    {text}"
-                self.builder.insert_before(point, self.ctx.parse_statement(text + "\n"))
+                self.builder.insert_before(point, self._scaler_call(step, point, f"unscale_({optimizer})"))
         self._unscale_points = [point for point, _ in done]
         return {reader for found in readers.values() for reader in found} | set(self._helper_masters) | {
             call for calls in (*self._micro_step_clips.values(), *self._micro_step_norms.values()) for call in calls
         }
+
+    def _scaler_call(self, step: Step, point: cst.CSTNode, call: str) -> cst.BaseStatement:
+        """`scaler.<call>` as a statement to put next to `point`, under the condition apex was
+        active in where the scaler is not disabled by it (`_needed_guard`)."""
+        text = f"{self.access.expression(point)}.{call}"
+        guard = self._needed_guard(step, point)
+        if guard is not None:
+            text = f"if {guard}:\n    {text}"
+        return self.ctx.parse_statement(text + "\n")
 
     def _hoist_exclusive(self, order: List[cst.CSTNode], inserts) -> List[cst.CSTNode]:
         """`if clip: clip_(...) else: norm(...)`, both reading gradients: one `unscale_` before
