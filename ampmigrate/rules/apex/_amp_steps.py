@@ -257,7 +257,9 @@ class StepRewrites:
                         self._helper_calls_covered.add(reader)
                     elif self._inactive(step, reader):
                         continue
-                    point = self._insertion_point(reader, statement)
+                    point = self._per_optimizer_point(reader, optimizers, step, master_refs)  # _optimizer_loops.py
+                    if point is None:
+                        point = self._insertion_point(reader, statement)
                     if reader in self._own_code_readers and not stop:
                         point = statement  # as early as apex unscaled: before the statement holding the call
                     if self._scaled_on_micro_steps(reader, point, step, master_refs):
@@ -287,6 +289,7 @@ class StepRewrites:
         self._plan_micro_step_clips(inserts)
         order = self._hoist_exclusive(order, inserts)
         self._drop_double_unscale(order, inserts, readers, master_refs)
+        self._check_loop_unscales(inserts)
         done: List[Tuple[cst.CSTNode, str]] = []
         for point in order:
             for optimizer, step in inserts[point]:
@@ -294,19 +297,21 @@ class StepRewrites:
                 if any(o == optimizer and self._dominates(p, point) for p, o in done):
                     continue
                 done.append((point, optimizer))
-                self.builder.insert_before(point, self._scaler_call(step, point, f"unscale_({optimizer})"))
+                self.builder.insert_before(point, self._scaler_call(step, point, optimizer, unscale=True))
         self._unscale_points = [point for point, _ in done]
         return {reader for found in readers.values() for reader in found} | set(self._helper_masters) | {
             call for calls in (*self._micro_step_clips.values(), *self._micro_step_norms.values()) for call in calls
         }
 
-    def _scaler_call(self, step: Step, point: cst.CSTNode, call: str) -> cst.BaseStatement:
-        """`scaler.<call>` as a statement to put next to `point`, under the condition apex was
-        active in where the scaler is not disabled by it (`_needed_guard`)."""
-        text = f"{self.access.expression(point)}.{call}"
+    def _scaler_call(self, step: Step, point: cst.CSTNode, call: str, unscale: bool = False) -> cst.BaseStatement:
+        """`scaler.<call>` (with `unscale`: `scaler.unscale_(<call>)`, a loop for a collection of
+        optimizers) as a statement to put next to `point`, under the condition apex was active in
+        where the scaler is not disabled by it (`_needed_guard`)."""
+        scaler = self.access.expression(point)
+        text = self._unscale_code(scaler, call) if unscale else f"{scaler}.{call}"
         guard = self._needed_guard(step, point)
         if guard is not None:
-            text = f"if {guard}:\n    {text}"
+            text = f"if {guard}:\n" + "\n".join(f"    {line}" for line in text.split("\n"))
         return self.ctx.parse_statement(text + "\n")
 
     def _hoist_exclusive(self, order: List[cst.CSTNode], inserts) -> List[cst.CSTNode]:
@@ -366,6 +371,8 @@ class StepRewrites:
                     "unscales once per step"
                 )
         for loop in loops_between(self.names, point, function):
+            if loop is self._loop_of_point(point):
+                continue  # one optimizer of the group per iteration (_optimizer_loops.py)
             if not all(any(a is loop for a in self.names.ancestors(line)) for line in step_lines):
                 raise Unfixable(
                     f"the gradients are read at line {self._line(point)} inside a loop that runs several times "

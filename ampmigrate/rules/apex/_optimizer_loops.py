@@ -34,7 +34,7 @@ from typing import Dict, List, Optional
 
 import libcst as cst
 
-from ampmigrate.analysis.statements import containing_block, expression_key, following, walk
+from ampmigrate.analysis.statements import containing_block, expression_key, following, loops_between, walk
 from ampmigrate.rules.apex._amp_common import Step, Unfixable
 
 _EARLY_EXITS = (cst.Break, cst.Continue, cst.Return, cst.Raise, cst.Yield, cst.Await)
@@ -44,6 +44,8 @@ class OptimizerLoops:
     def _init_optimizer_loops(self) -> None:
         if not hasattr(self, "_loop_steps"):
             self._loop_steps: Dict[cst.Call, cst.For] = {}  # `o.step()` -> its loop over the optimizers
+            self._collections: Dict[str, str] = {}  # the collection's code -> the stepping loop's variable
+            self._reading_loops: Dict[cst.CSTNode, cst.For] = {}  # an `unscale_` point -> its loop
 
     # ---- the steps
     def _steps_in_optimizer_loop(self, step: Step, optimizer: cst.BaseExpression) -> List[cst.Call]:
@@ -66,6 +68,7 @@ class OptimizerLoops:
                         )
                     for call in calls:
                         self._loop_steps[call] = loop
+                    self._collections[self.ctx.code(optimizer).strip()] = loop.target.value
                     return calls
         return []
 
@@ -139,6 +142,119 @@ class OptimizerLoops:
     def _in_optimizer_loop(self, call: cst.Call) -> Optional[cst.For]:
         self._init_optimizer_loops()
         return self._loop_steps.get(call)
+
+    # ---- unscale_
+    def _unscale_code(self, scaler: str, optimizer: str) -> str:
+        """`scaler.unscale_(opt)`, or for a collection stepped in a loop, the same loop unscaling
+        each of its optimizers."""
+        self._init_optimizer_loops()
+        variable = self._collections.get(optimizer)
+        if variable is None:
+            return f"{scaler}.unscale_({optimizer})"
+        return f"for {variable} in {optimizer}:\n    {scaler}.unscale_({variable})"
+
+    def _per_optimizer_point(self, reader: cst.CSTNode, optimizers: List[str], step: Step, master_refs) -> Optional[cst.CSTNode]:
+        """Where `unscale_` goes for `amp.master_params(<opt>)` in a loop whose every iteration
+        names one optimizer of the step's group, once: right before the reader's statement in the
+        loop's body. None where the reader is not in such a loop."""
+        self._init_optimizer_loops()
+        if reader not in master_refs or len(optimizers) != 1:
+            return None
+        argument = reader.args[0].value
+        function = step.function.node
+        loops = loops_between(self.names, reader, function)
+        if not loops:
+            return None
+        loop = loops[-1]  # the innermost: the read runs once per iteration of it
+        if not (isinstance(loop, cst.For) and isinstance(loop.target, cst.Name)) or not self._one_per_iteration(loop, argument, step):
+            # `unscale_` would go before the loop, where the loop's variables are not bound yet.
+            bound = {t.value for l in loops if isinstance(l, cst.For) for t in _targets(l) if isinstance(t, cst.Name)}
+            if any(isinstance(n, cst.Name) and n.value in bound for n in walk(argument)):
+                raise Unfixable(
+                    f"`amp.master_params` at line {self._line(reader)} reads the optimizer the loop at line "
+                    f"{self._line(loop)} names, and the fix cannot tell that each iteration names another "
+                    "optimizer of the group (GradScaler unscales each once per step)"
+                )
+            return None
+        statement = self.names.statement_of(reader)
+        if containing_block(self.names, statement) is None:
+            statement = self.names.statement_of(self.names.parent(statement))
+        self._reading_loops[statement] = loop
+        return statement
+
+    def _one_per_iteration(self, loop: cst.For, argument: cst.BaseExpression, step: Step) -> bool:
+        """`for o in optimizers: ... master_params(o)` over the stepped collection, or `for k in
+        names: ... master_params(D[k])` where the collection is `[D[k] for k in names]` (one name,
+        bound once) and `names` the keys of `D` (distinct, so each optimizer once)."""
+        variable = loop.target.value
+        for optimizer in step.optimizers:
+            code = self.ctx.code(optimizer).strip()
+            if code not in self._collections:
+                continue
+            if isinstance(argument, cst.Name) and argument.value == variable:
+                if expression_key(loop.iter) == expression_key(optimizer):
+                    return True
+                continue
+            if not (isinstance(argument, cst.Subscript) and len(argument.slice) == 1):
+                continue
+            index = argument.slice[0].slice
+            if not (isinstance(index, cst.Index) and isinstance(index.value, cst.Name) and index.value.value == variable):
+                continue
+            built = _single_value(self.names, optimizer, step)
+            if not (
+                isinstance(built, cst.ListComp) and built.for_in.inner_for_in is None and not built.for_in.ifs
+                and isinstance(built.for_in.target, cst.Name) and isinstance(built.elt, cst.Subscript)
+                and len(built.elt.slice) == 1 and isinstance(built.elt.slice[0].slice, cst.Index)
+                and isinstance(built.elt.slice[0].slice.value, cst.Name)
+                and built.elt.slice[0].slice.value.value == built.for_in.target.value
+                and expression_key(built.elt.value) == expression_key(argument.value)
+                and expression_key(built.for_in.iter) == expression_key(loop.iter)
+            ):
+                continue
+            keys = _single_value(self.names, loop.iter, step)
+            if keys is not None and _keys_of(keys, argument.value):
+                return True
+        return False
+
+    def _loop_of_point(self, point: cst.CSTNode) -> Optional[cst.For]:
+        self._init_optimizer_loops()
+        return self._reading_loops.get(point)
+
+    def _check_loop_unscales(self, inserts) -> None:
+        """A per-optimizer `unscale_` in a loop and another `unscale_` for the same step could
+        unscale one optimizer twice (GradScaler raises): refused."""
+        self._init_optimizer_loops()
+        for point in self._reading_loops:
+            steps = {step for _, step in inserts.get(point, ())}
+            for other, pairs in inserts.items():
+                if other is not point and any(step in steps for _, step in pairs):
+                    raise Unfixable(
+                        f"the optimizers' gradients are unscaled one by one in the loop at line "
+                        f"{self._line(self._reading_loops[point])} and read again at line {self._line(other)}; "
+                        "GradScaler unscales each optimizer once per step"
+                    )
+
+
+def _single_value(names, expression: cst.BaseExpression, step: Step) -> Optional[cst.BaseExpression]:
+    """The value of a name bound once, by `=`, in the step's function."""
+    if not isinstance(expression, cst.Name):
+        return None
+    bindings = names.bindings_of(expression)
+    if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].scope is not step.function:
+        return None
+    return bindings[0].value
+
+
+def _keys_of(value: cst.BaseExpression, mapping: cst.BaseExpression) -> bool:
+    """`value` is the keys of `mapping`, each once: `D`, `D.keys()`, `list(...)`/`sorted(...)` of those."""
+    wanted = expression_key(mapping)
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in ("list", "sorted", "tuple"):
+        if len(value.args) != 1 or value.args[0].keyword is not None or value.args[0].star:
+            return False
+        value = value.args[0].value
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "keys" and not value.args:
+        value = value.func.value
+    return expression_key(value) == wanted
 
 
 def _targets(node: cst.CSTNode) -> List[cst.CSTNode]:
