@@ -48,6 +48,8 @@ class ForwardRegions:
         keys = self.access.model_keys(function)
 
         def is_model(node: cst.CSTNode) -> bool:
+            if isinstance(node, cst.Subscript):  # one model of a list or dict of them: `models[0]`
+                return is_model(node.value)
             if isinstance(node, cst.Name):
                 return node.value in keys and node in self.names.loads
             if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
