@@ -59,6 +59,8 @@ from ampmigrate.rules.apex._amp_options import (
 )
 from ampmigrate.rules.apex._amp_refs import AmpRef, amp_usage
 from ampmigrate.rules.apex._amp_steps import StepRewrites
+from ampmigrate.rules.apex._caller_forward import CallerForward
+from ampmigrate.rules.apex._delayed_micro_steps import DelayedMicroSteps
 from ampmigrate.rules.apex._loop_helper_steps import LoopHelperSteps
 from ampmigrate.rules.apex._method_windows import MethodWindows
 from ampmigrate.rules.apex._multi_init import MORE_THAN_ONCE, MultiInits
@@ -106,7 +108,8 @@ def _planner_for(ctx: FileContext) -> "_Planner":
 
 
 class _Planner(
-    StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, MultiInits, LoopHelperSteps, WindowReaders, OptimizerLoops
+    StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, MultiInits, LoopHelperSteps, WindowReaders, OptimizerLoops,
+    CallerForward, DelayedMicroSteps,
 ):
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
@@ -702,9 +705,9 @@ class _Planner(
                     self._is_barrier,
                 )
             except NoRegion as exc:
-                if not self._loss_from_wrapper_caller(step):
+                found = [] if self._loss_from_wrapper_caller(step) else self._caller_regions(step)  # _caller_forward.py
+                if found is None:
                     raise Unfixable(f"no autocast region for `amp.scale_loss` at line {self._line(step.call)}: {exc}")
-                found = []
             if found and getattr(self.access, "detached_init", None) is not None:
                 raise Unfixable(
                     f"the scaler lives on `{self.access.cls.node.name.value}`, apart from `amp.initialize`; the "

@@ -38,6 +38,9 @@ class StepRewrites:
     # ---- optimizer.step()
     def _plan_step_calls(self, step: Step, all_steps: List[Step]) -> None:
         found: List[cst.Call] = []
+        if self._micro_step(step, all_steps):  # _delayed_micro_steps.py: no step of its own
+            step.steps = []
+            return
         for optimizer in step.optimizers:
             wanted = expression_key(optimizer)
             calls: List[cst.Call] = []
@@ -172,7 +175,7 @@ class StepRewrites:
         scale; `_scale_plain_backwards` scales `x` too. Returns each with its step."""
         scaled = [step.with_node for step in steps]
         found: List[Tuple[cst.SimpleStatementLine, cst.Name, Step]] = []
-        for step in steps:
+        for step in self._stepping(steps):
             step_lines = {self._step_line(c) for c in step.steps}
             for statement in self._window_statements(step):
                 stop = any(any(n is line for n in walk(statement)) for line in step_lines)
@@ -243,7 +246,7 @@ class StepRewrites:
         master_refs = {r.call: r for r in self.refs if r.api == "master_params" and r.call is not None}
         covered_master: Set[cst.Call] = set()
         readers: Dict[cst.CSTNode, List[cst.CSTNode]] = {}
-        for step in steps:
+        for step in self._stepping(steps):
             step_lines = {self._step_line(c) for c in step.steps}
             for statement in self._window_statements(step):
                 stop = any(any(n is line for n in walk(statement)) for line in step_lines)
