@@ -23,6 +23,7 @@ class ForwardRegions:
         merged, problem = merge([r for r, _ in regions])
         if problem:
             raise Unfixable(problem)
+        self.planned_regions = merged  # read by `_check_half_inputs` (_caller_forward.py)
         for region in merged:
             if body_of(region.block) is None:
                 raise Unfixable("the forward pass is on one line with its block header")
@@ -78,6 +79,8 @@ class ForwardRegions:
                 if not isinstance(node, cst.Call):
                     continue
                 func = node.func
+                while isinstance(func, cst.Subscript):  # `self.encoders[0](x)`: one of the held networks
+                    func = func.value
                 if isinstance(func, cst.Name):
                     bindings = self.names.bindings_of(func)
                     if bindings and all(b.scope is function and b.kind in ("param", "assign", "for", "with") for b in bindings):

@@ -119,6 +119,30 @@ class CallerForward:
         return related
 
 
+    def _cast_in_region(self, cast: cst.Call) -> bool:
+        """A `.half()` inside an autocast region the fix adds, whose value is used only there (an
+        argument of a call there, or assigned to a name read only there): the network it feeds
+        runs under autocast, which takes float16 inputs to float32 weights as apex O1 did
+        (`enc = enc.half()` before `decoder.generate(enc, ...)` in the region of a training step)."""
+        for region in getattr(self, "planned_regions", ()):
+            inside = {id(n) for statement in region.statements for n in walk(statement)}
+            if id(cast) not in inside:
+                continue
+            node, parent = cast, self.names.parent(cast)
+            while (isinstance(parent, cst.Attribute) and parent.value is node) or (isinstance(parent, cst.Call) and parent.func is node):
+                node, parent = parent, self.names.parent(parent)  # `x.half().cuda()`
+            if isinstance(parent, cst.Arg):
+                return True
+            if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
+                return False
+            target = parent.targets[0].target
+            for binding in self.names.lookup(target.value, self.names.scope_of(target)):
+                if binding.node is target and not all(id(load) in inside for load in self.names.references(binding)):
+                    return False
+            return True
+        return False
+
+
 def _first_param(function: cst.CSTNode) -> Optional[str]:
     if not isinstance(function, cst.FunctionDef):
         return None
