@@ -61,6 +61,7 @@ from ampmigrate.rules.apex._amp_refs import AmpRef, amp_usage
 from ampmigrate.rules.apex._amp_steps import StepRewrites
 from ampmigrate.rules.apex._caller_forward import CallerForward
 from ampmigrate.rules.apex._delayed_micro_steps import DelayedMicroSteps
+from ampmigrate.rules.apex._import_sequencing import claim_other_uses
 from ampmigrate.rules.apex._loop_helper_steps import LoopHelperSteps
 from ampmigrate.rules.apex._method_windows import MethodWindows
 from ampmigrate.rules.apex._multi_init import MORE_THAN_ONCE, MultiInits
@@ -1119,6 +1120,7 @@ class _Planner(
         # Fallback bindings (`amp = None` in the except branch) are removed with their `try`.
 
     def _emit_removals(self) -> None:
+        self._claim_import_uses()
         overrides = {}
         hoisted = getattr(self, "hoisted", None)
         removed = self.removal.closure()
@@ -1130,6 +1132,14 @@ class _Planner(
                 self.builder.insert_before(anchor, creation)
         self._emit_presence(removed)
         self.removal.emit(self.builder, overrides, import_torch=getattr(self, "needs_torch_import", False))
+
+    def _claim_import_uses(self) -> None:
+        """An apex import this fix keeps for other apex uses waits for their fixes (_import_sequencing.py)."""
+        handled = set(self.handled)
+        amp_uses = {r.node for r in self.usage.refs}  # apex.amp's own (another setup's plan takes them)
+        for binding in self.usage.import_bindings:
+            if not unused_after(self.names, binding, handled):
+                claim_other_uses(self.names, self.builder, binding, handled | amp_uses)
 
     def _check_nesting(self) -> None:
         targets = set(self.builder.targets())
