@@ -64,7 +64,7 @@ class OptimizerLoops:
                         raise Unfixable(
                             f"the loop at line {self._line(loop)} steps the optimizers of "
                             f"`{self.ctx.code(optimizer).strip()}`, which may not be the ones given to "
-                            f"`amp.scale_loss` at line {self._line(step.call)} (it is assigned more than once)"
+                            f"`amp.scale_loss` at line {self._line(step.call)} (it is bound more than once, or outside the function)"
                         )
                     for call in calls:
                         self._loop_steps[call] = loop
@@ -74,11 +74,11 @@ class OptimizerLoops:
 
     def _same_collection_anchor(self, optimizer: cst.BaseExpression, step: Step) -> bool:
         """`optimizer` names one collection wherever the function reads it: a name bound once in
-        the function, or an attribute chain the function never assigns."""
+        the function (by `=` or as a parameter), or an attribute chain the function never assigns."""
         function = step.function.node
         if isinstance(optimizer, cst.Name):
             bindings = self.names.bindings_of(optimizer)
-            return len(bindings) == 1 and bindings[0].kind == "assign" and bindings[0].scope is step.function
+            return len(bindings) == 1 and bindings[0].kind in ("assign", "param") and bindings[0].scope is step.function
         if isinstance(optimizer, cst.Attribute):
             root = optimizer
             while isinstance(root, cst.Attribute):
