@@ -514,3 +514,37 @@ def test_a_normalized_attack_in_the_window_keeps_the_migration():
 def test_o1_with_keep_batchnorm_fp32_is_refused_because_apex_raised_there():
     (reason,) = _amp101_reasons("o1_keep_batchnorm_raises.py")
     assert "apex raises RuntimeError for `keep_batchnorm_fp32=True` with opt_level O1" in reason
+
+
+# ---------------------------------------------------------------------- inference without optimizers
+def test_o3_inference_is_refused_with_its_own_reason():
+    code = (FIXTURES / "AMP101" / "inference_initialize_o3.py").read_text(encoding="utf-8")
+    (reason,) = {f.no_fix_reason for f in check(code, select=["AMP1"]) if f.code == "AMP102"}
+    assert "O3 without optimizers (inference)" in reason and "outputs to fp32" in reason
+
+
+def test_an_empty_optimizer_list_binds_only_when_read():
+    """`net, rest = amp.initialize(net, ())`: `rest` keeps the empty tuple apex returned when
+    something reads it; a discarded `_` is not rebound."""
+    read = (FIXTURES / "AMP101" / "inference_initialize_empty_tuple_read.py").read_text(encoding="utf-8")
+    assert "    rest = ()\n    with torch.no_grad():" in fix(read)
+    discarded = read.replace("rest = amp", "_ = amp").replace("len(rest)", "0")
+    fixed = fix(discarded)
+    assert "_ = ()" not in fixed and "from apex" not in fixed
+    assert "_ = ()" in fix(discarded.replace("return out, 0", "return out, _"))
+
+
+# ---------------------------------------------------------------------- `torch` bound by a star import
+def test_torch_from_a_star_import_is_used_only_where_the_file_shows_it():
+    code = (FIXTURES / "AMP101" / "star_import_torch_evidence.py").read_text(encoding="utf-8")
+    fixed = fix(code)
+    assert "scaler = torch.amp.GradScaler(" in fixed and "import torch\n" not in fixed
+    # a star import after the code, or inside a `try`, or a local `torch`: not followed
+    moved = code.replace("from common import *\n", "") + "\nfrom common import *\n"
+    guarded = code.replace("from common import *\n", "try:\n    from common import *\nexcept ImportError:\n    pass\n")
+    local = code.replace('    device = torch.device(', '    torch = load_backend()\n    device = torch.device(')
+    for variant in (moved, guarded, local):
+        assert "amp.initialize" in fix(variant), variant
+    # no read of `torch.<attribute of torch's>` in the file: unknown
+    unknown = code.replace("torch.cuda.is_available()", "True").replace("torch.nn.functional.cross_entropy", "criterion")
+    assert "amp.initialize" in fix(unknown.replace('torch.device("cuda" if True else "cpu")', '"cuda"'))

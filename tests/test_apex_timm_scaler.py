@@ -123,3 +123,65 @@ def test_the_scaler_called_in_a_helper_nested_in_the_training_function():
     assert old in BASIC
     finding = _initialize(BASIC.replace(old, new))
     assert finding.fix is not None and finding.fix.applicability == SAFE
+
+
+# ---------------------------------------------------------------------- AGC: the apex arm's guard
+AGC = (FIXTURES / "AMP101" / "timm_scaler_agc_guard.py").read_text(encoding="utf-8")
+GUARD = 'if cfg.clip_grad is not None and ("agc" in cfg.clip_mode):'
+
+
+def test_agc_exclusion_gets_a_guard_in_the_apex_arm_and_the_fix_is_safe():
+    finding = _initialize(AGC)
+    assert finding.fix is not None and finding.fix.applicability == SAFE, finding.fix
+    assert "raises ValueError for that configuration" in finding.fix.message
+    once = fix(AGC, select=["AMP1"])
+    compile(once, "once.py", "exec")
+    assert once.index(GUARD) > once.index("scaler = NativeScaler()") and once.count("raise ValueError(") == 1
+    assert fix(once, select=["AMP1"]) == once
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        # called twice: which settings reach the clip is not one value
+        ("    one_epoch(net, batches, opt, cfg,", "    one_epoch(net, batches[:1], opt, cfg.warmup, autocast=autocast, scaler=scaler)\n    one_epoch(net, batches, opt, cfg,"),
+        # the setting read by the clip is written in the file
+        ("    for images, labels in batches:", "    cfg.clip_mode = cfg.clip_mode.lower()\n    for images, labels in batches:"),
+        # the epoch function is given another name than the arm's `cfg`
+        ("    one_epoch(net, batches, opt, cfg,", "    one_epoch(net, batches, opt, cfg.train,"),
+        # the expression reads a name that is not a parameter of the epoch function
+        ('exclude_head="agc" in cfg.clip_mode', 'exclude_head="agc" in CLIP_MODE'),
+    ],
+)
+def test_agc_exclusion_without_a_readable_guard_stays_unsafe(change):
+    code = AGC.replace(*change)
+    assert code != AGC
+    finding = _initialize(code)
+    assert finding.fix is not None and finding.fix.applicability == UNSAFE
+    assert "NativeScaler leaves the head's weight and bias unclipped" in finding.fix.message
+
+
+def test_agc_exclusion_in_the_arms_own_function():
+    code = (
+        "import torch\n"
+        "from apex import amp\n"
+        "from contextlib import nullcontext\n"
+        "from timm.models import model_parameters\n"
+        "from timm.utils import ApexScaler, NativeScaler\n\n\n"
+        "def run(cfg, net, batches):\n"
+        "    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "    autocast = nullcontext\n"
+        "    if cfg.apex:\n"
+        '        net, opt = amp.initialize(net, opt, opt_level="O1")\n'
+        "        scaler = ApexScaler()\n"
+        "    else:\n"
+        "        autocast = torch.cuda.amp.autocast\n"
+        "        scaler = NativeScaler()\n"
+        "    for images, labels in batches:\n"
+        "        with autocast():\n"
+        "            loss = net(images, labels)\n"
+        "        opt.zero_grad()\n"
+        '        scaler(loss, opt, clip_grad=cfg.clip, clip_mode="agc", parameters=model_parameters(net, exclude_head=cfg.agc))\n'
+    )
+    once = fix(code, select=["AMP1"])
+    assert "        if cfg.clip is not None and (cfg.agc):\n            raise ValueError(" in once, once

@@ -34,6 +34,8 @@ def test_the_timm_apex_arm_migrated_by_the_safe_fix_trains_like_the_original(cli
     code = fixed.split('"""', 2)[2]  # past the docstring, which tells the apex arm
     assert "loss_scaler = NativeScaler()" in code and "ApexScaler" not in code
     assert 'amp_autocast = functools.partial(torch.autocast, "cuda", dtype=torch.float16)' in fixed
+    # the clip leaves the head out under AGC, where ApexScaler clipped it: that configuration raises
+    assert 'if args.clip_grad is not None and ("agc" in args.clip_mode):\n            raise ValueError(' in fixed
 
     result, data = run_verify(cli, monkeypatch, project, "train.py", "--no-unsafe-fixes", "--steps", "30", "--runs", "2", "--", "--apex-amp")
 

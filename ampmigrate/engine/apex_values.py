@@ -196,6 +196,30 @@ def apex_amp_args(tree: ast.Module, dotted) -> List[Tuple[str, int, int, str]]:
     position or -1, its keyword or ""). The argument is a name that, where the call is, is bound
     only by imports of apex's amp module (and to None): a local, a `global` (bound in any
     function declaring it) or a module-level name; a parameter or any other value never counts."""
+    found: List[Tuple[str, int, int, str]] = []
+    for nodes, resolve in name_scopes(tree):
+        for node in nodes:
+            if not isinstance(node, ast.Call):
+                continue
+            callee = dotted(node.func)
+            if not callee:
+                continue
+            for position, value in enumerate(node.args):
+                if isinstance(value, ast.Starred):
+                    break  # positions after a `*args` are unknown
+                if isinstance(value, ast.Name) and _only_apex_amp(resolve(value.id)):
+                    found.append((callee, node.lineno, position, ""))
+            for keyword in node.keywords:
+                if keyword.arg and isinstance(keyword.value, ast.Name) and _only_apex_amp(resolve(keyword.value.id)):
+                    found.append((callee, node.lineno, -1, keyword.arg))
+    found.sort(key=lambda item: (item[1], item[2], item[3]))
+    return found
+
+
+def name_scopes(tree: ast.Module):
+    """(the nodes of one scope, `resolve(name)`: the kinds (`binding_kinds`) the name has there)
+    for the module's top level and each function: a local, a `global` (bound in any function
+    declaring it) or a module-level name; a closure's name is "other"."""
     functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     own = {function: list(_own_nodes(function)) for function in functions}
     module_nodes = list(_own_nodes(tree))
@@ -210,7 +234,6 @@ def apex_amp_args(tree: ast.Module, dotted) -> List[Tuple[str, int, int, str]]:
         for node in own[function]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 enclosing[node] = function
-    found: List[Tuple[str, int, int, str]] = []
     scopes = [(module_nodes, lambda name: module_kinds.get(name, set()))]
     kinds = {function: binding_kinds(own[function], _parameters(function)) for function in functions}
     for function in functions:
@@ -228,20 +251,4 @@ def apex_amp_args(tree: ast.Module, dotted) -> List[Tuple[str, int, int, str]]:
             return module_kinds.get(name, set())
 
         scopes.append((own[function], resolve))
-    for nodes, resolve in scopes:
-        for node in nodes:
-            if not isinstance(node, ast.Call):
-                continue
-            callee = dotted(node.func)
-            if not callee:
-                continue
-            for position, value in enumerate(node.args):
-                if isinstance(value, ast.Starred):
-                    break  # positions after a `*args` are unknown
-                if isinstance(value, ast.Name) and _only_apex_amp(resolve(value.id)):
-                    found.append((callee, node.lineno, position, ""))
-            for keyword in node.keywords:
-                if keyword.arg and isinstance(keyword.value, ast.Name) and _only_apex_amp(resolve(keyword.value.id)):
-                    found.append((callee, node.lineno, -1, keyword.arg))
-    found.sort(key=lambda item: (item[1], item[2], item[3]))
-    return found
+    return scopes

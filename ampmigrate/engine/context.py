@@ -36,13 +36,22 @@ class Report:
     no_fix_reason: Optional[str]
 
 
+# Attributes only torch has among what a star import may bind as `torch` (context._star_bound).
+TORCH_EVIDENCE = frozenset(
+    ("nn", "cuda", "optim", "no_grad", "float16", "float32", "bfloat16", "autocast", "distributed", "backends", "Tensor")
+)
+
+
 class FileContext:
-    def __init__(self, path: str, text: str, module: cst.Module, settings: Settings) -> None:
+    def __init__(
+        self, path: str, text: str, module: cst.Module, settings: Settings, star_bound: Optional[Dict[str, str]] = None
+    ) -> None:
         self.path = path
         self.text = text
         self.module = module
         self.settings = settings
-        self.names = NameIndex(module)
+        # `star_bound`: free names the file's star imports bind (ProjectIndex.star_bound).
+        self.names = NameIndex(module, star_bound)
         self.reports: List[Report] = []
         self._positions: Optional[Positions] = None
         self._shared: Dict[Any, Any] = {}
@@ -150,9 +159,34 @@ class FileContext:
             for name, bindings in candidate.bindings.items():
                 if any(b.qname == module for b in bindings) and denotes(name):
                     return name, False
+        if module == top and not self.names.lookup(top, scope) and self.names.star_bound.get(top) == module:
+            return top, False  # bound by the file's star imports to that very module (engine/apex_star.py)
         if module == top and self.names.is_free(top, scope):
             return top, True
+        if module == top and self._star_bound(top, scope, at):
+            return top, False
         return None, False
+
+    def _star_bound(self, name: str, scope, at: cst.CSTNode) -> bool:
+        """`from utils import *` binds `torch`, and the file shows it: the name is bound nowhere in
+        the file, every star import is at the top level before `at`, and the file's own code
+        reads `torch.<attribute>` of torch's (`torch.nn`, `torch.cuda`) through that global, which
+        runs only because the star import bound torch there. Code inserted at `at` can use it too."""
+        names = self.names
+        if not names.has_star_import or names.lookup(name, scope) or names.lookup(name, names.module_scope):
+            return False
+        at_line = self.position(at).start.line
+        for node in names.nodes_of_type((cst.ImportFrom,)):
+            if isinstance(node.names, cst.ImportStar):
+                if names.parent(names.parent(node)) is not self.module or self.position(node).start.line >= at_line:
+                    return False
+        for load, load_scope in names.loads.items():
+            if load.value != name or names.lookup(name, load_scope):
+                continue
+            parent = names.parent(load)
+            if isinstance(parent, cst.Attribute) and parent.value is load and parent.attr.value in TORCH_EVIDENCE:
+                return True
+        return False
 
 
 class RuleContext:

@@ -83,8 +83,12 @@ class Binding:
 class NameIndex:
     """The result of the pass. All node-keyed maps use node identity."""
 
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, star_bound: Optional[Dict[str, str]] = None) -> None:
         self.module = module
+        # Free names that the file's `from X import *` of modules of the run bind, as the project
+        # index worked them out (engine/apex_star.py): {name: qualified name}. A name bound
+        # nowhere in the file resolves to it, like a name of `api.STAR_EXPORTS`.
+        self.star_bound: Dict[str, str] = dict(star_bound or {})
         self.module_scope = Scope("module", module, None)
         self.parents: Dict[cst.CSTNode, cst.CSTNode] = {}
         self.loads: Dict[cst.Name, Scope] = {}
@@ -289,7 +293,7 @@ class NameIndex:
             result: Set[str] = set()
             for binding in bindings:
                 result |= self.binding_qualified_names(binding)
-            if not bindings and self.star_imports and node in self.loads:
+            if not bindings and (self.star_imports or self.star_bound) and node in self.loads:
                 result |= self._star_names(node)
             answer = frozenset(result)
             if alone and bindings:
@@ -310,6 +314,9 @@ class NameIndex:
     def _star_names(self, node: cst.Name) -> FrozenSet[str]:
         """A name bound nowhere, in a scope that sees `from M import *` of a module known to
         export it: `M.name`."""
+        bound = self.star_bound.get(node.value)
+        if bound is not None:  # star imports are at module level: every scope sees them
+            return frozenset({bound})
         visible = set()
         scope: Optional[Scope] = self.loads[node]
         while scope is not None:

@@ -8,6 +8,7 @@ returns text that fails to parse.
 from __future__ import annotations
 
 import ast
+import re
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
@@ -20,6 +21,7 @@ from ampmigrate.engine import collector, fixer, prescreen
 from ampmigrate.engine.context import FileContext, RuleContext
 from ampmigrate.engine.noqa import file_suppressions, parse_suppressions
 from ampmigrate.engine.prefilter import Prefilter
+from ampmigrate.engine.apex_star import candidate_names as star_names
 from ampmigrate.engine.project import ProjectImports
 from ampmigrate.engine.project_index import ProjectIndex
 from ampmigrate.engine.results import TOO_DEEP, FileResult  # noqa: F401 (FileResult: re-exported)
@@ -29,6 +31,8 @@ from ampmigrate.rules.meta.amp001_unused_noqa import UnusedNoqa
 from ampmigrate.source import split_lines
 
 MAX_ROUNDS = 25
+# `from m import *` (any spacing, continuations): names the index may bind (engine/apex_star.py).
+_STAR_IMPORT = re.compile(r"\bimport[ \t\\\r\n]*\*")
 UNSPLICEABLE = (
     "cannot fix: libcst does not reproduce this file byte for byte next to the code to change; "
     "file left unchanged"
@@ -76,6 +80,8 @@ class Engine:
         # (`applies_to_run(None)` is False) are then only matched by their regexes
         # (`index_rules_match`); the run's process knows later whether any applies.
         self._index_rules: Optional[Prefilter] = None
+        # Some enabled rule follows apex names: a star import's may be known only from the index.
+        self._star_rules = any("apex" in (r.qualified_prefixes or ()) for r in candidates if r.code in self.enabled)
         if index_pending:
             waiting = [r for r in candidates if r.code in self.enabled and not r.applies_to_run(None)]
             self._index_rules = Prefilter(waiting) if waiting else None
@@ -158,13 +164,17 @@ class Engine:
     def index_rules_match(self, text: str) -> bool:
         """With the index pending: whether the triggers of some rule that reports only through
         the index's facts match `text` (its `ast` screen is left for when the index is here)."""
+        if self._star_rules and _STAR_IMPORT.search(text) is not None:
+            return True  # its star imports may bind apex's amp module (engine/apex_star.py)
         if self._index_rules is None:
             return False
         return bool(self._index_rules.rules_for(text, screen=False))
 
     def index_rules_apply(self) -> bool:
         """Whether some enabled rule that reports only through the index's facts applies to
-        this run (its index holds such facts)."""
+        this run (its index holds such facts), or star imports bind apex names in some file."""
+        if self._star_rules and self.index is not None and star_names(self.index):
+            return True
         return any(not rule.applies_to_run(None) for rule in self.rules)
 
     # ------------------------------------------------------------------ internals
@@ -174,10 +184,17 @@ class Engine:
         noqa; `screen=False` skips the pre-filter's `ast` stage."""
         return self._rules_for(text, path, screen=screen)
 
+    def _star_bound(self, path: Optional[str]) -> Dict[str, str]:
+        """Free names of the file that its star imports of modules of the run bind (the index's
+        engine/apex_star.py): {name: qualified name}, for the resolver and the pre-filter."""
+        if self.index is None or path is None:
+            return {}
+        return self.index.star_bound(path)
+
     def _rules_for(self, text: str, path: Optional[str] = None, *, screen: bool = True) -> List[Rule]:
         skip = self._not_applying(path) if path is not None else frozenset()
         if self.prefilter is not None:
-            rules = self.prefilter.rules_for(text, screen=screen, skip=skip)
+            rules = self.prefilter.rules_for(text, screen=screen, skip=skip, bound=self._star_bound(path).values())
         else:
             rules = [rule for rule in self.rules if rule.code not in skip]
         if rules:
@@ -238,7 +255,7 @@ class Engine:
             return None
         result.parsed = True
         try:
-            context = FileContext(path, text, module, self.settings)
+            context = FileContext(path, text, module, self.settings, self._star_bound(path))
         except RecursionError:  # the name pass walks the tree recursively
             result.errors.append(FileError(path, TOO_DEEP))
             return None

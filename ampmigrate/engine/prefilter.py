@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import AbstractSet, Dict, List, Optional, Sequence, Tuple
+from typing import AbstractSet, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ampmigrate.engine import collector
 from ampmigrate.engine.ast_nodes import release
@@ -77,9 +77,19 @@ class Prefilter:
         prefixes = {p for rule in self.rules for p in (rule.qualified_prefixes or ())}
         self._screen: Optional[QualifiedNameScreen] = QualifiedNameScreen(prefixes) if prefixes else None
 
-    def rules_for(self, text: str, *, screen: bool = True, skip: AbstractSet[str] = frozenset()) -> List[Rule]:
+    def rules_for(
+        self, text: str, *, screen: bool = True, skip: AbstractSet[str] = frozenset(), bound: Iterable[str] = ()
+    ) -> List[Rule]:
         """The rules that could report on `text` (`screen=False`: by the regexes alone), leaving
-        out the codes in `skip` before any regex is searched for them."""
+        out the codes in `skip` before any regex is searched for them. `bound`: qualified names
+        the file's star imports bind to free names (engine/apex_star.py, through the index): a
+        rule whose `qualified_prefixes` one of them is under is kept whatever the text spells."""
+        reached = self._reached(bound)
+        if reached:
+            forced = [r for r in self.rules if r.code not in skip and r.qualified_prefixes and reached & set(r.qualified_prefixes)]
+            if forced:
+                rest = self.rules_for(text, screen=screen, skip=skip | {r.code for r in forced})
+                return [r for r in self.rules if r in forced or r in rest]
         found: Dict[int, bool] = {}
 
         def matches(i: int) -> bool:
@@ -93,6 +103,14 @@ class Prefilter:
             if rule.code not in skip and any(matches(t) for t in triggers) and all(matches(r) for r in required)
         ]
         return self._screen_ast(text, rules) if screen and rules else rules
+
+    def _reached(self, bound: Iterable[str]) -> Set[str]:
+        """The prefixes (of the rules' `qualified_prefixes`) the qualified names `bound` are under."""
+        found: Set[str] = set()
+        if self._screen is not None:
+            for qname in bound:
+                found |= self._screen.hits(qname)
+        return found
 
     def _screen_ast(self, text: str, rules: List[Rule]) -> List[Rule]:
         by_names = self._screen is not None and any(rule.qualified_prefixes is not None for rule in rules)

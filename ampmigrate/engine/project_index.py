@@ -29,6 +29,9 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 from ampmigrate.engine import collector
 from ampmigrate.engine.apex_checkpoint import state_key, summarize_checkpoint
 from ampmigrate.engine.apex_setup_helper import setup_key
+from ampmigrate.engine.apex_attrs import apex_attr_stores
+from ampmigrate.engine.apex_attrs import wanted as attr_stores_wanted
+from ampmigrate.engine.apex_star import apex_star_exports, provider_key, star_bound, star_key
 from ampmigrate.engine.apex_threading import summarize_threading, threading_key
 from ampmigrate.engine.apex_values import apex_amp_args, apex_amp_getters, top_functions
 from ampmigrate.engine.grad_norm_helpers import grad_norm_helpers
@@ -37,7 +40,7 @@ from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 14
+_FORMAT = 15
 
 
 @dataclass
@@ -115,6 +118,12 @@ class ModuleSummary:
     # The calls of this file handing apex's amp module to a parameter: (callee as written, line,
     # position or -1, keyword or ""). engine/apex_values.py.
     apex_amp_args: List[Tuple[str, int, int, str]] = field(default_factory=list)
+    # Names bound at the module's top level by an apex amp import (`from apex import amp`): what
+    # `from <this module> import *` may hand another file (engine/apex_star.py).
+    apex_star_exports: List[str] = field(default_factory=list)
+    # What each attribute named like amp is assigned here: {attr: ["apex" | "none" | "other"]},
+    # "*" for a `setattr` of a computed name (engine/apex_attrs.py).
+    apex_attr_stores: Dict[str, List[str]] = field(default_factory=dict)
 
 
 def _as_data(summary: ModuleSummary) -> dict:
@@ -156,6 +165,8 @@ def _as_data(summary: ModuleSummary) -> dict:
         "grad_norm_helpers": {name: (list(positional), norm) for name, (positional, norm) in summary.grad_norm_helpers.items()},
         "apex_amp_getters": list(summary.apex_amp_getters),
         "apex_amp_args": [tuple(item) for item in summary.apex_amp_args],
+        "apex_star_exports": list(summary.apex_star_exports),
+        "apex_attr_stores": {attr: list(kinds) for attr, kinds in summary.apex_attr_stores.items()},
     }
 
 
@@ -402,6 +413,39 @@ class ProjectIndex:
                 return other
         return None
 
+    def apex_attr(self, attr: str) -> Optional[str]:
+        """A file of the run storing apex's amp module in attributes named `attr` when every
+        store to such an attribute anywhere in the run is that module or None (and no file sets
+        attributes by computed name): engine/apex_attrs.py."""
+        memo = self.__dict__.setdefault("_apex_attrs", {})
+        if attr not in memo:
+            origin = None
+            for path, summary in sorted(self.modules.items()):
+                kinds = set(summary.apex_attr_stores.get(attr, ())) | set(summary.apex_attr_stores.get("*", ()))
+                if "other" in kinds:
+                    origin = None
+                    break
+                if "apex" in kinds and origin is None:
+                    origin = path
+            memo[attr] = origin
+        return memo[attr]
+
+    def apex_attrs_key(self) -> str:
+        """The part of every file's cache key that `apex_attr` answers depend on ("" when no file
+        stores apex's module in an attribute)."""
+        memo = self.__dict__.setdefault("_apex_attrs", {})
+        if "key" not in memo:
+            stores = [(p, s.apex_attr_stores) for p, s in sorted(self.modules.items()) if s.apex_attr_stores]
+            wanted = any("apex" in kinds for _, record in stores for kinds in record.values())
+            text = repr(stores) if wanted else ""
+            memo["key"] = hashlib.blake2b(text.encode(), digest_size=8).hexdigest() if text else ""
+        return memo["key"]
+
+    def star_bound(self, path: str) -> Dict[str, str]:
+        """{name: "apex.amp"}: the names the star imports of the file at `path` bind to apex's amp
+        module (engine/apex_star.py); what engine/names.py resolves a name bound nowhere to."""
+        return star_bound(self, path)
+
     def content_hash(self, path: str) -> Optional[str]:
         """`cache.content_hash` of the bytes of the file at `path` as `build` read them, if it did
         (within the size limit, readable): the runner's cache lookup need not read it again."""
@@ -487,6 +531,15 @@ class ProjectIndex:
             parts.append(f"trained:{name}={trainer}:{self.modules[trainer].scales_loss}")
         for name, trainer in sorted(self._trained_results.get(absolute, {}).items()):
             parts.append(f"trained_result:{name}={trainer}")
+        attrs = self.apex_attrs_key()
+        if attrs:
+            parts.append(f"apex_attrs={attrs}")
+        stars = star_key(self, absolute) if summary is not None and summary.star_imports else ""
+        if stars:
+            parts.append(f"apex_star={stars}")
+        users = provider_key(self, absolute) if summary is not None and summary.apex_star_exports else ""
+        if users:
+            parts.append(f"apex_star_users={users}")
         threading = threading_key(self, absolute)
         if threading:
             parts.append(f"apex_threading={threading}")
@@ -625,6 +678,13 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
                 tree = None
         return tree
 
+    if attr_stores_wanted(raw):
+        tree_for_attrs = parse()
+        if tree_for_attrs is not None:
+            try:
+                summary.apex_attr_stores = apex_attr_stores(tree_for_attrs)
+            except RecursionError:
+                summary.apex_attr_stores = {"*": ["other"]}
     if summary.trains and b"__call__" in raw and b".backward(" in raw:
         if not shortcuts or not raw.isascii() or _may_define_backward_runner(raw):
             summary.backward_runners = _backward_runners(parse())
@@ -668,6 +728,7 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
             summarize_checkpoint(tree, summary)
             summary.apex_amp_getters = apex_amp_getters(tree)
             summary.apex_amp_args = apex_amp_args(tree, _dotted)
+            summary.apex_star_exports = apex_star_exports(tree)
         if needs_results:
             summary.trained_results = _trained_results(tree, summary.from_imports, raw)
         if needs_savers:

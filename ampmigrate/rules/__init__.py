@@ -12,6 +12,7 @@ def rule_classes() -> List[type]:
     from ampmigrate.rules.apex.amp101_apex_amp import ApexAmp
     from ampmigrate.rules.apex.cross_module import ApexAmpPassedIn
     from ampmigrate.rules.apex.amp_from_helper import ApexAmpFromHelper
+    from ampmigrate.rules.apex.amp_attribute import ApexAmpAttribute
     from ampmigrate.rules.apex.amp_unbound import ApexAmpUnbound
     from ampmigrate.rules.apex.amp102_apex_amp_o3 import ApexAmpO3
     from ampmigrate.rules.apex.amp103_apex_amp_o0 import ApexAmpO0
@@ -56,6 +57,7 @@ def rule_classes() -> List[type]:
         ApexAmp,
         ApexAmpPassedIn,
         ApexAmpFromHelper,
+        ApexAmpAttribute,
         ApexAmpUnbound,
         ApexAmpO3,
         ApexAmpO0,

@@ -55,6 +55,7 @@ from ampmigrate.rules.apex._amp_forward import ForwardRegions
 from ampmigrate.rules.apex._amp_options import (
     INITIALIZE_PARAMS,
     bound_arguments,
+    is_no_optimizers,
     scaler_spec,
 )
 from ampmigrate.rules.apex._amp_refs import AmpRef, amp_usage
@@ -170,6 +171,7 @@ class _Planner(
                     f"`{binding.name}` is re-exported from here (`__all__` or a package `__init__`); the modules "
                     "that import it must be migrated first"
                 )
+        self._check_star_users()
         self._check_other_refs()
         inits = [r for r in self.refs if r.api in ("initialize", "init")]
         if not inits:
@@ -192,6 +194,12 @@ class _Planner(
         plan.levels = spec.levels
         if spec.error:
             raise Unfixable(f"`amp.initialize`: {spec.error}")
+        if spec.levels == {"O3"} and spec.optimizers is None:
+            raise Unfixable(
+                "O3 without optimizers (inference) cast the model to fp16 and patched its `forward` to cast "
+                "floating inputs to fp16 and outputs to fp32; torch.amp has no such mode: `model.half()` with "
+                "those casts by hand, or fp16 autocast over the fp32 model, is your choice"
+            )
         if spec.levels == {"O3"}:
             raise Unfixable(
                 "O3 is pure fp16 training (the model cast to half, no fp32 master weights, no loss scaling); "
@@ -278,7 +286,7 @@ class _Planner(
         small = line.body[0]
         if ref.api == "init":
             pass  # `handle = amp.init(...)`: the handle has no use left (a use would have stopped the plan)
-        elif isinstance(small, cst.Assign) and not _rebinds_its_arguments(small, ref.call):
+        elif isinstance(small, cst.Assign) and not _rebinds_its_arguments(small, ref.call, self.names):
             raise Unfixable(
                 f"`amp.initialize` without optimizers at line {self._line(ref.call)} binds other names than the "
                 "model it is given"
@@ -335,7 +343,7 @@ class _Planner(
                 siblings.append(ref)
             line = self._init_line(ref)
             small = line.body[0]
-            if isinstance(small, cst.Assign) and not _rebinds_its_arguments(small, ref.call):
+            if isinstance(small, cst.Assign) and not _rebinds_its_arguments(small, ref.call, self.names):
                 raise Unfixable(
                     f"`amp.initialize` at line {self._line(ref.call)} binds other names than the model and optimizer it is given"
                 )
@@ -976,10 +984,13 @@ class _Planner(
         small = self.init_line.body[0]
         if not isinstance(small, cst.Assign) or self.init.api == "init":
             return None  # `handle = amp.init()`: the handle's uses are rewritten instead
-        if _rebinds_its_arguments(small, self.init.call):
+        if _rebinds_its_arguments(small, self.init.call, self.names):
             return None  # `[model] = amp.initialize([model], ...)`
         target = small.targets[0].target
         values = [v for v in (self.spec.models, self.spec.optimizers) if v is not None]
+        given = (bound_arguments(self.init.call, INITIALIZE_PARAMS) or {}).get("optimizers")
+        if self.spec.optimizers is None and given is not None and isinstance(given.value, (cst.List, cst.Tuple)):
+            values.append(given.value)  # `model, _ = amp.initialize(model, [])`: apex returned the `[]`
         if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == len(values):
             pairs = list(zip([e.value for e in target.elements], values))
         elif len(values) == 1:
@@ -988,6 +999,9 @@ class _Planner(
             raise Unfixable("the targets of `amp.initialize` do not match its models and optimizers")
         if all(expression_key(t) == expression_key(v) for t, v in pairs):
             return None
+        if isinstance(target, (cst.Tuple, cst.List)) and all(isinstance(t, cst.Name) for t, _ in pairs):
+            # Plain names bind independently: only those that change stay (`_ = []`).
+            pairs = [(t, v) for t, v in pairs if expression_key(t) != expression_key(v)]
         left = ", ".join(self.ctx.code(t).strip() for t, _ in pairs)
         right = ", ".join(self.ctx.code(v).strip() for _, v in pairs)
         return f"{left} = {right}"
@@ -1166,6 +1180,16 @@ class _Planner(
                     "bind there: migrate that use by hand, with the GradScaler passed or stored where both can reach it"
                 )
 
+    def _check_star_users(self) -> None:
+        """The module-level apex import of a module that other files reach through `from <it>
+        import *` (engine/apex_star.py) goes only when each of them is migrated too."""
+        from ampmigrate.rules.apex._star_users import users_problem
+
+        bindings = [b for b in self.usage.import_bindings if b.scope is self.names.module_scope]
+        problem = users_problem(self.ctx, [b.name for b in bindings]) if bindings else None
+        if problem is not None:
+            raise Unfixable(f"other files reach this apex import through `*` imports: {problem}")
+
     def _check_star_refs(self) -> None:
         """A name reached through `from apex.amp import *` has no import the fix could remove."""
         for ref in self.refs:
@@ -1173,6 +1197,14 @@ class _Planner(
             while isinstance(root, cst.Attribute):
                 root = root.value
             if isinstance(root, cst.Name) and not self.names.bindings_of(root):
+                if self.names.star_bound.get(root.value) == "apex.amp":
+                    # A star import of a module of the run (engine/apex_star.py): no import here.
+                    from ampmigrate.rules.apex._star_users import importer_note
+
+                    note = importer_note(self.ctx, self.names.star_bound)
+                    if note:
+                        self._note(note)
+                    continue
                 raise Unfixable(f"`{root.value}` comes from a `*` import; import it by name and the fix can follow it")
 
     # ------------------------------------------------------------------ helpers
@@ -1221,18 +1253,34 @@ def _initialize_keys(call: cst.Call, small: cst.BaseSmallStatement) -> list:
     return keys
 
 
-def _rebinds_its_arguments(assign: cst.Assign, call: cst.Call) -> bool:
+def _rebinds_its_arguments(assign: cst.Assign, call: cst.Call, names=None) -> bool:
     """`self.model, self.optimizer = amp.initialize(self.model, self.optimizer, ...)`, also with
-    lists (`[model] = amp.initialize([model], ...)`)."""
+    lists (`[model] = amp.initialize([model], ...)`) and a discarded empty optimizer list
+    (`model, _ = amp.initialize(model, [], ...)`, given the file's names to check that `_` is never read)."""
     bound = bound_arguments(call, INITIALIZE_PARAMS) or {}
     values = [bound[n].value for n in ("models", "optimizers") if n in bound]
-    if len(values) == 2 and isinstance(values[1], cst.Name) and values[1].value == "None":
-        values = values[:1]  # `model = amp.initialize(model, None, ...)`: no optimizers
     if len(assign.targets) != 1 or not values:
         return False
     target = assign.targets[0].target
+    if len(values) == 2 and is_no_optimizers(values[1]):
+        if _discards_empty_optimizers(target, values[1], names):
+            target = target.elements[0].value  # `model, _ = amp.initialize(model, [])`
+        values = values[:1]  # `model = amp.initialize(model, None, ...)`: no optimizers
     given = _shape_key(values[0]) if len(values) == 1 else tuple(_shape_key(v) for v in values)
     return _shape_key(target) == given
+
+
+def _discards_empty_optimizers(target: cst.BaseExpression, optimizers: cst.BaseExpression, names) -> bool:
+    """`model, _ = amp.initialize(model, [])`: apex returned the empty list it was given, bound to
+    `_`; dropping the call leaves `_` unbound, which matters only where something reads `_`."""
+    if names is None or not isinstance(optimizers, (cst.List, cst.Tuple)):
+        return False
+    if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != 2:
+        return False
+    throwaway = target.elements[1].value
+    if not (isinstance(throwaway, cst.Name) and throwaway.value == "_"):
+        return False
+    return not any(names.references(b) for b in names.lookup("_", names.scope_of(throwaway)))
 
 
 def _is_store(parent: cst.CSTNode, node: cst.CSTNode) -> bool:

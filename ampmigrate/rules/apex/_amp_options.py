@@ -191,6 +191,14 @@ def _tested_levels(test: cst.BaseExpression, key: str) -> Optional[Set[str]]:
     return None
 
 
+def is_no_optimizers(node: Optional[cst.BaseExpression]) -> bool:
+    """`None` (apex's default) or an empty list or tuple: `model, _ = amp.initialize(model, [])`,
+    the inference call of NVIDIA's WaveGlow and Tacotron 2 scripts, gives no optimizer either."""
+    if isinstance(node, cst.Name):
+        return node.value == "None"
+    return isinstance(node, (cst.List, cst.Tuple)) and not node.elements
+
+
 def scaler_spec(
     module: cst.Module, names: NameIndex, call: cst.Call, quote: str = '"', *, handle_api: bool = False
 ) -> ScalerSpec:
@@ -208,8 +216,8 @@ def scaler_spec(
         return arg.value if arg is not None else None
 
     spec.models, spec.optimizers = value("models"), value("optimizers")
-    if isinstance(spec.optimizers, cst.Name) and spec.optimizers.value == "None":
-        spec.optimizers = None  # `amp.initialize(model, None, ...)`: apex's default, no optimizers
+    if is_no_optimizers(spec.optimizers):
+        spec.optimizers = None  # `amp.initialize(model, None or [], ...)`: no optimizers (inference)
     # ---- opt level
     if handle_api:
         spec.levels = {"O1"}  # amp.init() is the O1 behaviour: patched functions, dynamic scale

@@ -59,6 +59,7 @@ from ampmigrate.rules.apex._amp_options import (
     bound_arguments,
     literal_value,
 )
+from ampmigrate.rules.apex._timm_agc_guard import agc_guard
 from ampmigrate.rules.apex._timm_remote import RemoteCall, RemoteWith, remote_callee, star_binds
 
 # timm's `__call__(loss, optimizer, clip_grad=None, clip_mode="norm", parameters=None,
@@ -119,6 +120,8 @@ class _TimmScaler:
         self.autocast_withs: List = []
         self.remotes: List = []  # the other files' callees the scaler and the autocast reach
         self.autocast_problem = ""  # why a candidate autocast variable could not be followed
+        self.scaler_line: Optional[cst.SimpleStatementLine] = None  # `loss_scaler = ApexScaler()`
+        self.guards: List[str] = []  # raised in the apex arm where NativeScaler would clip otherwise
 
     # ------------------------------------------------------------------ entry
     def fix(self) -> Fix:
@@ -133,6 +136,7 @@ class _TimmScaler:
             )
         call, native = self.calls[0]
         line, scaler = self._scaler_line(call)
+        self.scaler_line = line
         if call.args:
             raise Unfixable(f"`ApexScaler(...)` at line {self._line(call)} is given arguments timm's class does not take")
         scaler_calls = self._scaler_uses(scaler, line)
@@ -153,7 +157,7 @@ class _TimmScaler:
         partial = self._partial(line)
         cuda = self.ctx.string("cuda").value
         bind = self.ctx.parse_statement(f"{autocast} = {partial}({torch}.autocast, {cuda}, dtype={torch}.float16)\n")
-        p.builder.insert_after(line, bind)
+        p.builder.insert_after(line, bind, *(self.ctx.parse_statement(g) for g in self.guards))
         if self.checkpoints:
             p._note(CHECKPOINT_NOTE)
         p._plan_presence_tests()
@@ -397,6 +401,16 @@ class _TimmScaler:
         code = " ".join(self.ctx.code(value).split())  # one line, however the call was wrapped
         head = _model_parameters(value, self.names)
         if head is not None:
+            guard = agc_guard(self.p, call, clip.value, head, self.scaler_line) if head not in (False, True) else None
+            if guard is not None:
+                if guard not in self.guards:
+                    self.guards.append(guard)
+                self.p._note(
+                    f"where `{code}` (line {self._line(value)}) leaves the head out (timm's `clip_mode='agc'`) and the "
+                    "step clips, ApexScaler clipped every parameter of the optimizer: the apex arm now raises "
+                    "ValueError for that configuration"
+                )
+                return
             if head is not False:
                 self.p.unsafe.append(
                     f"`{code}` at line {self._line(value)}: where `exclude_head` is true (timm's `clip_mode='agc'`) "

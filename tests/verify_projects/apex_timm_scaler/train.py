@@ -13,7 +13,8 @@ train.py before 2023 and the vision repositories that copied it (T2T-ViT, VOLO, 
 
 and a `train_one_epoch(..., amp_autocast=..., loss_scaler=...)` that runs the forward pass under
 `with amp_autocast():` and the step through `loss_scaler(loss, optimizer, clip_grad=...,
-parameters=model.parameters())`, plus a `validate(...)` under the same autocast. The model is a
+parameters=model_parameters(model, exclude_head="agc" in args.clip_mode))`, plus a `validate(...)`
+under the same autocast. The model is a
 tiny convolutional classifier on synthetic 8x8 images; `timm` is the stand-in package beside it.
 
     python train.py --apex-amp
@@ -25,7 +26,8 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from timm.utils import ApexScaler, NativeScaler
+from timm.models import model_parameters
+from timm.utils import ApexScaler, NativeScaler, dispatch_clip_grad
 
 try:
     from apex import amp
@@ -46,6 +48,7 @@ parser.add_argument("--epochs", type=int, default=4)
 parser.add_argument("--batch-size", type=int, default=32)
 parser.add_argument("--lr", type=float, default=0.05)
 parser.add_argument("--clip-grad", type=float, default=1.0)
+parser.add_argument("--clip-mode", default="norm", help='"norm", "value" or "agc"')
 parser.add_argument("--amp", action="store_true", default=False)
 parser.add_argument("--apex-amp", action="store_true", default=False)
 parser.add_argument("--native-amp", action="store_true", default=False)
@@ -82,11 +85,17 @@ def train_one_epoch(epoch, model, loader, optimizer, loss_fn, args, amp_autocast
             loss = loss_fn(output, target)
         optimizer.zero_grad()
         if loss_scaler is not None:
-            loss_scaler(loss, optimizer, clip_grad=args.clip_grad, parameters=model.parameters())
+            loss_scaler(
+                loss,
+                optimizer,
+                clip_grad=args.clip_grad,
+                clip_mode=args.clip_mode,
+                parameters=model_parameters(model, exclude_head="agc" in args.clip_mode),
+            )
         else:
             loss.backward()
             if args.clip_grad is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad)
+                dispatch_clip_grad(model_parameters(model, exclude_head="agc" in args.clip_mode), args.clip_grad, mode=args.clip_mode)
             optimizer.step()
         total += loss.item()
     print(f"epoch {epoch} train loss {total / len(loader):.4f}")

@@ -1,0 +1,227 @@
+"""apex's amp module reached through `from library import *` (engine/apex_star.py).
+
+The positive shapes are multi-file fixtures (tests/fixtures/AMP101/star_import_*.project, run by
+test_project_index.py); here: what `fix` makes of them (the importer migrated, the provider's
+import gone only when every star user migrates), and the shapes left unresolved: `__all__`
+without the name, a later star import of an outside module, a provider whose `amp` is
+torch.cuda.amp, a module of the chain rebinding it, the file rebinding it.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import textwrap
+from pathlib import Path
+from typing import Dict
+
+import libcst as cst
+from conftest import FIXTURES, make_settings
+
+from ampmigrate.engine import apex_star
+from ampmigrate.engine.names import NameIndex
+from ampmigrate.engine.project_index import ProjectIndex, summarize
+from ampmigrate.engine.runner import Job, run_files, write_changes
+
+LIBRARY = FIXTURES / "AMP101" / "star_import_library.project"
+CHAIN = FIXTURES / "AMP101" / "star_import_chain.project"
+
+TRAIN = textwrap.dedent(
+    """\
+    from library import *
+
+
+    def main(model, optimizer, loader):
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            optimizer.step()
+    """
+)
+PROVIDER = "import torch\nfrom apex import amp\n"
+
+
+def _write(root: Path, files: Dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return root
+
+
+def _run(root: Path, mode: str = "check", select=("AMP1",)):
+    files = sorted(str(p) for p in root.rglob("*.py"))
+    index = ProjectIndex.build(str(root), files)
+    job = Job(mode) if mode == "check" else Job("fix")
+    result = run_files(files, make_settings({"select": list(select)}), job, jobs=1, index=index)
+    if mode == "fix":
+        assert not write_changes(result)
+    return result
+
+
+def _findings(result, name: str):
+    return [f for f in result.findings if Path(f.path).name == name]
+
+
+def _copy(source: Path, tmp_path: Path) -> Path:
+    project = tmp_path / "p"
+    shutil.copytree(source, project)
+    return project
+
+
+# ------------------------------------------------------------------------------- the index
+def test_the_index_records_the_names_an_apex_import_binds_at_top_level():
+    raw = b"import torch\nfrom apex import amp\nimport apex.amp as apex_amp\ndef f():\n    from apex import amp as local\n"
+    assert summarize(raw, "").apex_star_exports == ["amp", "apex_amp"]
+    assert summarize(b"from torch.cuda import amp\n", "").apex_star_exports == []
+
+
+def test_star_bound_follows_the_chain_in_order(tmp_path):
+    root = _write(tmp_path, {"library.py": PROVIDER, "train.py": TRAIN})
+    files = sorted(str(p) for p in root.rglob("*.py"))
+    index = ProjectIndex.build(str(root), files)
+    assert index.star_bound(str(root / "train.py")) == {"amp": "apex.amp", "torch": "torch"}
+    assert apex_star.star_providers(index, str(root / "train.py")) == [str(root / "library.py")]
+    assert index.star_bound(str(root / "library.py")) == {}
+    assert index.dependency_key(str(root / "train.py"))
+
+
+def test_the_resolver_takes_the_star_bound_names_only_where_the_file_binds_none():
+    module = cst.parse_module("from library import *\namp.initialize(m)\ndef f(amp):\n    amp.initialize(m)\n")
+    names = NameIndex(module, {"amp": "apex.amp"})
+    loads = [n for n in names.loads if n.value == "amp"]
+    assert [names.qualified_names(n) for n in loads] == [frozenset({"apex.amp"}), frozenset()]
+
+
+# ------------------------------------------------------------------------------- fix
+def test_fix_migrates_the_importer_and_drops_the_provider_import(tmp_path):
+    project = _copy(LIBRARY, tmp_path)
+    _run(project, "fix")
+    train = (project / "train.py").read_text()
+    library = (project / "library.py").read_text()
+    assert not re.search(r"\bamp\.(?!GradScaler)", train) and "scaler = torch.amp.GradScaler(" in train
+    assert "scaler.scale(loss / accumulate).backward()" in train
+    # `nn` comes from the star import too: its clip reads the gradients, unscaled first
+    assert "scaler.unscale_(optimizer)\n            nn.utils.clip_grad_norm_(" in train
+    assert "import torch\n" not in train  # `torch` comes from the star import already
+    assert "apex" not in library
+    for path in project.rglob("*.py"):
+        compile(path.read_text(), str(path), "exec")
+    again = _run(project, "fix")
+    assert not again.findings and not any(r.new_text for r in again.results)
+
+
+def test_fix_of_a_chain_keeps_an_import_that_all_lists(tmp_path):
+    project = _copy(CHAIN, tmp_path)
+    _run(project, "fix")
+    train = (project / "code" / "train.py").read_text()
+    assert not re.search(r"\bamp\.(?!GradScaler)", train) and "scaler.scale(loss).backward()" in train
+    common = (project / "code" / "common.py").read_text()
+    assert "from apex import amp" in common  # `__all__` names it: AMP111 says why it stays
+
+
+def test_the_provider_import_stays_while_a_star_user_is_not_migrated(tmp_path):
+    o3 = TRAIN.replace('opt_level="O1"', 'opt_level="O3"')
+    root = _write(tmp_path, {"library.py": PROVIDER, "train.py": TRAIN, "eval.py": o3})
+    result = _run(root)
+    (provider,) = _findings(result, "library.py")
+    assert provider.fix is None and "eval.py uses `amp` through `*` imports and is not migrated" in provider.no_fix_reason
+    _run(root, "fix")
+    assert "from apex import amp" in (root / "library.py").read_text()
+    assert "amp.initialize" not in (root / "train.py").read_text()
+
+
+# ------------------------------------------------------------------------------- unresolved
+def _unresolved(tmp_path, files: Dict[str, str]):
+    root = _write(tmp_path, files)
+    result = _run(root)
+    assert _findings(result, "train.py") == []
+    return result
+
+
+def test_all_without_the_name_leaves_it_unresolved(tmp_path):
+    result = _unresolved(tmp_path, {"library.py": PROVIDER + '__all__ = ["torch"]\n', "train.py": TRAIN})
+    (provider,) = _findings(result, "library.py")
+    assert provider.fix is None and "train.py may use `amp`" in provider.no_fix_reason
+
+
+def test_a_later_star_import_of_an_outside_module_may_rebind_it(tmp_path):
+    train = TRAIN.replace("from library import *\n", "from library import *\nfrom albumentations import *\n")
+    _unresolved(tmp_path, {"library.py": PROVIDER, "train.py": train})
+
+
+def test_an_earlier_star_import_of_an_outside_module_does_not(tmp_path):
+    train = TRAIN.replace("from library import *\n", "from albumentations import *\nfrom library import *\n")
+    root = _write(tmp_path, {"library.py": PROVIDER, "train.py": train})
+    assert len(_findings(_run(root), "train.py")) == 2
+
+
+def test_a_provider_whose_amp_is_torch_cuda_amp(tmp_path):
+    _unresolved(tmp_path, {"library.py": "import torch\nfrom torch.cuda import amp\n", "train.py": TRAIN})
+
+
+def test_a_module_of_the_chain_rebinding_it(tmp_path):
+    train = TRAIN.replace("from library import *\n", "from library import *\nfrom utils import *\n")
+    _unresolved(tmp_path, {"library.py": PROVIDER, "utils.py": "from torch.cuda import amp\n", "train.py": train})
+
+
+def test_a_conditional_rebinding_in_the_provider(tmp_path):
+    provider = PROVIDER + "if os.environ.get('NO_APEX'):\n    amp = None\n"
+    _unresolved(tmp_path, {"library.py": "import os\n" + provider, "train.py": TRAIN})
+
+
+def test_the_file_rebinding_it(tmp_path):
+    train = TRAIN.replace("from library import *\n", "from library import *\n\namp = None\n")
+    _unresolved(tmp_path, {"library.py": PROVIDER, "train.py": train})
+
+
+def test_a_name_assigned_through_global_in_the_provider(tmp_path):
+    provider = PROVIDER + "def reset():\n    global amp\n    amp = None\n"
+    _unresolved(tmp_path, {"library.py": provider, "train.py": TRAIN})
+
+
+def test_a_cycle_of_star_imports(tmp_path):
+    """After its apex import, library.py star-imports the half-run train.py back: unknown. Before
+    it, the apex import binds last, as Python runs it."""
+    root = _write(tmp_path, {"library.py": PROVIDER + "from train import *\n", "train.py": TRAIN})
+    assert _findings(_run(root), "train.py") == []
+    (root / "library.py").write_text("from train import *\n" + PROVIDER)
+    assert len(_findings(_run(root), "train.py")) == 2
+
+
+def test_a_run_beside_a_pending_index_finds_them_too(tmp_path):
+    """A cold run of 64 files or more screens every file before the index is built: a file with
+    a star import is flagged then, and screened again once the index says what it binds."""
+    project = _copy(LIBRARY, tmp_path)
+    for i in range(70):
+        (project / f"pad_{i}.py").write_text(f"x = {i}\n")
+    from ampmigrate.engine.index_builder import IndexBeside
+
+    files = sorted(str(p) for p in project.rglob("*.py"))
+    index = IndexBeside.start(str(project), files, None, 0)
+    try:
+        result = run_files(files, make_settings({"select": ["AMP1"]}), Job("check"), jobs=1, index=index)
+    finally:
+        index.close()
+    assert len(_findings(result, "train.py")) == 2
+
+
+def test_cache_keys_follow_both_ends(tmp_path):
+    """The importer's result depends on the chain's files, the provider's on its star users."""
+    root = _write(tmp_path, {"library.py": PROVIDER, "train.py": TRAIN, "other.py": "x = 1\n"})
+
+    def keys():
+        files = sorted(str(p) for p in root.rglob("*.py"))
+        index = ProjectIndex.build(str(root), files)
+        return {Path(p).name: index.dependency_key(p) for p in files}
+
+    before = keys()
+    (root / "train.py").write_text(TRAIN.replace("opt_level=\"O1\"", "opt_level=\"O2\""))
+    after_user = keys()
+    assert after_user["library.py"] != before["library.py"]
+    (root / "library.py").write_text(PROVIDER + "SEED = 1\n")
+    assert keys()["train.py"] != after_user["train.py"]
+    assert keys()["other.py"] == before["other.py"]
