@@ -30,7 +30,7 @@ A mixin of the planner (`_amp_migration._Planner`): it uses its context, builder
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
@@ -52,14 +52,24 @@ class OptimizerLoops:
         """`for o in X: o.step()` after `amp.scale_loss(loss, X)`; [] where there is none."""
         self._init_optimizer_loops()
         wanted = expression_key(optimizer)
+        built = self._built_from(optimizer, step)
+        values_of = built[0] if built is not None else None
         for statement in following(self.names, step.with_node, out_of_loops=True):
             loops = [
                 n for n in walk(statement)
-                if isinstance(n, cst.For) and expression_key(n.iter) == wanted
+                if isinstance(n, cst.For) and (
+                    expression_key(n.iter) == wanted or (values_of is not None and _values_of(n.iter, values_of))
+                )
             ]
             for loop in loops:
                 calls = self._loop_step_calls(loop)
                 if calls:
+                    if expression_key(loop.iter) != wanted and not self._same_collection_anchor(values_of, step):
+                        raise Unfixable(
+                            f"the loop at line {self._line(loop)} steps the optimizers of "
+                            f"`{self.ctx.code(values_of).strip()}`, which the function assigns: they may not be the "
+                            f"ones given to `amp.scale_loss` at line {self._line(step.call)}"
+                        )
                     if not self._same_collection_anchor(optimizer, step):
                         raise Unfixable(
                             f"the loop at line {self._line(loop)} steps the optimizers of "
@@ -71,6 +81,22 @@ class OptimizerLoops:
                     self._collections[self.ctx.code(optimizer).strip()] = loop.target.value
                     return calls
         return []
+
+    def _built_from(self, optimizer: cst.BaseExpression, step: Step) -> Optional[Tuple[cst.BaseExpression, cst.BaseExpression]]:
+        """(`D`, `keys`) where `optimizer` is a name bound once to `[D[k] for k in keys]` and `keys`
+        (or the value of a name bound once) is the keys of `D`: every optimizer of the dict once."""
+        built = _single_value(self.names, optimizer, step)
+        if not (
+            isinstance(built, cst.ListComp) and built.for_in.inner_for_in is None and not built.for_in.ifs
+            and isinstance(built.for_in.target, cst.Name) and isinstance(built.elt, cst.Subscript)
+            and len(built.elt.slice) == 1 and isinstance(built.elt.slice[0].slice, cst.Index)
+            and isinstance(built.elt.slice[0].slice.value, cst.Name)
+            and built.elt.slice[0].slice.value.value == built.for_in.target.value
+        ):
+            return None
+        mapping, keys = built.elt.value, built.for_in.iter
+        value = _single_value(self.names, keys, step) if isinstance(keys, cst.Name) else keys
+        return (mapping, keys) if value is not None and _keys_of(value, mapping) else None
 
     def _same_collection_anchor(self, optimizer: cst.BaseExpression, step: Step) -> bool:
         """`optimizer` names one collection wherever the function reads it: a name bound once in
@@ -200,19 +226,11 @@ class OptimizerLoops:
             index = argument.slice[0].slice
             if not (isinstance(index, cst.Index) and isinstance(index.value, cst.Name) and index.value.value == variable):
                 continue
-            built = _single_value(self.names, optimizer, step)
-            if not (
-                isinstance(built, cst.ListComp) and built.for_in.inner_for_in is None and not built.for_in.ifs
-                and isinstance(built.for_in.target, cst.Name) and isinstance(built.elt, cst.Subscript)
-                and len(built.elt.slice) == 1 and isinstance(built.elt.slice[0].slice, cst.Index)
-                and isinstance(built.elt.slice[0].slice.value, cst.Name)
-                and built.elt.slice[0].slice.value.value == built.for_in.target.value
-                and expression_key(built.elt.value) == expression_key(argument.value)
-                and expression_key(built.for_in.iter) == expression_key(loop.iter)
+            built = self._built_from(optimizer, step)
+            if (
+                built is not None and expression_key(built[0]) == expression_key(argument.value)
+                and expression_key(built[1]) == expression_key(loop.iter) and self._same_collection_anchor(built[0], step)
             ):
-                continue
-            keys = _single_value(self.names, loop.iter, step)
-            if keys is not None and _keys_of(keys, argument.value):
                 return True
         return False
 
@@ -243,6 +261,18 @@ def _single_value(names, expression: cst.BaseExpression, step: Step) -> Optional
     if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].scope is not step.function:
         return None
     return bindings[0].value
+
+
+def _values_of(value: cst.BaseExpression, mapping: cst.BaseExpression) -> bool:
+    """`value` is `mapping.values()` (or a `list(...)`/`tuple(...)` of it)."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in ("list", "tuple"):
+        if len(value.args) != 1 or value.args[0].keyword is not None or value.args[0].star:
+            return False
+        value = value.args[0].value
+    return (
+        isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "values"
+        and not value.args and expression_key(value.func.value) == expression_key(mapping)
+    )
 
 
 def _keys_of(value: cst.BaseExpression, mapping: cst.BaseExpression) -> bool:
