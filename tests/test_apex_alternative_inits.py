@@ -74,3 +74,13 @@ def test_run_time_opt_levels_of_other_expressions_are_no_alternatives():
     tail = tail.replace("opt_level=opt_level", "opt_level=level2", 1)
     reasons = _reasons(head + "    else:\n" + tail)
     assert reasons and all(reasons), reasons
+
+
+def test_arms_listing_other_models_are_one_setup_under_o1_only():
+    """Distillation (`[model, teacher]` in one arm): O1 left the models as they were, O2 cast the
+    ones it was given to fp16, so only O1's arms are one setup."""
+    code = (FIXTURES / "AMP101" / "alternatives_o1_other_models.py").read_text(encoding="utf-8")
+    fixed = fix(code, select=["AMP1"])
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=mixed_precision)' in fixed and "amp.initialize" not in fixed
+    o2 = code.replace('opt_level="O1"', 'opt_level="O2"')
+    assert fix(o2, select=["AMP1"]) == o2

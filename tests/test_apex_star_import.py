@@ -225,3 +225,31 @@ def test_cache_keys_follow_both_ends(tmp_path):
     (root / "library.py").write_text(PROVIDER + "SEED = 1\n")
     assert keys()["train.py"] != after_user["train.py"]
     assert keys()["other.py"] == before["other.py"]
+
+
+def test_a_file_importing_amp_itself_sees_torch_from_its_star_import(tmp_path):
+    """`from apex import amp` in the file and `from util import *` for torch (a package whose
+    `__all__` lists it): the clip on every micro-step is torch's own, so it is kept exact with its
+    threshold scaled, as where the file imports torch itself."""
+    train = textwrap.dedent(
+        """\
+        from apex import amp
+        from util import *
+
+
+        def main(model, optimizer, loader, accumulate):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for i, (x, y) in enumerate(loader):
+                loss = torch.nn.functional.mse_loss(model(x), y) / accumulate
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
+                if (i + 1) % accumulate == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+        """
+    )
+    root = _write(tmp_path, {"train.py": train, "util/__init__.py": "import torch\n\n__all__ = ['torch']\n"})
+    fixed = (_run(root, "fix") and (root / "train.py").read_text(encoding="utf-8"))
+    assert "clip_grad_norm_([p for group in optimizer.param_groups for p in group[" in fixed, fixed
+    assert "1.0 * scaler.get_scale())" in fixed and "apex" not in fixed

@@ -312,10 +312,12 @@ def _bound(index: "ProjectIndex", path: str) -> Tuple[Tuple[Tuple[str, str], ...
             for name in sorted(names):
                 if _run(index, path, module, name, {path}, seen, own_bindings=False) == APEX:
                     bound.append((name, APEX_AMP))
-            if bound:
+            if bound or summary.apex_star_exports:
                 # The file's other free names too, where the chain binds them by imports
-                # (`torch`, `nn`, `F`): the migration must see `nn.utils.clip_grad_norm_` as the
-                # clip it is, and spell torch through the name the file already has.
+                # (`torch`, `nn`, `F`), when apex's amp comes through the chain or the file imports
+                # it itself (`from apex import amp` beside `from util import *`): the migration must
+                # see `nn.utils.clip_grad_norm_` as the clip it is, and spell torch through the
+                # name the file already has.
                 for name in sorted(module.loaded - names):
                     value = _run(index, path, module, name, {path}, seen, own_bindings=False)
                     if value.startswith("="):

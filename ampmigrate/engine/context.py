@@ -36,7 +36,7 @@ class Report:
     no_fix_reason: Optional[str]
 
 
-# Attributes only torch has among what a star import may bind as `torch` (context._star_bound).
+# Attributes only torch has among what a star import may bind as `torch` (FileContext._star_bound_by_use).
 TORCH_EVIDENCE = frozenset(
     ("nn", "cuda", "optim", "no_grad", "float16", "float32", "bfloat16", "autocast", "distributed", "backends", "Tensor")
 )
@@ -163,11 +163,11 @@ class FileContext:
             return top, False  # bound by the file's star imports to that very module (engine/apex_star.py)
         if module == top and self.names.is_free(top, scope):
             return top, True
-        if module == top and self._star_bound(top, scope, at):
+        if module == top and self._star_bound_by_use(top, scope, at):
             return top, False
         return None, False
 
-    def _star_bound(self, name: str, scope, at: cst.CSTNode) -> bool:
+    def _star_bound_by_use(self, name: str, scope, at: cst.CSTNode) -> bool:
         """`from utils import *` binds `torch`, and the file shows it: the name is bound nowhere in
         the file, every star import is at the top level before `at`, and the file's own code
         reads `torch.<attribute>` of torch's (`torch.nn`, `torch.cuda`) through that global, which

@@ -363,7 +363,7 @@ class ProjectIndex:
         if not module:
             return None
         paths = {p for p in (self.module_for(module), self.sibling_module(importer, module) if importer else None) if p}
-        records = {p: self.modules[p].grad_norm_helpers.get(name) for p in paths}
+        records = dict(self._reexported_helper(p, name) for p in paths)
         if not records or any(not r for r in records.values()):
             return None
         shapes = {(tuple(r[0]), r[1]) for r in records.values()}
@@ -372,6 +372,20 @@ class ProjectIndex:
         path = sorted(records)[0]
         positional, norm = next(iter(shapes))
         return path, (list(positional), norm)
+
+    def _reexported_helper(self, path: str, name: str, depth: int = 0) -> Tuple[str, Optional[Tuple[List[str], str]]]:
+        """The gradient-norm helper `name` of the file `path`, or of the one module it imports
+        `name` from (`utils/__init__.py`: `from .misc import get_grad_norm`), a link or two on:
+        (the defining file, its record or None)."""
+        summary = self.modules[path]
+        record = summary.grad_norm_helpers.get(name)
+        if record or depth >= 2:
+            return path, record
+        sources = {module for module, imported in summary.from_imports if imported == name}
+        target = self.module_for(sources.pop()) if len(sources) == 1 else None
+        if target is None or target == path:
+            return path, None
+        return self._reexported_helper(target, name, depth + 1)
 
     def sibling_module(self, importer: str, dotted: str) -> Optional[str]:
         """The file of the run that `import dotted` finds in the directory of the script
@@ -519,7 +533,16 @@ class ProjectIndex:
                 for near in sorted({other, self.sibling_module(absolute, spec)} - {None}):
                     if near != absolute and self.modules[near].grad_norm_helpers:
                         parts.append(f"{spec}:gradnorm={sorted(self.modules[near].grad_norm_helpers.items())}")
-            if summary.apex_initializes:  # timm's scaler followed into the files it imports (rules/apex/_timm_remote.py)
+                    if near != absolute:  # helpers a package re-exports (`_reexported_helper`)
+                        for module, name in self.modules[near].from_imports:
+                            target = self.module_for(module) if name else None
+                            record = self.modules[target].grad_norm_helpers.get(name) if target else None
+                            if record:
+                                parts.append(f"{spec}:gradnorm:{module}.{name}={record}")
+            # timm's scaler followed into the files it imports (rules/apex/_timm_remote.py), and the
+            # bodies of other files' code called between the scaled backward and the step
+            # (rules/apex/_remote_grad_reads.py)
+            if summary.apex_initializes or summary.apex_step_functions or summary.apex_amp_params:
                 for spec in sorted(set(summary.imports) | set(summary.star_imports)):
                     other = self.module_for(spec)
                     if other is not None and other != absolute:

@@ -171,6 +171,12 @@ class AccumulationClips(ClipMoves):
                         norms.setdefault(step, []).append(norm)
                     return True
                 outer = self._outer_call(reader, master_refs)
+                if reader in getattr(self, "_opaque_readers", ()):
+                    raise Unfixable(
+                        f"{refusal}. `{self.ctx.code(reader.func).strip()}(...)` runs code of another file or a library that may read or change them, handed "
+                        "the model or the optimizer (or an object made from them): the gradients it may read or change "
+                        "there are still multiplied by the loss scale"
+                    ) from None
                 raise Unfixable(
                     f"{refusal}. `{self.ctx.code(outer.func).strip()}(...)` is not torch's `clip_grad_norm_`/"
                     "`clip_grad_value_` (those stay exact on every micro-step with their threshold multiplied by "

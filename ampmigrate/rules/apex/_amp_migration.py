@@ -342,6 +342,8 @@ class _Planner(
                     )
                 siblings.append(ref)
             line = self._init_line(ref)
+            if ref not in alternatives and ref not in siblings:
+                self._check_not_repeated_in_a_loop(first, ref)
             small = line.body[0]
             if isinstance(small, cst.Assign) and not _rebinds_its_arguments(small, ref.call, self.names):
                 raise Unfixable(
@@ -370,6 +372,21 @@ class _Planner(
         self.refs = [r for r in self.refs if r not in repeats]
         return [first]
 
+    def _check_not_repeated_in_a_loop(self, first: AmpRef, repeat: AmpRef) -> None:
+        """A repeat in a loop the first call is not in runs again and again: apex made new loss
+        scalers at each call (a scale starting afresh), which one GradScaler made by the first
+        call would not do."""
+        outer = {id(a) for a in self.names.ancestors(self._init_line(first))}
+        for node in self.names.ancestors(self._init_line(repeat)):
+            if isinstance(node, (cst.For, cst.While)) and id(node) not in outer:
+                raise Unfixable(
+                    f"`amp.initialize` at line {self._line(repeat.call)} runs again on each pass of the loop at line "
+                    f"{self._line(node)}, where apex made its loss scalers anew; one GradScaler made at line "
+                    f"{self._line(first.call)} would carry its scale over"
+                )
+            if isinstance(node, cst.FunctionDef):
+                return
+
     def _sibling_initialize(self, first: AmpRef, other: AmpRef) -> bool:
         """`gen, gen_opt = amp.initialize(gen, gen_opt, opt_level="O1")` then the same for the
         discriminator, in the same block with the same options: each call replaced apex's loss
@@ -388,6 +405,9 @@ class _Planner(
         from ampmigrate.rules.apex._checkpoint_threading import check_passed
 
         check_passed(self)  # no call of a checkpoint helper of another file left without its scaler
+        enclosure = getattr(getattr(self, "access", None), "enclosure", None)
+        if enclosure is not None:
+            enclosure.check_uses()  # _init_enclosure.py: `amp.initialize` in a loop or a `try`
         self._check_alternative_placed()  # _multi_init.py
         details = self.notes + ([f"unsafe: {'; '.join(self.unsafe)}"] if self.unsafe else [])
         if details:

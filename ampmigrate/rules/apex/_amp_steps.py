@@ -240,6 +240,7 @@ class StepRewrites:
         (and `_unscale_points`, where it went)."""
         inserts: Dict[cst.CSTNode, List[Tuple[str, Step]]] = {}
         self._own_code_readers: Set[cst.CSTNode] = set()  # see _window_readers
+        self._opaque_readers: Set[cst.CSTNode] = set()  # of those, calls into code this fix cannot read
         self._micro_step_clips: Dict[Step, List[cst.Call]] = {}  # see _accumulation_clip
         self._micro_step_norms: Dict[Step, List[cst.Call]] = {}  # gradient-norm helpers, ditto
         order: List[cst.CSTNode] = []
@@ -400,9 +401,13 @@ class StepRewrites:
                 optimizers = self._helper_reads(node, step, master_refs)
                 if optimizers:
                     found.append((node, optimizers))
-                elif not self._around_a_read(node, master_refs) and self._reads_scaled_gradients(node):
-                    # this file's code reading `.grad` (_window_readers)
+                elif not self._around_a_read(node, master_refs) and (
+                    self._reads_scaled_gradients(node) or self._hands_over_gradients(node, step)
+                ):
+                    # this file's code reading `.grad`, or code it cannot read given the model (_window_readers)
                     self._own_code_readers.add(node)
+                    if self._own_callee(node) is None:
+                        self._opaque_readers.add(node)
                     found.append((node, [self.ctx.code(o).strip() for o in step.optimizers]))
         return found
 

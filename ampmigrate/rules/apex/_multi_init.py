@@ -440,14 +440,19 @@ class MultiInits:
             return False
         bound_first = bound_arguments(first.call, INITIALIZE_PARAMS) or {}
         bound_other = bound_arguments(other.call, INITIALIZE_PARAMS) or {}
+        first_spec = scaler_spec(self.module, self.names, first.call, self.ctx.quote)
+        other_spec = scaler_spec(self.module, self.names, other.call, self.ctx.quote)
+        # O1 leaves the models as they are (apex patched torch's functions, not the models): arms
+        # that differ only in which models they list (`[model, teacher]` in one) are one setup.
+        o1_only = first_spec.levels == other_spec.levels == {"O1"}
         for name in ("models", "optimizers"):
             a, b = bound_first.get(name), bound_other.get(name)
+            if name == "models" and o1_only and a is not None and b is not None:
+                continue
             if (a is None) != (b is None) or (a is not None and expression_key(a.value) != expression_key(b.value)):
                 return False
         if "optimizers" not in bound_first:
             return False
-        first_spec = scaler_spec(self.module, self.names, first.call, self.ctx.quote)
-        other_spec = scaler_spec(self.module, self.names, other.call, self.ctx.quote)
         if not _same_migration(first_spec, other_spec):
             return False
         outer = self._arms_if(first, other)

@@ -174,7 +174,7 @@ class Removal:
         return removed
 
     def _trivial_handlers(self, node: cst.Try) -> bool:
-        """Handlers that only provide the fallback of the removed import (or complain)."""
+        """Handlers that only provide the fallback of the removed import (or complain, or give up)."""
         if node.orelse is not None or node.finalbody is not None:
             return False
         for handler in node.handlers:
@@ -193,8 +193,10 @@ class Removal:
         return True
 
     def _trivial_small(self, small: cst.BaseSmallStatement) -> bool:
-        if isinstance(small, (cst.Pass, cst.Raise)):
+        if isinstance(small, (cst.Pass, cst.Raise, cst.Continue, cst.Break)):
             return True
+        if isinstance(small, cst.Return):  # a handler that gives up (`return`, `return None`, `return 1`)
+            return small.value is None or isinstance(small.value, (cst.Name, cst.Integer, cst.SimpleString))
         if isinstance(small, cst.Expr):  # print(...), logger.warning(...), warnings.warn(...), a docstring
             return isinstance(small.value, (cst.Call, cst.SimpleString, cst.ConcatenatedString))
         if isinstance(small, cst.Assign):

@@ -20,6 +20,7 @@ from ampmigrate.analysis.statements import condition_code, is_pure
 from ampmigrate.engine.context import rebuild_args
 from ampmigrate.engine.names import Binding, Scope
 from ampmigrate.rules.apex._amp_common import Unfixable
+from ampmigrate.rules.apex._init_enclosure import InitEnclosure, enclosures
 
 if TYPE_CHECKING:
     from ampmigrate.rules.apex._amp_migration import _Planner
@@ -171,11 +172,7 @@ class ScalerAccess:
             # Always enabled: every use in the wrapper runs under the test that chose apex, tested again.
             self.conditions, self.enabled_keys = [], frozenset()
             return
-        for ancestor in self.names.ancestors(init_line):
-            if ancestor is stop:
-                break
-            if isinstance(ancestor, (cst.For, cst.While, cst.Try, cst.ExceptHandler, cst.Finally)):
-                raise Unfixable("`amp.initialize` runs inside a loop or a `try`, so where the scaler lives is unclear")
+        found = enclosures(self, stop)  # _init_enclosure.py: loops and `try`s around the call
         path = self.p._branches(init_line, stop)
         if self.mode == "attribute" or self.threaded or any(s is not self.home for s in use_scopes):
             common = 0  # other functions may run whether or not the branch did
@@ -211,6 +208,7 @@ class ScalerAccess:
             self.hoist_before = forced_hoist if forced_hoist is not None else conditions[0].statement
             while isinstance(self.names.parent(self.hoist_before), cst.If):  # an `elif`
                 self.hoist_before = self.names.parent(self.hoist_before)
+        self.enclosure = InitEnclosure(self, found, conditions) if found else None
         for conjunct in spec.enabled:
             if conditions and conjunct.code != "False":
                 node = cst.parse_expression(conjunct.code)

@@ -14,7 +14,12 @@ until `unscale_`/`step`. `_amp_steps` puts `unscale_` before the reads it knows 
   only right while the gradients are still scaled, so an `unscale_` the fix puts before it
   refuses the migration.
 
-Code in other files is not seen (an FGM imported from `callback/adversarial.py`).
+Code in other files is not seen (an FGM imported from `callback/adversarial.py`, network
+slimming's `BNOptimizer.updateBN(model.module_list, s)` adding an L1 term to the BN gradients):
+a call the fix cannot read that is handed the model, its modules or parameters, the optimizer, or
+an object made from them (`fgm = FGM(model)`) may read or change the gradients, so it is treated
+as a reader (`_hands_over_gradients`): `unscale_` before it is exact where it runs once per step,
+and the migration is refused where it runs on every micro-step.
 
 A mixin of the planner (`_amp_migration._Planner`).
 """
@@ -25,8 +30,9 @@ from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
-from ampmigrate.analysis.statements import walk
+from ampmigrate.analysis.statements import expression_key, walk
 from ampmigrate.rules.apex._amp_common import Unfixable
+from ampmigrate.rules.apex._remote_grad_reads import reads_scaled_gradients, remote_body
 
 
 class WindowReaders:
@@ -38,6 +44,119 @@ class WindowReaders:
             return False
         reads = [n for n in walk(body, into_scopes=True) if self._reads_grad_attribute(n)]
         return bool(reads) and not _scale_invariant(self.names, body, reads)
+
+    def _hands_over_gradients(self, call: cst.Call, step) -> bool:
+        """`call` is a statement of its own (run for what it does, not for a value: a value such as
+        a regularization loss `reg(model)` is the forward pass's business) that runs code this fix
+        cannot read (another file's, a library's) and is given the model, its modules or
+        parameters, the optimizer, or an object made from them: it may read or change `.grad`.
+        The model's own forward, builtins and logging calls are not counted."""
+        if not isinstance(self.names.parent(call), cst.Expr):
+            return False
+        if self._own_callee(call) is not None:
+            return False  # this file's code: `_reads_scaled_gradients` reads it
+        func = call.func
+        if isinstance(func, cst.Name) and func.value in _GRAD_FREE_FUNCTIONS and not self.names.bindings_of(func):
+            return False
+        holders = self._gradient_holders(step)
+        if isinstance(func, cst.Attribute):
+            if func.attr.value in _GRAD_FREE_METHODS:
+                return False
+            handed = self._holds_gradients(func.value, holders)
+        elif self._holds_gradients(func, holders):
+            return False  # `model(x)`: the forward pass reads no gradient
+        else:
+            handed = False
+        if not handed and not any(self._holds_gradients(arg.value, holders) for arg in call.args):
+            return False
+        body = remote_body(self.ctx.project_index, self._remote_name(call))
+        return body is None or reads_scaled_gradients(body)
+
+    def _remote_name(self, call: cst.Call) -> str:
+        """The qualified name of what `call` runs in another file: `utils.add_sparsity` for a
+        function imported by name, `adversarial.FGM.attack` for `fgm.attack()` where `fgm` is only
+        ever `FGM(...)` of an imported class; "" otherwise."""
+        func = call.func
+        qnames = self.names.qualified_names(func)
+        if len(qnames) == 1:
+            return next(iter(qnames))
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)):
+            return ""
+        made = set()
+        for binding in self.names.bindings_of(func.value):
+            value = binding.value
+            if binding.kind != "assign" or not isinstance(value, cst.Call):
+                return ""
+            made |= self.names.qualified_names(value.func)
+        return f"{made.pop()}.{func.attr.value}" if len(made) == 1 else ""
+
+    def _gradient_holders(self, step) -> Set[str]:
+        """Spellings (`model`, `self.net`, `optimizer`, `fgm`) of what holds the gradients: the
+        models `amp.initialize` was given and the names it bound, the step's optimizers, and the
+        names of the file bound to values made from them (`params = model.parameters()`,
+        `fgm = FGM(model)`), schedulers aside."""
+        cache = getattr(self, "_holders_cache", None)
+        if cache is not None and cache[0] is step:
+            return cache[1]
+        holders: Set[str] = set()
+        roots = [self.spec.models] if getattr(self, "spec", None) is not None and self.spec.models is not None else []
+        roots += list(step.optimizers)
+        small = self.init_line.body[0] if getattr(self, "init_line", None) is not None else None
+        if isinstance(small, cst.Assign):
+            roots += [t.target for t in small.targets]
+        for root in roots:
+            for node in _elements(root):
+                if isinstance(node, (cst.Name, cst.Attribute)):
+                    holders.add(expression_key(node))
+        assigns = [n for n in self.names.nodes_of_type((cst.Assign,)) if len(n.targets) == 1]
+        for _ in range(3):  # names made from names made from the model: a few links are enough
+            grown = False
+            for assign in assigns:
+                target = assign.targets[0].target
+                if not isinstance(target, (cst.Name, cst.Attribute)) or expression_key(target) in holders:
+                    continue
+                if _is_scheduler(self.ctx.code(assign.value)) or not self._made_from(assign.value, holders):
+                    continue
+                holders.add(expression_key(target))
+                grown = True
+            if not grown:
+                break
+        self._holders_cache = (step, holders)
+        return holders
+
+    def _made_from(self, value: cst.BaseExpression, holders: Set[str]) -> bool:
+        """`value` holds gradients (`model.parameters()`) or is made from something that does
+        (`FGM(model)`), not the output of running the model (`model(x)`)."""
+        if self._holds_gradients(value, holders):
+            return True
+        return (
+            isinstance(value, cst.Call)
+            and _constructs(value.func)
+            and any(self._holds_gradients(arg.value, holders) for arg in value.args)
+        )
+
+    def _holds_gradients(self, node: cst.BaseExpression, holders: Set[str]) -> bool:
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            current: cst.BaseExpression = node
+            while isinstance(current, cst.Attribute):
+                if expression_key(current) in holders:
+                    return True
+                current = current.value
+            return isinstance(current, cst.Name) and expression_key(current) in holders
+        if isinstance(node, cst.Subscript):
+            return self._holds_gradients(node.value, holders)
+        if isinstance(node, cst.Call):
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value in _PARAMETER_METHODS:
+                return self._holds_gradients(func.value, holders)
+            if isinstance(func, cst.Name) and func.value in ("list", "tuple", "iter", "filter", "chain"):
+                return any(self._holds_gradients(a.value, holders) for a in node.args)
+            return False
+        if isinstance(node, (cst.List, cst.Tuple)):
+            return any(self._holds_gradients(e.value, holders) for e in node.elements)
+        if isinstance(node, (cst.ListComp, cst.GeneratorExp)):
+            return self._holds_gradients(node.for_in.iter, holders)
+        return False
 
     def _check_plain_backwards_before_unscale(self, plain, points: List[cst.CSTNode]) -> None:
         for line, loss, _ in plain:
@@ -119,6 +238,38 @@ class WindowReaders:
 
 
 _NORMS = ("norm", "vector_norm")
+# Calls handed the model or the optimizer that read no gradient (_hands_over_gradients).
+_GRAD_FREE_FUNCTIONS = frozenset(
+    ("print", "len", "isinstance", "getattr", "hasattr", "setattr", "type", "id", "str", "repr", "format", "vars",
+     "list", "tuple", "iter", "sorted", "enumerate", "zip", "sum", "any", "all", "next", "dict", "set", "range")
+)
+_GRAD_FREE_METHODS = frozenset(
+    ("zero_grad", "train", "eval", "state_dict", "to", "cuda", "cpu", "float", "half", "double", "parameters",
+     "named_parameters", "modules", "named_modules", "children", "named_children", "get_lr", "get_last_lr",
+     "info", "debug", "warning", "warn", "error", "log", "write", "set_postfix", "set_description", "add_scalar",
+     "add_scalars", "item", "size", "numel", "requires_grad_", "append", "extend", "format", "join", "step",
+     "backward")  # a plain backward: _amp_steps._plain_backwards
+)
+_PARAMETER_METHODS = frozenset(("parameters", "named_parameters", "modules", "named_modules", "children", "named_children"))
+
+
+def _elements(node: cst.BaseExpression) -> List[cst.BaseExpression]:
+    if isinstance(node, (cst.List, cst.Tuple)):
+        return [x for e in node.elements for x in _elements(e.value)]
+    return [node]
+
+
+def _constructs(func: cst.BaseExpression) -> bool:
+    """`FGM(...)`, `utils.EMA(...)`: a class by Python's naming convention, whose instance keeps what
+    it is given (a lower-case function's value, `reg(model)`, is a value such as a loss)."""
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    return name[:1].isupper()
+
+
+def _is_scheduler(code: str) -> bool:
+    """A learning-rate scheduler made from the optimizer (`get_linear_schedule_with_warmup(opt, ...)`,
+    `lr_scheduler.StepLR(opt, ...)`, `build_scheduler(cfg, opt)`): it reads the learning rate, not `.grad`."""
+    return "schedul" in code.split("(", 1)[0].lower()
 
 
 def _scale_invariant(names, body: cst.CSTNode, reads: List[cst.Attribute]) -> bool:
