@@ -235,6 +235,13 @@ def is_pure(expression: cst.CSTNode) -> bool:
         return is_pure(expression.left) and is_pure(expression.right)
     if isinstance(expression, cst.IfExp):
         return is_pure(expression.test) and is_pure(expression.body) and is_pure(expression.orelse)
+    if (
+        isinstance(expression, cst.BinaryOperation) and isinstance(expression.operator, cst.Modulo)
+        and isinstance(expression.left, (cst.SimpleString, cst.ConcatenatedString))
+    ):  # "O%i" % level: %-formatting of pure values, as an f-string
+        right = expression.right
+        values = [e.value for e in right.elements] if isinstance(right, cst.Tuple) else [right]
+        return all(not isinstance(v, cst.StarredElement) and is_pure(v) for v in values)
     if isinstance(expression, cst.FormattedString):  # f"O{level}": str() of pure parts
         return all(
             is_pure(part.expression) and part.format_spec is None and part.conversion is None

@@ -128,7 +128,7 @@ class ClipMoves:
         first = next(s for s in branch.body.body if any(_contains(self.names, s, c) for c in step.steps))
         new: List[cst.BaseStatement] = []
         for optimizer in dict.fromkeys(self.ctx.code(o).strip() for o in step.optimizers):
-            new.append(self.ctx.parse_statement(f"{scaler}.unscale_({optimizer})\n"))
+            new.append(self.ctx.parse_statement(self._unscale_code(scaler, optimizer) + "\n"))
         moved_refs = []
         for removed, statement in pairs:
             copy = statement

@@ -23,6 +23,7 @@ class ForwardRegions:
         merged, problem = merge([r for r, _ in regions])
         if problem:
             raise Unfixable(problem)
+        self.planned_regions = merged  # read by `_check_half_inputs` (_caller_forward.py)
         for region in merged:
             if body_of(region.block) is None:
                 raise Unfixable("the forward pass is on one line with its block header")
@@ -48,6 +49,8 @@ class ForwardRegions:
         keys = self.access.model_keys(function)
 
         def is_model(node: cst.CSTNode) -> bool:
+            if isinstance(node, cst.Subscript):  # one model of a list or dict of them: `models[0]`
+                return is_model(node.value)
             if isinstance(node, cst.Name):
                 return node.value in keys and node in self.names.loads
             if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
@@ -76,6 +79,8 @@ class ForwardRegions:
                 if not isinstance(node, cst.Call):
                     continue
                 func = node.func
+                while isinstance(func, cst.Subscript):  # `self.encoders[0](x)`: one of the held networks
+                    func = func.value
                 if isinstance(func, cst.Name):
                     bindings = self.names.bindings_of(func)
                     if bindings and all(b.scope is function and b.kind in ("param", "assign", "for", "with") for b in bindings):

@@ -60,9 +60,13 @@ from ampmigrate.rules.apex._amp_options import (
 )
 from ampmigrate.rules.apex._amp_refs import AmpRef, amp_usage
 from ampmigrate.rules.apex._amp_steps import StepRewrites
+from ampmigrate.rules.apex._caller_forward import CallerForward
+from ampmigrate.rules.apex._delayed_micro_steps import DelayedMicroSteps
+from ampmigrate.rules.apex._import_sequencing import claim_other_uses
 from ampmigrate.rules.apex._loop_helper_steps import LoopHelperSteps
 from ampmigrate.rules.apex._method_windows import MethodWindows
 from ampmigrate.rules.apex._multi_init import MORE_THAN_ONCE, MultiInits
+from ampmigrate.rules.apex._optimizer_loops import OptimizerLoops
 from ampmigrate.rules.apex._presence import (
     Action,
     Unsupported,
@@ -105,7 +109,10 @@ def _planner_for(ctx: FileContext) -> "_Planner":
     return setup_helper_planner(ctx) or split_planner(ctx) or checkpoint_planner(ctx) or _Planner(ctx)
 
 
-class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, MultiInits, LoopHelperSteps, WindowReaders):
+class _Planner(
+    StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, MultiInits, LoopHelperSteps, WindowReaders, OptimizerLoops,
+    CallerForward, DelayedMicroSteps,
+):
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.names = ctx.names
@@ -727,9 +734,9 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, M
                     self._is_barrier,
                 )
             except NoRegion as exc:
-                if not self._loss_from_wrapper_caller(step):
+                found = [] if self._loss_from_wrapper_caller(step) else self._caller_regions(step)  # _caller_forward.py
+                if found is None:
                     raise Unfixable(f"no autocast region for `amp.scale_loss` at line {self._line(step.call)}: {exc}")
-                found = []
             if found and getattr(self.access, "detached_init", None) is not None:
                 raise Unfixable(
                     f"the scaler lives on `{self.access.cls.node.name.value}`, apart from `amp.initialize`; the "
@@ -1147,6 +1154,7 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, M
         # Fallback bindings (`amp = None` in the except branch) are removed with their `try`.
 
     def _emit_removals(self) -> None:
+        self._claim_import_uses()
         overrides = {}
         hoisted = getattr(self, "hoisted", None)
         removed = self.removal.closure()
@@ -1158,6 +1166,14 @@ class _Planner(StepRewrites, MethodWindows, AccumulationClips, ForwardRegions, M
                 self.builder.insert_before(anchor, creation)
         self._emit_presence(removed)
         self.removal.emit(self.builder, overrides, import_torch=getattr(self, "needs_torch_import", False))
+
+    def _claim_import_uses(self) -> None:
+        """An apex import this fix keeps for other apex uses waits for their fixes (_import_sequencing.py)."""
+        handled = set(self.handled)
+        amp_uses = {r.node for r in self.usage.refs}  # apex.amp's own (another setup's plan takes them)
+        for binding in self.usage.import_bindings:
+            if not unused_after(self.names, binding, handled):
+                claim_other_uses(self.names, self.builder, binding, handled | amp_uses)
 
     def _check_nesting(self) -> None:
         targets = set(self.builder.targets())

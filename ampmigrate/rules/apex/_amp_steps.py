@@ -38,6 +38,9 @@ class StepRewrites:
     # ---- optimizer.step()
     def _plan_step_calls(self, step: Step, all_steps: List[Step]) -> None:
         found: List[cst.Call] = []
+        if self._micro_step(step, all_steps):  # _delayed_micro_steps.py: no step of its own
+            step.steps = []
+            return
         for optimizer in step.optimizers:
             wanted = expression_key(optimizer)
             calls: List[cst.Call] = []
@@ -45,6 +48,8 @@ class StepRewrites:
                 calls = [c for c in self._step_calls(statement) if expression_key(c.func.value) == wanted]
                 if calls:
                     break
+            if not calls:
+                calls = self._steps_in_optimizer_loop(step, optimizer)  # _optimizer_loops.py
             if not calls:
                 calls = self._sibling_steps(step, optimizer)
             if not calls:
@@ -76,15 +81,20 @@ class StepRewrites:
             for call in step.steps:
                 calls.setdefault(call, step)
         # `scaler.update()` once, after the last step of the group in each block.
+        # A step in a loop over the optimizers (_optimizer_loops.py) counts as its loop here.
         by_block: Dict[cst.CSTNode, List[cst.Call]] = {}
         for call in calls:
-            line = self._step_line(call)
+            line = self._step_anchor(call)
             by_block.setdefault(containing_block(self.names, line), []).append(call)
         for block, block_calls in by_block.items():
             body = list(body_of(block))
-            block_calls.sort(key=lambda c: body.index(self._step_line(c)))
+            block_calls.sort(key=lambda c: body.index(self._step_anchor(c)))
             for call in block_calls:
-                self._rewrite_step(call, calls[call], update=call is block_calls[-1])
+                last = call is block_calls[-1]
+                looped = self._in_optimizer_loop(call) is not None
+                self._rewrite_step(call, calls[call], update=last and not looped)
+                if last and looped:
+                    self._emit_loop_update(call, calls[call])
 
     def _step_line(self, call: cst.Call) -> cst.SimpleStatementLine:
         expr = self.names.parent(call)
@@ -165,7 +175,7 @@ class StepRewrites:
         scale; `_scale_plain_backwards` scales `x` too. Returns each with its step."""
         scaled = [step.with_node for step in steps]
         found: List[Tuple[cst.SimpleStatementLine, cst.Name, Step]] = []
-        for step in steps:
+        for step in self._stepping(steps):
             step_lines = {self._step_line(c) for c in step.steps}
             for statement in self._window_statements(step):
                 stop = any(any(n is line for n in walk(statement)) for line in step_lines)
@@ -237,7 +247,7 @@ class StepRewrites:
         master_refs = {r.call: r for r in self.refs if r.api == "master_params" and r.call is not None}
         covered_master: Set[cst.Call] = set()
         readers: Dict[cst.CSTNode, List[cst.CSTNode]] = {}
-        for step in steps:
+        for step in self._stepping(steps):
             step_lines = {self._step_line(c) for c in step.steps}
             for statement in self._window_statements(step):
                 stop = any(any(n is line for n in walk(statement)) for line in step_lines)
@@ -251,7 +261,9 @@ class StepRewrites:
                         self._helper_calls_covered.add(reader)
                     elif self._inactive(step, reader):
                         continue
-                    point = self._insertion_point(reader, statement)
+                    point = self._per_optimizer_point(reader, optimizers, step, master_refs)  # _optimizer_loops.py
+                    if point is None:
+                        point = self._insertion_point(reader, statement)
                     if reader in self._own_code_readers and not stop:
                         point = statement  # as early as apex unscaled: before the statement holding the call
                     if self._scaled_on_micro_steps(reader, point, step, master_refs):
@@ -281,6 +293,7 @@ class StepRewrites:
         self._plan_micro_step_clips(inserts)
         order = self._hoist_exclusive(order, inserts)
         self._drop_double_unscale(order, inserts, readers, master_refs)
+        self._check_loop_unscales(inserts)
         done: List[Tuple[cst.CSTNode, str]] = []
         for point in order:
             for optimizer, step in inserts[point]:
@@ -288,16 +301,22 @@ class StepRewrites:
                 if any(o == optimizer and self._dominates(p, point) for p, o in done):
                     continue
                 done.append((point, optimizer))
-                scaler = self.access.expression(point)
-                text = f"{scaler}.unscale_({optimizer})"
-                guard = self._needed_guard(step, point)
-                if guard is not None:
-                    text = f"if {guard}:\n    {text}"
-                self.builder.insert_before(point, self.ctx.parse_statement(text + "\n"))
+                self.builder.insert_before(point, self._scaler_call(step, point, optimizer, unscale=True))
         self._unscale_points = [point for point, _ in done]
         return {reader for found in readers.values() for reader in found} | set(self._helper_masters) | {
             call for calls in (*self._micro_step_clips.values(), *self._micro_step_norms.values()) for call in calls
         }
+
+    def _scaler_call(self, step: Step, point: cst.CSTNode, call: str, unscale: bool = False) -> cst.BaseStatement:
+        """`scaler.<call>` (with `unscale`: `scaler.unscale_(<call>)`, a loop for a collection of
+        optimizers) as a statement to put next to `point`, under the condition apex was active in
+        where the scaler is not disabled by it (`_needed_guard`)."""
+        scaler = self.access.expression(point)
+        text = self._unscale_code(scaler, call) if unscale else f"{scaler}.{call}"
+        guard = self._needed_guard(step, point)
+        if guard is not None:
+            text = f"if {guard}:\n" + "\n".join(f"    {line}" for line in text.split("\n"))
+        return self.ctx.parse_statement(text + "\n")
 
     def _hoist_exclusive(self, order: List[cst.CSTNode], inserts) -> List[cst.CSTNode]:
         """`if clip: clip_(...) else: norm(...)`, both reading gradients: one `unscale_` before
@@ -356,6 +375,8 @@ class StepRewrites:
                     "unscales once per step"
                 )
         for loop in loops_between(self.names, point, function):
+            if loop is self._loop_of_point(point):
+                continue  # one optimizer of the group per iteration (_optimizer_loops.py)
             if not all(any(a is loop for a in self.names.ancestors(line)) for line in step_lines):
                 raise Unfixable(
                     f"the gradients are read at line {self._line(point)} inside a loop that runs several times "

@@ -146,7 +146,7 @@ class MultiInits:
             scope = self._function_scope(node)
             if id(scope.node) in homes:
                 continue  # in a training step's function: its forward runs under the new autocast
-            if not self._feeds_a_model(cast) or self._follows_model_dtype(cast):
+            if not self._feeds_a_model(cast) or self._follows_model_dtype(cast) or self._cast_in_region(cast):
                 continue
             where = f"`{scope.node.name.value}()`" if isinstance(scope.node, cst.FunctionDef) else "the module's top level"
             raise Unfixable(

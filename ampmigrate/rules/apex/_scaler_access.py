@@ -275,6 +275,8 @@ class ScalerAccess:
                 found.append(f"self.{node.attr.value}")
             elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
                 add(node.func.value)  # amp.initialize(model.cuda(), ...)
+            elif isinstance(node, cst.ListComp) and isinstance(node.elt, cst.Subscript):
+                add(node.elt.value)  # amp.initialize([self.modules[k] for k in names], ...): the collection
 
         add(spec.models)
         for models in getattr(self.p, "sibling_models", ()):  # other `amp.initialize` calls the scaler serves

@@ -1,0 +1,165 @@
+"""The forward pass in the methods that call the loss's method: `self.optimize(loss)`.
+
+    class Trainer:
+        def optimize(self, loss):
+            with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                scaled_loss.backward()
+            self.optimizer.step()
+
+        def mt_step(self, batch):
+            out = self.model(batch.x)
+            loss = F.cross_entropy(out, batch.y)
+            self.optimize(loss)
+
+The loss is a parameter of the method that scales it, so there is no forward pass before
+`amp.scale_loss` to put under autocast: it is in each method that calls `self.optimize(...)`.
+Where every use of the method's name in this file is such a call, `self.<method>(...)` in a method
+of its class or of a subclass of it in this file (which does not define the method again), each
+caller gets the autocast region of the loss it passes, found as in the scaling method itself
+(`_regions.autocast_regions` from the call statement). The scaler is an attribute of the instance,
+so `enabled=self.scaler.is_enabled()` holds in every caller. A use of the name otherwise (on
+another object, as a value, a call without the loss) refuses: a caller may be out of reach.
+
+A mixin of the planner (`_amp_migration._Planner`): it uses its context, builder and helpers.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Set
+
+import libcst as cst
+
+from ampmigrate.analysis.statements import containing_block, walk
+from ampmigrate.engine.names import Scope
+from ampmigrate.rules.apex._amp_common import Step, Unfixable
+from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions
+
+
+class CallerForward:
+    def _caller_regions(self, step: Step) -> Optional[List[Region]]:
+        """The regions in the callers of the step's method, or None where the shape is not this
+        one (the caller decides what to say); Unfixable where it is and a caller cannot be wrapped."""
+        function = step.function
+        method = function.node
+        if getattr(self.access, "mode", None) != "attribute" or function.parent is None or function.parent.kind != "class":
+            return None
+        if not isinstance(method, cst.FunctionDef) or not isinstance(step.loss, cst.Name) or method.decorators:
+            return None
+        params = [p.name.value for p in (*method.params.posonly_params, *method.params.params)]
+        if len(params) < 2 or step.loss.value not in params[1:]:
+            return None
+        if any(b.kind != "param" for b in self.names.bindings_of(step.loss)):
+            return None  # assigned in the method too
+        name = method.name.value
+        position = params.index(step.loss.value) - 1  # among the call's arguments (no `self`)
+        classes = self._related_classes(function.parent, name)
+        calls = []
+        for node in walk(self.module, into_scopes=True):
+            if not (isinstance(node, cst.Attribute) and node.attr.value == name):
+                continue
+            call = self.names.parent(node)
+            caller = self._function_scope(node)
+            if not (
+                isinstance(call, cst.Call) and call.func is node and isinstance(node.value, cst.Name)
+                and caller.kind == "function" and caller.parent is not None and caller.parent.node in classes
+                and _first_param(caller.node) == node.value.value
+            ):
+                raise Unfixable(
+                    f"the loss of `amp.scale_loss` at line {self._line(step.call)} comes from the callers of "
+                    f"`{name}()`, and `.{name}` at line {self._line(node)} is not a call `self.{name}(...)` in a "
+                    "method of its class: the forward pass there may be out of reach of autocast"
+                )
+            calls.append((call, caller))
+        if not calls:
+            return None
+        regions: List[Region] = []
+        for call, caller in calls:
+            argument = _argument(call, position, step.loss.value)
+            line = self.names.parent(self.names.parent(call))
+            if argument is None or not isinstance(line, cst.SimpleStatementLine) or containing_block(self.names, line) is None:
+                raise Unfixable(
+                    f"`self.{name}(...)` at line {self._line(call)} is not a statement passing the loss, where the "
+                    "forward pass before it could be put under autocast"
+                )
+            try:
+                regions.extend(
+                    autocast_regions(
+                        self.names, line, argument, self._model_test(caller),
+                        self._forward_like_test(caller), self._is_barrier,
+                    )
+                )
+            except NoRegion as exc:
+                raise Unfixable(
+                    f"no autocast region in `{caller.node.name.value}()` for the loss it passes to `{name}()` at "
+                    f"line {self._line(call)}: {exc}"
+                )
+        self._note(
+            f"`amp.scale_loss` is in `{name}()` and the loss comes from its callers: autocast goes around the "
+            "forward pass in each (" + ", ".join(dict.fromkeys(f"`{c.node.name.value}()`" for _, c in calls)) + ")"
+        )
+        return regions
+
+    def _related_classes(self, cls: Scope, method: str) -> Set[cst.ClassDef]:
+        """The class and its subclasses defined at the top of this file that do not define
+        `method` again (`self.<method>` there is the class's)."""
+        related = {cls.node}
+        names = {cls.node.name.value}
+        changed = True
+        while changed:
+            changed = False
+            for statement in self.module.body:
+                if not isinstance(statement, cst.ClassDef) or statement.name.value in names:
+                    continue
+                if any(isinstance(b.value, cst.Name) and b.value.value in names for b in statement.bases):
+                    if any(isinstance(s, cst.FunctionDef) and s.name.value == method for s in statement.body.body):
+                        continue
+                    related.add(statement)
+                    names.add(statement.name.value)
+                    changed = True
+        return related
+
+
+    def _cast_in_region(self, cast: cst.Call) -> bool:
+        """A `.half()` inside an autocast region the fix adds, whose value is used only there (an
+        argument of a call there, or assigned to a name read only there): the network it feeds
+        runs under autocast, which takes float16 inputs to float32 weights as apex O1 did
+        (`enc = enc.half()` before `decoder.generate(enc, ...)` in the region of a training step)."""
+        for region in getattr(self, "planned_regions", ()):
+            inside = {id(n) for statement in region.statements for n in walk(statement)}
+            if id(cast) not in inside:
+                continue
+            node, parent = cast, self.names.parent(cast)
+            while (isinstance(parent, cst.Attribute) and parent.value is node) or (isinstance(parent, cst.Call) and parent.func is node):
+                node, parent = parent, self.names.parent(parent)  # `x.half().cuda()`
+            if isinstance(parent, cst.Arg):
+                return True
+            if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
+                return False
+            target = parent.targets[0].target
+            for binding in self.names.lookup(target.value, self.names.scope_of(target)):
+                if binding.node is target and not all(id(load) in inside for load in self.names.references(binding)):
+                    return False
+            return True
+        return False
+
+
+def _first_param(function: cst.CSTNode) -> Optional[str]:
+    if not isinstance(function, cst.FunctionDef):
+        return None
+    params = [*function.params.posonly_params, *function.params.params]
+    return params[0].name.value if params else None
+
+
+def _argument(call: cst.Call, position: int, keyword: str) -> Optional[cst.BaseExpression]:
+    index = 0
+    for arg in call.args:
+        if arg.star:
+            return None
+        if arg.keyword is not None:
+            if arg.keyword.value == keyword:
+                return arg.value
+            continue
+        if index == position:
+            return arg.value
+        index += 1
+    return None
