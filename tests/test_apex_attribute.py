@@ -43,6 +43,20 @@ def test_the_index_records_what_attributes_named_like_amp_hold():
     assert apex_attr_stores(ast.parse("setattr(args, key, value)\n")) == {"*": ["other"]}
     assert apex_attr_stores(ast.parse("setattr(args, 'lr', 1)\n")) == {}
     assert summarize(b"def f(m):\n    from apex import amp\n    m.amp = amp\n", "").apex_attr_stores == {"amp": ["apex"]}
+    # a file without apex is only marked: its records are read when some file stores apex's module
+    plain = summarize(b"def f(m):\n    m.amp = True\n", "")
+    assert plain.apex_attr_stores == {} and plain.apex_attr_candidate
+
+
+def test_without_an_apex_store_no_other_file_is_read(tmp_path, monkeypatch):
+    from ampmigrate.engine import project_index
+
+    (tmp_path / "config.py").write_text("class Args:\n    pass\nargs = Args()\nargs.amp = True\n")
+    (tmp_path / "train.py").write_text("import torch\nrun = torch.compile\n")
+    read = []
+    monkeypatch.setattr(project_index, "source_tree", lambda index, path: read.append(path))
+    index = ProjectIndex.build(str(tmp_path), sorted(str(p) for p in tmp_path.rglob("*.py")))
+    assert index.apex_attr("amp") is None and index.apex_attrs_key() == "" and read == []
 
 
 def test_the_calls_are_reported_naming_the_file_and_not_fixed():

@@ -34,13 +34,14 @@ from ampmigrate.engine.apex_attrs import wanted as attr_stores_wanted
 from ampmigrate.engine.apex_star import apex_star_exports, provider_key, star_bound, star_key
 from ampmigrate.engine.apex_threading import summarize_threading, threading_key
 from ampmigrate.engine.apex_values import apex_amp_args, apex_amp_getters, top_functions
+from ampmigrate.engine.caller_uses import source_tree
 from ampmigrate.engine.grad_norm_helpers import grad_norm_helpers
 from ampmigrate.engine.project import module_names
 from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 15
+_FORMAT = 16
 
 
 @dataclass
@@ -124,6 +125,9 @@ class ModuleSummary:
     # What each attribute named like amp is assigned here: {attr: ["apex" | "none" | "other"]},
     # "*" for a `setattr` of a computed name (engine/apex_attrs.py).
     apex_attr_stores: Dict[str, List[str]] = field(default_factory=dict)
+    # A file without apex that may store to such an attribute (the byte test): its records are
+    # read only when some file of the run stores apex's module there (ProjectIndex._attr_stores).
+    apex_attr_candidate: bool = False
 
 
 def _as_data(summary: ModuleSummary) -> dict:
@@ -167,6 +171,7 @@ def _as_data(summary: ModuleSummary) -> dict:
         "apex_amp_args": [tuple(item) for item in summary.apex_amp_args],
         "apex_star_exports": list(summary.apex_star_exports),
         "apex_attr_stores": {attr: list(kinds) for attr, kinds in summary.apex_attr_stores.items()},
+        "apex_attr_candidate": summary.apex_attr_candidate,
     }
 
 
@@ -434,8 +439,9 @@ class ProjectIndex:
         memo = self.__dict__.setdefault("_apex_attrs", {})
         if attr not in memo:
             origin = None
-            for path, summary in sorted(self.modules.items()):
-                kinds = set(summary.apex_attr_stores.get(attr, ())) | set(summary.apex_attr_stores.get("*", ()))
+            stores = self._attr_stores()
+            for path in sorted(stores):
+                kinds = set(stores[path].get(attr, ())) | set(stores[path].get("*", ()))
                 if "other" in kinds:
                     origin = None
                     break
@@ -449,11 +455,28 @@ class ProjectIndex:
         stores apex's module in an attribute)."""
         memo = self.__dict__.setdefault("_apex_attrs", {})
         if "key" not in memo:
-            stores = [(p, s.apex_attr_stores) for p, s in sorted(self.modules.items()) if s.apex_attr_stores]
-            wanted = any("apex" in kinds for _, record in stores for kinds in record.values())
-            text = repr(stores) if wanted else ""
+            stores = self._attr_stores()
+            text = repr(sorted((p, r) for p, r in stores.items() if r)) if stores else ""
             memo["key"] = hashlib.blake2b(text.encode(), digest_size=8).hexdigest() if text else ""
         return memo["key"]
+
+    def _attr_stores(self) -> Dict[str, Dict[str, List[str]]]:
+        """{file: its attribute-store records}, or {} when no file of the run stores apex's module
+        in an attribute. The files without apex are parsed for their records only then (most
+        runs have no such store, and the byte test passes many files: `.timestamp)`, `setattr(`)."""
+        memo = self.__dict__.setdefault("_apex_attrs", {})
+        if "stores" not in memo:
+            stores: Dict[str, Dict[str, List[str]]] = {}
+            recorded = {p: s.apex_attr_stores for p, s in self.modules.items() if s.apex_attr_stores}
+            if any("apex" in kinds for record in recorded.values() for kinds in record.values()):
+                stores.update(recorded)
+                for path, summary in self.modules.items():
+                    if summary.apex_attr_candidate:
+                        record = _attr_stores(source_tree(self, path))
+                        if record:
+                            stores[path] = record
+            memo["stores"] = stores
+        return memo["stores"]
 
     def star_bound(self, path: str) -> Dict[str, str]:
         """{name: "apex.amp"}: the names the star imports of the file at `path` bind to apex's amp
@@ -702,12 +725,11 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
         return tree
 
     if attr_stores_wanted(raw):
-        tree_for_attrs = parse()
-        if tree_for_attrs is not None:
-            try:
-                summary.apex_attr_stores = apex_attr_stores(tree_for_attrs)
-            except RecursionError:
-                summary.apex_attr_stores = {"*": ["other"]}
+        if b"apex" in raw:  # only a file importing apex can store apex's module
+            tree_for_attrs = parse()
+            summary.apex_attr_stores = _attr_stores(tree_for_attrs) if tree_for_attrs is not None else {}
+        else:
+            summary.apex_attr_candidate = True
     if summary.trains and b"__call__" in raw and b".backward(" in raw:
         if not shortcuts or not raw.isascii() or _may_define_backward_runner(raw):
             summary.backward_runners = _backward_runners(parse())
@@ -1086,6 +1108,17 @@ def _note_imports(raw: bytes, stars: List[str], summary: ModuleSummary, shortcut
     summary.module_imports = sorted(modules)
     summary.star_imports = sorted(set(stars))
     summary.edits_sys_path = b"sys.path" in raw or b"addsitedir" in raw or b"PYTHONPATH" in raw
+
+
+def _attr_stores(tree: Optional[ast.Module]) -> Dict[str, List[str]]:
+    """engine/apex_attrs.py's records of a parsed file ("*": any attribute, where it cannot be
+    read: a file changed since the index read it, or nesting too deeply, may set anything)."""
+    if tree is None:
+        return {"*": ["other"]}
+    try:
+        return apex_attr_stores(tree)
+    except RecursionError:
+        return {"*": ["other"]}
 
 
 def _from_imports(raw: bytes, package: str, shortcuts: bool = True, stars: Optional[List[str]] = None) -> List[Tuple[str, str]]:
