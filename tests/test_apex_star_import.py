@@ -253,3 +253,43 @@ def test_a_file_importing_amp_itself_sees_torch_from_its_star_import(tmp_path):
     fixed = (_run(root, "fix") and (root / "train.py").read_text(encoding="utf-8"))
     assert "clip_grad_norm_([p for group in optimizer.param_groups for p in group[" in fixed, fixed
     assert "1.0 * scaler.get_scale())" in fixed and "apex" not in fixed
+
+
+def test_an_importer_with_its_own_apex_import_lets_the_provider_go_in_the_same_run(tmp_path):
+    """`from apex import amp` in the training script and in the star-imported module: the script's
+    `amp` is apex's either way; once its migration removes every use, the provider's import (and its
+    own inference setup) go in the same run, so a second `fix` changes nothing."""
+    train = textwrap.dedent(
+        """\
+        import torch
+        from apex import amp
+        from model import *
+
+
+        def main(model, optimizer, loader):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                optimizer.zero_grad()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+        """
+    )
+    provider = textwrap.dedent(
+        """\
+        import torch
+        from apex import amp
+
+
+        def predict(model, x):
+            model = amp.initialize(model, opt_level="O1")
+            return model(x)
+        """
+    )
+    root = _write(tmp_path, {"train.py": train, "model.py": provider})
+    _run(root, "fix")
+    once = {p.name: p.read_text(encoding="utf-8") for p in root.glob("*.py")}
+    assert all("apex" not in text for text in once.values()), once
+    _run(root, "fix")
+    assert {p.name: p.read_text(encoding="utf-8") for p in root.glob("*.py")} == once

@@ -62,7 +62,10 @@ def _problem(ctx: FileContext, provider: str, names: List[str]) -> Optional[str]
         if not spelled:
             continue
         bound = index.star_bound(other)
-        unresolved = [n for n in spelled if bound.get(n) != apex_star.APEX_AMP]
+        # A name the file binds itself by an apex amp import is apex's module there either way (its
+        # in-file migration resolves it so, below); otherwise it must resolve through the chain.
+        own = set(index.modules[other].apex_star_exports)
+        unresolved = [n for n in spelled if bound.get(n) != apex_star.APEX_AMP and n not in own]
         if unresolved:
             return (
                 f"{index.relative(other)} may use `{unresolved[0]}` through its `*` imports (the name is not "
