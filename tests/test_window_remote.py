@@ -89,3 +89,14 @@ def test_the_cached_result_follows_the_other_files_body(tmp_path):
     assert initialize_fixable() and initialize_fixable()  # the second run from the cache
     _edit(project / "adversarial.py", "self.epsilon * param.grad / norm", "self.epsilon * param.grad")
     assert not initialize_fixable()
+
+
+def test_a_gradscalers_own_calls_and_a_tpu_path_are_no_readers():
+    """A file with both a native-AMP and an apex path (transformers' 2020 Trainer): the native
+    branch's `self.scaler.unscale_(opt)` and a TPU branch's `xm.optimizer_step(opt)` (torch_xla:
+    apex, CUDA only, never ran beside it) are not calls that read apex's scaled gradients."""
+    code = _read("window_opaque_call.py").replace(
+        "        add_bn_sparsity(model.features, sparsity)\n",
+        "        if native:\n            native_scaler.unscale_(optimizer)\n        if tpu:\n            xm.optimizer_step(optimizer)\n",
+    ).replace("from slimming import add_bn_sparsity\n", "import torch_xla.core.xla_model as xm\n")
+    assert "unscale_(optimizer)\n        if native" not in fix(code)

@@ -58,6 +58,8 @@ class WindowReaders:
         func = call.func
         if isinstance(func, cst.Name) and func.value in _GRAD_FREE_FUNCTIONS and not self.names.bindings_of(func):
             return False
+        if any(q.startswith("torch_xla.") for q in self.names.qualified_names(func)):
+            return False  # a TPU path: apex (CUDA only) never ran beside it
         holders = self._gradient_holders(step)
         if isinstance(func, cst.Attribute):
             if func.attr.value in _GRAD_FREE_METHODS:
@@ -248,7 +250,8 @@ _GRAD_FREE_METHODS = frozenset(
      "named_parameters", "modules", "named_modules", "children", "named_children", "get_lr", "get_last_lr",
      "info", "debug", "warning", "warn", "error", "log", "write", "set_postfix", "set_description", "add_scalar",
      "add_scalars", "item", "size", "numel", "requires_grad_", "append", "extend", "format", "join", "step",
-     "backward")  # a plain backward: _amp_steps._plain_backwards
+     "backward", "load_state_dict", "buffers", "named_buffers", "add_param_group",
+     "unscale_", "scale", "update", "get_scale")  # backward: _amp_steps._plain_backwards; a GradScaler's own
 )
 _PARAMETER_METHODS = frozenset(("parameters", "named_parameters", "modules", "named_modules", "children", "named_children"))
 
