@@ -62,6 +62,7 @@ from ampmigrate.rules.apex._amp_refs import AmpRef, amp_usage
 from ampmigrate.rules.apex._amp_steps import StepRewrites
 from ampmigrate.rules.apex._caller_forward import CallerForward
 from ampmigrate.rules.apex._delayed_micro_steps import DelayedMicroSteps
+from ampmigrate.rules.apex._hf_apex_arms import library_apex_arms_fix
 from ampmigrate.rules.apex._import_sequencing import claim_other_uses
 from ampmigrate.rules.apex._loop_helper_steps import LoopHelperSteps
 from ampmigrate.rules.apex._method_windows import MethodWindows
@@ -145,7 +146,8 @@ class _Planner(
         self.usage = usage
         self.refs = refs
         try:
-            plan.fix = self._build(plan)
+            # apex set up by transformers, not by this project (_hf_apex_arms.py), else this file's setup
+            plan.fix = library_apex_arms_fix(self, plan.sites) or self._build(plan)
         except Unfixable as exc:
             plan.reason = str(exc)
         return plan
