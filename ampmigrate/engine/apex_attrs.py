@@ -29,6 +29,18 @@ from ampmigrate.engine.ast_nodes import walk_order
 _AMP_ATTR_STORE = re.compile(rb"\.[ \t]*\w*amp\w*[ \t]*(?:=(?!=)|,|\)|\])")
 
 
+# `<x>.<attr named like amp>.<apex.amp function>` read anywhere in a file's bytes (comments and
+# strings too: a spurious record only makes a migration more careful).
+_AMP_ATTR_LOAD = re.compile(
+    rb"\.[ \t]*(\w*amp\w*)[ \t]*\.[ \t]*(?:scale_loss|master_params|state_dict|load_state_dict|initialize|_amp_state)\b"
+)
+
+
+def apex_attr_loads(raw: bytes) -> List[str]:
+    """The attributes named like amp that the file reads an apex.amp function from."""
+    return sorted({match.group(1).decode("ascii", "replace") for match in _AMP_ATTR_LOAD.finditer(raw)})
+
+
 def wanted(raw: bytes) -> bool:
     """Whether the file may hold a record (a cheap byte test before any parse)."""
     return (b"amp" in raw and _AMP_ATTR_STORE.search(raw) is not None) or b"setattr(" in raw

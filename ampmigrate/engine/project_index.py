@@ -29,7 +29,7 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 from ampmigrate.engine import collector
 from ampmigrate.engine.apex_checkpoint import state_key, summarize_checkpoint
 from ampmigrate.engine.apex_setup_helper import setup_key
-from ampmigrate.engine.apex_attrs import apex_attr_stores
+from ampmigrate.engine.apex_attrs import apex_attr_loads, apex_attr_stores
 from ampmigrate.engine.apex_attrs import wanted as attr_stores_wanted
 from ampmigrate.engine.apex_star import apex_star_exports, provider_key, star_bound, star_key
 from ampmigrate.engine.apex_threading import summarize_threading, threading_key
@@ -41,7 +41,7 @@ from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 16
+_FORMAT = 17
 
 
 @dataclass
@@ -128,6 +128,9 @@ class ModuleSummary:
     # A file without apex that may store to such an attribute (the byte test): its records are
     # read only when some file of the run stores apex's module there (ProjectIndex._attr_stores).
     apex_attr_candidate: bool = False
+    # Attributes named like amp read here as `<x>.<attr>.<apex.amp function>` (a byte scan,
+    # engine/apex_attrs.py `apex_attr_loads`): where a migration renaming the attribute must reach.
+    apex_attr_loads: List[str] = field(default_factory=list)
 
 
 def _as_data(summary: ModuleSummary) -> dict:
@@ -172,6 +175,7 @@ def _as_data(summary: ModuleSummary) -> dict:
         "apex_star_exports": list(summary.apex_star_exports),
         "apex_attr_stores": {attr: list(kinds) for attr, kinds in summary.apex_attr_stores.items()},
         "apex_attr_candidate": summary.apex_attr_candidate,
+        "apex_attr_loads": list(summary.apex_attr_loads),
     }
 
 
@@ -450,6 +454,22 @@ class ProjectIndex:
             memo[attr] = origin
         return memo[attr]
 
+    def apex_attr_files(self, attr: str) -> Dict[str, Tuple[bool, bool]]:
+        """{file: (stores apex's amp module in `.attr`, reads `.attr.<apex function>`)} for the
+        files of the run doing either (engine/apex_attrs.py)."""
+        found: Dict[str, Tuple[bool, bool]] = {}
+        stores = self._attr_stores()
+        for path, summary in self.modules.items():
+            stored = "apex" in stores.get(path, {}).get(attr, ())
+            loaded = attr in summary.apex_attr_loads
+            if stored or loaded:
+                found[path] = (stored, loaded)
+        return found
+
+    def imports_file(self, importer: str, path: str) -> bool:
+        """Whether the file `importer` imports the module of the file `path` (directly)."""
+        return os.path.abspath(importer) in self._importers.get(os.path.abspath(path), ())
+
     def apex_attrs_key(self) -> str:
         """The part of every file's cache key that `apex_attr` answers depend on ("" when no file
         stores apex's module in an attribute)."""
@@ -457,6 +477,11 @@ class ProjectIndex:
         if "key" not in memo:
             stores = self._attr_stores()
             text = repr(sorted((p, r) for p, r in stores.items() if r)) if stores else ""
+            if text:  # and what `apex_attr_files` / `imports_file` answer for them (_amp_carrier.py)
+                readers = sorted((p, s.apex_attr_loads) for p, s in self.modules.items() if s.apex_attr_loads)
+                involved = set(stores) | {p for p, _ in readers}
+                links = sorted((p, sorted(set(self._importers.get(p, ())) & involved)) for p in involved)
+                text += repr(readers) + repr(links)
             memo["key"] = hashlib.blake2b(text.encode(), digest_size=8).hexdigest() if text else ""
         return memo["key"]
 
@@ -724,6 +749,8 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
                 tree = None
         return tree
 
+    if b"amp" in raw:
+        summary.apex_attr_loads = apex_attr_loads(raw)
     if attr_stores_wanted(raw):
         if b"apex" in raw:  # only a file importing apex can store apex's module
             tree_for_attrs = parse()

@@ -41,6 +41,7 @@ from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.context import FileContext, FixBuilder
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._accumulation_clip import AccumulationClips
+from ampmigrate.rules.apex._amp_carrier import check_stores, emit_stores
 from ampmigrate.rules.apex._amp_common import (
     CODE,
     HANDLE_CODE,
@@ -131,8 +132,8 @@ class _Planner(
         refs = [r for r in usage.refs if r.api not in APEX_AMP_CAST_ANNOTATIONS]
         plan = AmpPlan()
         for ref in refs:
-            if ref.api in (None, "pass") or (ref.via_handle and ref.api == "handle"):
-                continue  # presence tests, the module handed on and the handle itself are not findings
+            if ref.api in (None, "pass", "carry") or (ref.via_handle and ref.api == "handle"):
+                continue  # presence tests, the module handed on or stored and the handle are not findings
             api = ref.node.attr.value if ref.api == "unknown" and isinstance(ref.node, cst.Attribute) else ref.api
             plan.sites.append(Site(ref.node, self._code_for(ref), api))
         if not plan.sites:
@@ -241,6 +242,8 @@ class _Planner(
         self.home = self._function_scope(init.call)
         if self.home.kind not in ("function", "module"):
             raise Unfixable("`amp.initialize` is called in a class body")
+        if self.usage.carrier is not None:
+            check_stores(self)  # _amp_carrier.py: the module stored on an object for later
         steps = [self._step(r) for r in self.refs if r.api in ("scale_loss", "handle.scale_loss")]
         if not steps and not fp32 and init.api == "init":
             return self._inference_drop(init)  # the handle is not used: nothing but the call to remove
@@ -709,6 +712,7 @@ class _Planner(
 
     # ------------------------------------------------------------------ fp16 (O1/O2, amp.init)
     def _plan_fp16(self, steps: List[Step]) -> None:
+        self.fp16_steps = steps
         scaler_scopes = [s.function for s in steps]
         for ref in self.refs:
             if ref.api in ("state_dict", "load_state_dict") or (ref.api == "_amp_state"):
@@ -758,6 +762,8 @@ class _Planner(
         self._plan_presence_tests()
         self._plan_scaler_creation()
         self.access.emit()
+        if self.usage.carrier is not None:
+            emit_stores(self)
 
     def _scaler_access(self, scopes: List[Scope]) -> ScalerAccess:
         from ampmigrate.rules.apex._trainer_class import constructed_access

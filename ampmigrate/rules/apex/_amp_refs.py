@@ -23,6 +23,7 @@ import libcst as cst
 from ampmigrate.api import APEX_AMP_API, APEX_AMP_MODULE
 from ampmigrate.engine.context import FileContext
 from ampmigrate.engine.names import Binding, NameIndex
+from ampmigrate.rules.apex._amp_carrier import Carrier, find_carrier
 
 
 @dataclass(eq=False)
@@ -34,6 +35,9 @@ class AmpRef:
     # api "pass": the argument that hands the module to a function of this file; `slot` is the
     # parameter that receives it there.
     slot: Optional[cst.Param] = None
+    # `args.amp.scale_loss`: the object carrying apex's module (`args`, _amp_carrier.py); api
+    # "carry" marks the module stored on it (`args.amp = amp`).
+    carrier: Optional[cst.BaseExpression] = None
 
 
 @dataclass
@@ -43,6 +47,7 @@ class AmpUsage:
     handle_bindings: List[Binding]  # `handle = amp.init(...)`
     # Functions of this file that receive apex's amp module: FunctionDef -> the parameter.
     slots: Dict[cst.FunctionDef, cst.Param] = field(default_factory=dict)
+    carrier: Optional[Carrier] = None  # the attribute carrying the module, if any (_amp_carrier.py)
 
 
 def amp_usage(ctx: FileContext) -> AmpUsage:
@@ -77,6 +82,7 @@ def _collect(ctx: FileContext) -> AmpUsage:
             if f"{APEX_AMP_MODULE}.{parent.attr.value}" not in APEX_AMP_API:
                 refs.append(AmpRef(parent, "unknown", _called(names, parent)))
     slots = _follow_into_functions(ctx, refs)
+    carrier = find_carrier(ctx, refs)
     handle_bindings: List[Binding] = []
     for ref in list(refs):
         if ref.api != "init" or ref.call is None:
@@ -103,7 +109,7 @@ def _collect(ctx: FileContext) -> AmpUsage:
         and b.qname is not None
         and (b.qname == APEX_AMP_MODULE or b.qname in APEX_AMP_API or b.qname == "apex" and _uses_amp(names, b))
     ]
-    return AmpUsage(refs, imports, handle_bindings, slots)
+    return AmpUsage(refs, imports, handle_bindings, slots, carrier)
 
 
 def _follow_into_functions(ctx: FileContext, refs: List[AmpRef]) -> Dict[cst.FunctionDef, cst.Param]:

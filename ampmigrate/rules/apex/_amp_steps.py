@@ -140,7 +140,10 @@ class StepRewrites:
         `enabled` (a disabled scaler passes `step` through to the optimizer)."""
         here = {b.key for b in self._branches(node, self._stop_node(step, node))}
         missing = [b for b in step.branches if b.key not in here and self._chooses_backward(b)]
-        if not missing or {b.key for b in missing} <= self.access.enabled_keys:
+        # Through a carrier (_amp_carrier.py) the scaler may not exist where that test is false.
+        carried = getattr(self.access, "carried", None)  # a ScalerAccess (other accesses carry nothing)
+        enabled_keys = frozenset() if carried is not None and carried(node) is not None else self.access.enabled_keys
+        if not missing or {b.key for b in missing} <= enabled_keys:
             return None
         code = condition_code(self.module, missing)
         if code is None:

@@ -19,6 +19,7 @@ import libcst as cst
 from ampmigrate.analysis.statements import condition_code, is_pure
 from ampmigrate.engine.context import rebuild_args
 from ampmigrate.engine.names import Binding, Scope
+from ampmigrate.rules.apex._amp_carrier import CARRIED_NAME, carried_autocast_enabled, carrier_scopes
 from ampmigrate.rules.apex._amp_common import Unfixable
 from ampmigrate.rules.apex._init_enclosure import InitEnclosure, enclosures
 
@@ -31,6 +32,8 @@ SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")
 class ScalerAccess:
     """Where the scaler lives and how each use site spells it (see the module docstring)."""
 
+    carriers: dict = {}  # {function scope: carrier expression} (_amp_carrier.py); none in subclasses
+
     def __init__(self, planner: "_Planner", use_scopes: List[Scope]) -> None:
         self.p = planner
         self.names = planner.names
@@ -39,6 +42,9 @@ class ScalerAccess:
         self.threaded: List[Scope] = []
         self.hoist_before: Optional[cst.CSTNode] = None
         self.detached_init: Optional[Scope] = None  # the class's `__init__` when the scaler lives apart
+        # Functions reaching the scaler through the object that carried apex's module (_amp_carrier.py).
+        self.carriers = carrier_scopes(planner) if planner.usage.carrier is not None else {}
+        use_scopes = [s for s in use_scopes if s not in self.carriers]
         others = [s for s in dict.fromkeys(use_scopes) if s is not self.home]
         home_class = self.home.parent if self.home.kind == "function" and self.home.parent is not None and self.home.parent.kind == "class" else None
         if others and home_class is not None:
@@ -152,7 +158,14 @@ class ScalerAccess:
             raise Unfixable("a method without `self` uses apex.amp")
         return func.params.params[0].name.value
 
+    def carried(self, node: cst.CSTNode) -> Optional[str]:
+        """The carrier expression where `node` is, if its function reaches the scaler through it."""
+        return self.carriers.get(self.p._function_scope(node)) if self.carriers else None
+
     def expression(self, node: cst.CSTNode) -> str:
+        carrier = self.carried(node)
+        if carrier is not None:
+            return f"{carrier}.{CARRIED_NAME}"
         if self.mode == "attribute":
             return f"{self._self_name(node)}.{self.name}"
         return self.name
@@ -224,7 +237,7 @@ class ScalerAccess:
     def _home_uses(self) -> List[cst.CSTNode]:
         uses: List[cst.CSTNode] = []
         for ref in self.p.refs:
-            if ref.api in ("initialize", "init", "pass") or ref.api is None:
+            if ref.api in ("initialize", "init", "pass", "carry") or ref.api is None:
                 continue
             if self.p._function_scope(ref.node) is self.home:
                 uses.append(ref.node)
@@ -244,6 +257,8 @@ class ScalerAccess:
 
     def autocast_enabled(self, at: cst.CSTNode) -> Optional[str]:
         """autocast is on exactly when apex was: when the scaler is enabled."""
+        if self.carried(at) is not None:
+            return carried_autocast_enabled(self.p, at)  # under the test that chose apex there
         if self.default_init is not None and self.p._function_scope(at) is not self.home:
             return f"{self.expression(at)}.is_enabled()"
         if not self.conditions:

@@ -8,13 +8,16 @@ stores in attributes named like amp (engine/apex_attrs.py); this rule reports th
 `<x>.<attr>` where every store to `<attr>` anywhere in the run is apex's amp module or None.
 
 Reported, never fixed: the attribute, the file storing the module and every use of it would
-change together (a GradScaler in the module's place), across files. The finding says so.
+change together (a GradScaler in the module's place), across files. The finding says so. A file
+storing the module in the attribute and reading it itself is the in-file plan's
+(rules/apex/_amp_carrier.py).
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
+from ampmigrate.rules.apex._amp_refs import amp_usage
 from ampmigrate.rules.apex.amp101_apex_amp import _REPLACEMENT as _ALL
 from ampmigrate.rules.apex.amp_from_helper import APEX_AMP_CALLS, ApexAmpFromHelper
 from ampmigrate.rules.base import Rule
@@ -40,6 +43,7 @@ class ApexAmpAttribute(Rule):
         index = ctx.file.project_index
         if index is None:
             return
+        carried = None  # the calls the in-file plan reaches through the object carrying the module
         for call in ctx.names.nodes_of_type(cst.Call):
             func = call.func
             if not (isinstance(func, cst.Attribute) and func.attr.value in APEX_AMP_CALLS):
@@ -49,6 +53,10 @@ class ApexAmpAttribute(Rule):
                 continue
             if ctx.names.qualified_names(receiver):
                 continue  # resolved in the file (an in-file `self.amp = amp`): the in-file plan's
+            if carried is None:
+                carried = {id(r.node) for r in amp_usage(ctx.file).refs if r.carrier is not None}
+            if id(func) in carried:
+                continue  # stored in this file too (`args.amp = amp`): rules/apex/_amp_carrier.py
             origin = index.apex_attr(receiver.attr.value)
             if origin is None:
                 continue
