@@ -237,6 +237,8 @@ class _Planner(
             )
         requires = {s.code for s in plan.sites}
         self.builder = FixBuilder("", SAFE, frozenset(requires))
+        for line, statement in getattr(self, "sibling_rebindings", ()):
+            self.builder.replace(line, statement)
         self.init = init
         self.init_line = self._init_line(init)
         self.home = self._function_scope(init.call)
@@ -323,6 +325,7 @@ class _Planner(
         path that re-initializes before `amp.load_state_dict`, as apex's docs ask): with torch.amp
         there is nothing to redo, so the repeats go and the first call is the one migrated."""
         first = inits[0]
+        self.sibling_rebindings: List[Tuple[cst.CSTNode, cst.BaseStatement]] = []
         if first.call is None or any(r.api != "initialize" or r.call is None for r in inits):
             raise Unfixable("`amp.initialize` is called more than once in this file")
         keys = _initialize_keys(first.call, self._init_line(first).body[0])
@@ -350,13 +353,22 @@ class _Planner(
             if ref not in alternatives and ref not in siblings:
                 self._check_not_repeated_in_a_loop(first, ref)
             small = line.body[0]
+            rebinding = None
             if isinstance(small, cst.Assign) and not _rebinds_its_arguments(small, ref.call, self.names):
-                raise Unfixable(
-                    f"`amp.initialize` at line {self._line(ref.call)} binds other names than the model and optimizer it is given"
-                )
+                if ref not in siblings:
+                    raise Unfixable(
+                        f"`amp.initialize` at line {self._line(ref.call)} binds other names than the model and optimizer it is given"
+                    )
+                # `modelD, optimizers_D = amp.initialize(modelD, [modelD.optimizer_D] + optimizer_D_T)`:
+                # apex returned what it was given, which those names still have to hold.
+                rebinding = self._rebinding_of(line, ref.call, scaler_spec(self.module, self.names, ref.call, self.ctx.quote))
             if ref in alternatives and self._defers_alternative(first, ref, line):
                 continue  # _multi_init.py: its line gets the O3 guard in `_place_home`
-            self.removal.remove_statement(line)
+            if rebinding is not None:  # replaced once the fix is being built (`_build`)
+                statement = self.ctx.parse_statement(rebinding + "\n").with_changes(leading_lines=line.leading_lines)
+                self.sibling_rebindings.append((line, statement))
+            else:
+                self.removal.remove_statement(line)
             self.handled.add(line)
         again = [r for r in repeats if r not in siblings and r not in alternatives]
         if alternatives:
@@ -1009,15 +1021,22 @@ class _Planner(
 
     def _rebinding(self) -> Optional[str]:
         """`net, opt = amp.initialize(model, optimizer)` still has to bind `net, opt`."""
-        small = self.init_line.body[0]
-        if not isinstance(small, cst.Assign) or self.init.api == "init":
+        if self.init.api == "init":
             return None  # `handle = amp.init()`: the handle's uses are rewritten instead
-        if _rebinds_its_arguments(small, self.init.call, self.names):
+        return self._rebinding_of(self.init_line, self.init.call, self.spec)
+
+    def _rebinding_of(self, line: cst.SimpleStatementLine, call: cst.Call, spec) -> Optional[str]:
+        """What the line of `amp.initialize` (`call`) must still bind without it: apex returned the
+        models and optimizers it was given (`optimizer_G = modelG.optimizer_G`), else None."""
+        small = line.body[0]
+        if not isinstance(small, cst.Assign):
+            return None
+        if _rebinds_its_arguments(small, call, self.names):
             return None  # `[model] = amp.initialize([model], ...)`
         target = small.targets[0].target
-        values = [v for v in (self.spec.models, self.spec.optimizers) if v is not None]
-        given = (bound_arguments(self.init.call, INITIALIZE_PARAMS) or {}).get("optimizers")
-        if self.spec.optimizers is None and given is not None and isinstance(given.value, (cst.List, cst.Tuple)):
+        values = [v for v in (spec.models, spec.optimizers) if v is not None]
+        given = (bound_arguments(call, INITIALIZE_PARAMS) or {}).get("optimizers")
+        if spec.optimizers is None and given is not None and isinstance(given.value, (cst.List, cst.Tuple)):
             values.append(given.value)  # `model, _ = amp.initialize(model, [])`: apex returned the `[]`
         if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == len(values):
             pairs = list(zip([e.value for e in target.elements], values))
