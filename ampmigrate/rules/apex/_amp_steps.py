@@ -30,6 +30,7 @@ from ampmigrate.analysis.statements import (
 )
 from ampmigrate.api import CLIP_GRAD
 from ampmigrate.rules.apex._amp_common import Step, Unfixable
+from ampmigrate.rules.apex._optimizer_alias import optimizer_aliases
 from ampmigrate.rules.apex._presence import Unsupported, simplify
 from ampmigrate.rules.apex._regions import NoRegion, autocast_regions
 
@@ -42,10 +43,10 @@ class StepRewrites:
             step.steps = []
             return
         for optimizer in step.optimizers:
-            wanted = expression_key(optimizer)
+            wanted = {expression_key(optimizer), *optimizer_aliases(self, optimizer)}
             calls: List[cst.Call] = []
             for statement in following(self.names, step.with_node, out_of_loops=True):
-                calls = [c for c in self._step_calls(statement) if expression_key(c.func.value) == wanted]
+                calls = [c for c in self._step_calls(statement) if expression_key(c.func.value) in wanted]
                 if calls:
                     break
             if not calls:
