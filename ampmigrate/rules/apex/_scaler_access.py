@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ampmigrate.analysis.statements import condition_code, is_pure
+from ampmigrate.analysis.statements import condition_code, is_pure, walk
 from ampmigrate.engine.context import rebuild_args
 from ampmigrate.engine.names import Binding, Scope
 from ampmigrate.rules.apex._amp_carrier import CARRIED_NAME, carried_autocast_enabled, carrier_scopes
@@ -76,11 +76,12 @@ class ScalerAccess:
                     "cannot be passed to it"
                 )
         self.name = self._choose_name(use_scopes)
-        self._plan_enabled(use_scopes)
-        self.model_names = self._models()
         # `amp.initialize` in a method other than `__init__`: `__init__` gets a disabled scaler
         # for the instances that never call it, and autocast follows the scaler.
         self.default_init = planner._default_init(self)
+        self.in_place = False  # made where apex was initialized, not before its `if`s (`_plan_enabled`)
+        self._plan_enabled(use_scopes)
+        self.model_names = self._models()
 
     # ---- scopes
     def _nested_in(self, scope: Scope, outer: Scope) -> bool:
@@ -187,7 +188,13 @@ class ScalerAccess:
             return
         found = enclosures(self, stop)  # _init_enclosure.py: loops and `try`s around the call
         path = self.p._branches(init_line, stop)
-        if self.mode == "attribute" or self.threaded or any(s is not self.home for s in use_scopes):
+        if self.default_init is not None and self._changed_on_reentry(path):
+            # `if self.fp16 and not self.amp_initialized:` in a method run every epoch: created
+            # before the `if`, the scaler would be replaced by a disabled one on the second call. It
+            # is made where apex was initialized instead; `__init__` holds the disabled default.
+            self.in_place = True
+            common = len(path)
+        elif self.mode == "attribute" or self.threaded or any(s is not self.home for s in use_scopes):
             common = 0  # other functions may run whether or not the branch did
         else:
             common = len(path)
@@ -234,6 +241,20 @@ class ScalerAccess:
                 keys.append(key)
         self.enabled_keys = frozenset(keys)
 
+    def _changed_on_reentry(self, path) -> bool:
+        """An `if` around `amp.initialize` reads an attribute of the instance that some method other
+        than `__init__` sets (a flag the method flips, state a later call sees changed)."""
+        self_name = self._self_name(self.p.init_line)
+        for branch in path:
+            for node in walk(branch.test):
+                if not (isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == self_name):
+                    continue
+                for binding in self.cls.self_attrs.get(node.attr.value, []):
+                    method = binding.scope.node
+                    if not (isinstance(method, cst.FunctionDef) and method.name.value == "__init__"):
+                        return True
+        return False
+
     def _home_uses(self) -> List[cst.CSTNode]:
         uses: List[cst.CSTNode] = []
         for ref in self.p.refs:
@@ -259,7 +280,7 @@ class ScalerAccess:
         """autocast is on exactly when apex was: when the scaler is enabled."""
         if self.carried(at) is not None:
             return carried_autocast_enabled(self.p, at)  # under the test that chose apex there
-        if self.default_init is not None and self.p._function_scope(at) is not self.home:
+        if self.default_init is not None and (self.in_place or self.p._function_scope(at) is not self.home):
             return f"{self.expression(at)}.is_enabled()"
         if not self.conditions:
             return None

@@ -138,9 +138,10 @@ class ConstructedAccess(ScalerAccess):
         self.name = next((n for n in (self._choose_name(use_scopes),) if n not in taken), "")
         if not self.name:
             raise Unfixable(f"the scaler's name is taken on `{cls.node.name.value}`")
+        self.default_init = None
+        self.in_place = False
         self._plan_enabled(use_scopes)  # every `if` around `initialize`: the methods run apart from them
         self.model_names = self._models()
-        self.default_init = None
 
     def _in_class(self, node: cst.CSTNode) -> bool:
         return self.p._function_scope(node).parent is self.cls
