@@ -22,7 +22,9 @@ goes once nothing else uses it.
 
 Only an `if`/`elif` arm whose test is exactly `self.use_apex` (the method's first parameter) in a
 method of a class whose base resolves to a transformers `...Trainer`, in a file that never
-assigns `use_apex` itself; every apex.amp use of the file must be in such arms.
+assigns `use_apex` itself; every apex.amp use of the file must be in such arms, or be the first
+value of `... if self.use_apex else <other>` below such an arm in the same method (a copy of
+`Trainer.train`: the clip of `amp.master_params(...)`), which becomes `<other>`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Dict, Optional
 
 import libcst as cst
 
+from ampmigrate.analysis.statements import walk
 from ampmigrate.diagnostics import SAFE, Fix
 from ampmigrate.engine.context import FixBuilder
 
@@ -48,13 +51,19 @@ def library_apex_arms_fix(planner: "_Planner", sites) -> Optional[Fix]:
     if not refs or _assigns_flag(planner):
         return None
     arms: Dict[int, cst.If] = {}
+    choices: Dict[int, cst.IfExp] = {}
     for ref in refs:
         arm = _apex_arm(planner, ref.node)
         if arm is None:
             return None
-        arms[id(arm)] = arm
+        (choices if isinstance(arm, cst.IfExp) else arms)[id(arm)] = arm
+    if not all(_after_a_raising_arm(planner, choice, arms.values()) for choice in choices.values()):
+        return None
     planner.builder = FixBuilder("", SAFE, frozenset({s.code for s in sites}))
     raise_line = planner.ctx.parse_statement(f"raise RuntimeError({planner.ctx.string(MESSAGE).value})\n")
+    for choice in choices.values():  # `amp.master_params(opt) if self.use_apex else model.parameters()`
+        planner.builder.replace(choice, choice.orelse.with_changes(lpar=choice.lpar, rpar=choice.rpar))
+        planner.handled.add(choice)
     for arm in arms.values():
         body = arm.body
         if isinstance(body, cst.IndentedBlock):
@@ -76,14 +85,14 @@ def library_apex_arms_fix(planner: "_Planner", sites) -> Optional[Fix]:
     return planner.builder.build()
 
 
-def _apex_arm(planner: "_Planner", node: cst.CSTNode) -> Optional[cst.If]:
-    """The `if self.use_apex:` (or `elif`) whose body holds `node`, in a method of a transformers
-    Trainer subclass; None otherwise."""
+def _apex_arm(planner: "_Planner", node: cst.CSTNode):
+    """The `if self.use_apex:` (or `elif`) whose body holds `node`, or the `... if self.use_apex else
+    ...` whose first value does, in a method of a transformers Trainer subclass; None otherwise."""
     names = planner.names
     child: cst.CSTNode = node
-    arm: Optional[cst.If] = None
+    arm = None
     for ancestor in names.ancestors(node):
-        if arm is None and isinstance(ancestor, cst.If) and child is ancestor.body:
+        if arm is None and isinstance(ancestor, (cst.If, cst.IfExp)) and child is ancestor.body:
             arm = ancestor
         if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             if arm is None or not isinstance(ancestor, cst.FunctionDef):
@@ -99,6 +108,20 @@ def _apex_arm(planner: "_Planner", node: cst.CSTNode) -> Optional[cst.If]:
             return arm
         child = ancestor
     return None
+
+
+def _after_a_raising_arm(planner: "_Planner", choice: cst.IfExp, arms) -> bool:
+    """An expression's apex value is never taken when an `if self.use_apex:` arm the fix makes raise
+    comes first in its method, as a statement of the method's own body (copies of transformers'
+    `Trainer.train`: `amp.initialize` under it, `amp.master_params(...) if self.use_apex else ...`
+    in the loop below)."""
+    names = planner.names
+    function = next(a for a in names.ancestors(choice) if isinstance(a, cst.FunctionDef))
+    body = list(function.body.body) if isinstance(function.body, cst.IndentedBlock) else []
+    holder = next((s for s in body if any(n is choice for n in walk(s))), None)
+    if holder is None:
+        return False
+    return any(arm in body and body.index(arm) < body.index(holder) for arm in arms)
 
 
 def _self_param(function: cst.FunctionDef) -> Optional[str]:
