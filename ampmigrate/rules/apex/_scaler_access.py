@@ -250,8 +250,8 @@ class ScalerAccess:
                 if not (isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == self_name):
                     continue
                 for binding in self.cls.self_attrs.get(node.attr.value, []):
-                    method = binding.scope.node
-                    if not (isinstance(method, cst.FunctionDef) and method.name.value == "__init__"):
+                    method = binding.scope.node  # the class body's `args: Args` is set once, not on a call
+                    if isinstance(method, cst.FunctionDef) and method.name.value != "__init__":
                         return True
         return False
 
