@@ -84,6 +84,7 @@ def find_carrier(ctx: "FileContext", refs: List["AmpRef"]) -> Optional[Carrier]:
     from ampmigrate.rules.apex._amp_refs import AmpRef
 
     targets = {id(assign.targets[0].target) for assign in carrier.stores}
+    resolved = {id(ref.node) for ref in refs}  # `self.amp.scale_loss` the name pass already follows
     for node in names.nodes_of_type(cst.Attribute):
         if node.attr.value != attr or id(node) in targets:
             continue
@@ -91,6 +92,8 @@ def find_carrier(ctx: "FileContext", refs: List["AmpRef"]) -> Optional[Carrier]:
         api = None
         if isinstance(parent, cst.Attribute) and parent.value is node:
             api = APEX_AMP_API.get(f"{APEX_AMP_MODULE}.{parent.attr.value}")
+        if id(parent) in resolved:
+            return None  # the module reached through names (a class's `self.amp`): the usual planning's
         call = names.parent(parent) if api is not None else None
         if api is None or node in names.store_attributes or not (isinstance(call, cst.Call) and call.func is parent):
             carrier.blocker = carrier.blocker or (
