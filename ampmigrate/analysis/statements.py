@@ -217,9 +217,12 @@ _PURE_LEAVES = (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.Concaten
 def is_pure(expression: cst.CSTNode) -> bool:
     """True when evaluating `expression` again has no side effects and (barring reassignment)
     gives the same value: names, attributes, literals, subscripts with literal keys,
-    comparisons, `not`, `and`/`or`."""
+    comparisons, `not`, `and`/`or`, and tuple, list and set displays of such values (the
+    `("O1", "O2")` of `opt_level in ("O1", "O2")`)."""
     if isinstance(expression, _PURE_LEAVES):
         return True
+    if isinstance(expression, (cst.Tuple, cst.List, cst.Set)):
+        return all(isinstance(e, cst.Element) and is_pure(e.value) for e in expression.elements)
     if isinstance(expression, cst.Attribute):
         return is_pure(expression.value)
     if isinstance(expression, cst.Subscript):

@@ -208,7 +208,7 @@ class _Planner(
                 "O3 is pure fp16 training (the model cast to half, no fp32 master weights, no loss scaling); "
                 "torch.amp has no such mode, so the choice (fp16 autocast + GradScaler, or bf16) is yours"
             )
-        if "O3" in spec.levels and spec.opt_level_code is None:
+        if "O3" in spec.levels and spec.o3_test is None and spec.opt_level_code is None:
             raise Unfixable("`opt_level` may be O3 (pure fp16), which has no torch.amp equivalent")
         fp32 = spec.levels == {"O0"}
         if not fp32 and self.ctx.settings.min_torch < TORCH_AMP_GRAD_SCALER_SINCE:
