@@ -63,8 +63,46 @@ class StepRewrites:
                     f"{self._line(step.call)} in the same function; it must become `scaler.step(...)` + "
                     "`scaler.update()`"
                 )
+            calls.extend(self._later_steps(step, wanted, calls))
             found.extend(c for c in calls if c not in found)
         step.steps = found
+
+    def _later_steps(self, step: Step, wanted: Set[str], calls: List[cst.Call]) -> List[cst.Call]:
+        """Other `optimizer.step()` calls of the function after the scaled backward, as the
+        flush of an accumulation loop's remainder after the loop: they step on gradients
+        GradScaler has scaled, so they go through the scaler too. A gradient read (a clip)
+        after the first step and before such a call would need its own `unscale_`: refused."""
+        with_end = self._end(step.with_node)
+        first = min((self._start(c) for c in calls), default=with_end)
+        later: List[cst.Call] = []
+        readers: List[cst.CSTNode] = []
+        backwards: List[cst.Call] = []
+        for node in walk(step.function.node.body):
+            if not isinstance(node, (cst.Call, cst.Attribute)) or self._start(node) <= with_end:
+                continue
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "step":
+                if node not in calls and expression_key(node.func.value) in wanted and not self._inactive(step, node):
+                    later.append(node)
+            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward":
+                backwards.append(node)
+            elif self._reads_gradients(node) and self._start(node) > first:
+                readers.append(node)
+        # A step after another backward pass (a phase of plain training after this one) is that
+        # pass's own step: it stays as it is.
+        later = [c for c in later if not any(first < self._start(b) < self._start(c) for b in backwards)]
+        for call in later:
+            reader = next((r for r in readers if self._start(r) < self._start(call)), None)
+            if reader is not None:
+                raise Unfixable(
+                    f"`{self.ctx.code(call).strip()}` at line {self._line(call)} steps again after the scaled backward "
+                    f"at line {self._line(step.call)}, and line {self._line(reader)} reads the gradients before it: "
+                    "GradScaler would need an `unscale_` there"
+                )
+        return later
+
+    def _end(self, node: cst.CSTNode) -> Tuple[int, int]:
+        position = self.ctx.position(node).end
+        return position.line, position.column
 
     def _step_calls(self, statement: cst.CSTNode) -> List[cst.Call]:
         return [
