@@ -77,7 +77,8 @@ class StepRewrites:
         later: List[cst.Call] = []
         readers: List[cst.CSTNode] = []
         backwards: List[cst.Call] = []
-        for node in walk(step.function.node.body):
+        function = step.function.node
+        for node in walk(function.body if isinstance(function, cst.FunctionDef) else function):
             if not isinstance(node, (cst.Call, cst.Attribute)) or self._start(node) <= with_end:
                 continue
             if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "step":
