@@ -58,14 +58,37 @@ class StepRewrites:
             if not calls:
                 calls = self._caller_steps(step, optimizer)
             if not calls:
-                raise Unfixable(
+                raise Unfixable(self._wrapped_step_reason(step, optimizer) or (
                     f"no `{self.ctx.code(optimizer).strip()}.step()` follows `amp.scale_loss` at line "
                     f"{self._line(step.call)} in the same function; it must become `scaler.step(...)` + "
                     "`scaler.update()`"
-                )
+                ))
             calls.extend(self._later_steps(step, wanted, calls))
             found.extend(c for c in calls if c not in found)
         step.steps = found
+
+    def _wrapped_step_reason(self, step: Step, optimizer: cst.BaseExpression) -> Optional[str]:
+        """`opt = optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer` scaled, and
+        `optimizer.step()` after it (ESPnet's Noam wrapper): apex patched the inner optimizer's step,
+        which the wrapper calls; GradScaler must unscale and step one object, and which object that
+        may be (a wrapper with `param_groups`?) is not known here."""
+        if not isinstance(optimizer, cst.Name):
+            return None
+        bindings = self.names.bindings_of(optimizer)
+        if len(bindings) != 1 or bindings[0].value is None:
+            return None
+        inside = {expression_key(n) for n in walk(bindings[0].value) if isinstance(n, (cst.Name, cst.Attribute))}
+        for statement in following(self.names, step.with_node, out_of_loops=True):
+            for call in self._step_calls(statement):
+                if expression_key(call.func.value) in inside:
+                    stepped = self.ctx.code(call.func.value).strip()
+                    return (
+                        f"`amp.scale_loss` at line {self._line(step.call)} scales with `{optimizer.value}` "
+                        f"(`{self.ctx.code(bindings[0].value).strip()}`), but line {self._line(call)} steps "
+                        f"`{stepped}`: apex skipped the step of the optimizer it was given, which `{stepped}` "
+                        "may wrap; GradScaler must unscale and step one object, and which one is not known here"
+                    )
+        return None
 
     def _later_steps(self, step: Step, wanted: Set[str], calls: List[cst.Call]) -> List[cst.Call]:
         """Other `optimizer.step()` calls of the function after the scaled backward, as the
