@@ -486,20 +486,21 @@ class StepRewrites:
         spec = getattr(self, "spec", None)
         if spec is None or "O2" not in spec.levels:
             return
+        masters = self._master_calls()
         for found in readers.values():
             for reader in found:
-                if (
-                    isinstance(reader, cst.Call) and self.names.qualified_names(reader.func) & CLIP_GRAD
-                    and not any(isinstance(n, cst.Call) and n in self._master_calls() for n in walk(reader))
-                ):
-                    message = (
-                        f"under O2 apex kept the gradients in fp32 master copies and cleared the fp16 model's, so "
-                        f"`{self.ctx.code(reader.func).strip()}(...)` at line {self._line(reader)}, which does not clip "
-                        "`amp.master_params(...)`, clipped only parameters apex left in fp32 (batch norm), if any; "
-                        "after the migration it clips all it names"
-                    )
-                    if message not in self.unsafe:
-                        self.unsafe.append(message)
+                if reader in masters or any(isinstance(n, cst.Call) and n in masters for n in walk(reader)):
+                    continue
+                clip = isinstance(reader, cst.Call) and bool(self.names.qualified_names(reader.func) & CLIP_GRAD)
+                what = f"`{self.ctx.code(reader.func).strip()}(...)`" if isinstance(reader, cst.Call) else f"`{self.ctx.code(reader).strip()}`"
+                message = (
+                    f"under O2 apex kept the gradients in fp32 master copies and cleared the fp16 model's, so {what} "
+                    f"at line {self._line(reader)}, which does not go through `amp.master_params(...)`, "
+                    + ("clipped only parameters apex left in fp32 (batch norm), if any; after the migration it clips all it names"
+                       if clip else "saw only the gradients apex left in fp32 (batch norm), if any; after the migration it sees all")
+                )
+                if message not in self.unsafe:
+                    self.unsafe.append(message)
 
     def _master_calls(self) -> Set[cst.Call]:
         return {r.call for r in self.refs if r.api == "master_params" and r.call is not None}
