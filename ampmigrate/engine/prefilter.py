@@ -56,17 +56,39 @@ def _requirements(rule: Rule) -> List[str]:
     return required
 
 
-class Prefilter:
-    def __init__(self, rules: Sequence[Rule]) -> None:
-        self.rules = list(rules)
-        self._regexes: List["re.Pattern[str]"] = []
-        index: Dict[str, int] = {}
+class _Regexes:
+    """The distinct regexes of one or more pre-filters, and which of them matched the last text
+    searched: the pre-filter of a run's rules and that of the rules waiting for the project
+    index (engine/pipeline.py) search the same file one after the other, each regex once."""
 
-        def regex(pattern: str) -> int:
-            if pattern not in index:
-                index[pattern] = len(self._regexes)
-                self._regexes.append(compile_trigger(pattern))
-            return index[pattern]
+    def __init__(self) -> None:
+        self.compiled: List["re.Pattern[str]"] = []
+        self._index: Dict[str, int] = {}
+        self._text: Optional[str] = None
+        self._found: Dict[int, bool] = {}
+
+    def add(self, pattern: str) -> int:
+        if pattern not in self._index:
+            self._index[pattern] = len(self.compiled)
+            self.compiled.append(compile_trigger(pattern))
+        return self._index[pattern]
+
+    def found_in(self, text: str) -> Dict[int, bool]:
+        """regex number -> whether it matches `text`, as far as searched (shared while `text`
+        is the text last asked about)."""
+        if text is not self._text:
+            self._text, self._found = text, {}
+        return self._found
+
+
+class Prefilter:
+    def __init__(self, rules: Sequence[Rule], shared: Optional["Prefilter"] = None) -> None:
+        """`shared`: a pre-filter whose regexes (and their answers for the text last searched)
+        this one shares."""
+        self.rules = list(rules)
+        self._table = shared._table if shared is not None else _Regexes()
+        self._regexes = self._table.compiled
+        regex = self._table.add
 
         # Per rule: its triggers (any one), and the regexes it requires besides (all). Each is
         # searched alone: a literal at the start of a regex lets the engine skip ahead fast,
@@ -90,7 +112,7 @@ class Prefilter:
             if forced:
                 rest = self.rules_for(text, screen=screen, skip=skip | {r.code for r in forced})
                 return [r for r in self.rules if r in forced or r in rest]
-        found: Dict[int, bool] = {}
+        found = self._table.found_in(text)
 
         def matches(i: int) -> bool:
             if i not in found:
