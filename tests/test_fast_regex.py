@@ -119,6 +119,7 @@ def test_an_alternation_is_guarded_by_the_literals_every_match_holds():
     assert guarded.search("torch.amp.GradScaler()").span() == (10, 20)
     assert guarded.search("GradScalers") is None
     assert compile_trigger(r"(?:amp)*xy")._needed == ("xy",)  # the repeat may be taken no time
-    # Nothing certain to search for, or a literal the engine skips ahead with already: no guard.
-    for pattern in (r"(?i:amp)|apex", r"(?:amp|x)|fp16", r"\bamp\b"):
+    assert compile_trigger(r"\bamp\b")._needed == ("amp",)
+    # Nothing certain to search for: no guard.
+    for pattern in (r"(?i:amp)|apex", r"(?:amp|x)|fp16", r"[Nn][Oo]", r"\w+"):
         assert type(compile_trigger(pattern)).__name__ == "Pattern", pattern

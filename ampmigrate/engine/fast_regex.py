@@ -16,6 +16,7 @@ surprise the pattern is compiled normally.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import FrozenSet, List, Optional
 
@@ -45,8 +46,11 @@ _GUARD_LITERALS = 8
 _GUARD_LENGTH = 2
 
 
+@functools.lru_cache(maxsize=None)
 def compile_trigger(pattern: str, flags: int = 0) -> "re.Pattern[str]":
-    """`re.compile(pattern, flags)`, with leading word boundaries moved out of the way."""
+    """`re.compile(pattern, flags)`, with leading word boundaries moved out of the way. Kept
+    per pattern (the compiled objects hold no state): every engine of a run, and every worker
+    forked after `engine/runner.import_engine`, reuses them."""
     plain = re.compile(pattern, flags)
     if flags & (re.LOCALE | re.IGNORECASE | re.VERBOSE):
         return plain
@@ -65,9 +69,11 @@ def compile_trigger(pattern: str, flags: int = 0) -> "re.Pattern[str]":
             compiled = _sre_compile.compile(tree, flags)
         else:
             data, compiled = list(tree.data), plain
-        if needed is not None and not (data and data[0][0] is _LITERAL):
-            # No literal to skip ahead with (an alternation, a set of first characters): a
-            # substring search for what every match holds rules most texts out first.
+        if needed is not None:
+            # A substring search for what every match holds rules most texts out first: faster
+            # than the engine's scan, even for a pattern that starts with a literal (`str`'s
+            # search is about 1.5 times faster than the engine skipping ahead by its prefix),
+            # and much faster for an alternation or a set of first characters.
             return _LiteralGuard(compiled, needed)  # type: ignore[return-value]
         return compiled
     except Exception:  # the private parser changed shape: no harm, just no speed-up

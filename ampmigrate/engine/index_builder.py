@@ -36,6 +36,9 @@ class IndexBeside:
     def __init__(self, root: str, files: List[str], cache_path: Optional[str], max_size: int) -> None:
         self._args = (root, files, cache_path, max_size)
         self._index: Optional[ProjectIndex] = None
+        from ampmigrate.engine.workers import _libc
+
+        _libc()  # the child inherits it (engine/workers.py)
         context = multiprocessing.get_context("fork")
         self._receiver, sender = context.Pipe(duplex=False)
         self._child = context.Process(

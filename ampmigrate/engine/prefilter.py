@@ -49,11 +49,26 @@ def _requirements(rule: Rule) -> List[str]:
     required = list(rule.requires)
     if rule.qualified_prefixes:
         packages = sorted({prefix.split(".")[0] for prefix in rule.qualified_prefixes})
-        required.append(r"\b(?:%s)\b" % "|".join(re.escape(p) for p in packages))
+        required.append(_words(packages))
         lasts = sorted({prefix.rsplit(".", 1)[-1] for prefix in rule.qualified_prefixes})
         if not set(lasts) <= set(packages):  # else the package's regex already asks as much
-            required.append(r"\b(?:%s)\b" % "|".join(re.escape(p) for p in lasts))
+            required.append(_words(lasts))
     return required
+
+
+def compile_regexes(rules: Iterable[Rule]) -> None:
+    """Compile every regex the pre-filter of `rules` searches (kept by `compile_trigger`)."""
+    for rule in rules:
+        for pattern in (*rule.triggers, *_requirements(rule)):
+            compile_trigger(pattern)
+
+
+def _words(words: Sequence[str]) -> str:
+    """A regex of any of `words` as a whole word; one word is spelled as rules' triggers spell
+    it (`\\bapex\\b`), so that a file is searched for it once."""
+    if len(words) == 1:
+        return r"\b%s\b" % re.escape(words[0])
+    return r"\b(?:%s)\b" % "|".join(re.escape(w) for w in words)
 
 
 class _Regexes:
@@ -93,8 +108,18 @@ class Prefilter:
         # Per rule: its triggers (any one), and the regexes it requires besides (all). Each is
         # searched alone: a literal at the start of a regex lets the engine skip ahead fast,
         # which `a|b` of two different literals no longer can.
-        self._needs: List[Tuple[Tuple[int, ...], Tuple[int, ...]]] = [
-            (tuple(regex(t) for t in rule.triggers), tuple(regex(r) for r in _requirements(rule))) for rule in self.rules
+        needs = [(tuple(regex(t) for t in rule.triggers), tuple(regex(r) for r in _requirements(rule))) for rule in self.rules]
+        # Per rule: (required regexes shared with other rules, its triggers, its other required
+        # regexes), searched in that order (all, any, all: the same answer in any order). A
+        # shared one (a package's name) is searched once per file, and where it is missing the
+        # rules' own triggers need not be searched at all.
+        uses: Dict[int, int] = {}
+        for triggers, required in needs:
+            for i in {*triggers, *required}:
+                uses[i] = uses.get(i, 0) + 1
+        self._needs: List[Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]] = [
+            (tuple(r for r in required if uses[r] > 1), triggers, tuple(r for r in required if uses[r] == 1))
+            for triggers, required in needs
         ]
         prefixes = {p for rule in self.rules for p in (rule.qualified_prefixes or ())}
         self._screen: Optional[QualifiedNameScreen] = QualifiedNameScreen(prefixes) if prefixes else None
@@ -121,8 +146,11 @@ class Prefilter:
 
         rules = [
             rule
-            for rule, (triggers, required) in zip(self.rules, self._needs)
-            if rule.code not in skip and any(matches(t) for t in triggers) and all(matches(r) for r in required)
+            for rule, (shared, triggers, own) in zip(self.rules, self._needs)
+            if rule.code not in skip
+            and all(matches(r) for r in shared)
+            and any(matches(t) for t in triggers)
+            and all(matches(r) for r in own)
         ]
         return self._screen_ast(text, rules) if screen and rules else rules
 

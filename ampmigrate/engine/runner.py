@@ -422,9 +422,14 @@ def import_engine() -> None:
     with files to analyse pays for it (a cold run imports it while its project index is built,
     engine/index_builder.py)."""
     import ampmigrate.engine.pipeline  # noqa: F401
-    from ampmigrate.rules import rule_classes
+    from ampmigrate.engine.prefilter import compile_regexes
+    from ampmigrate.rules import all_rules
 
-    rule_classes()
+    compile_regexes(all_rules())  # once here, not in each worker (engine/fast_regex.py keeps them)
+    try:
+        import libcst.native  # noqa: F401  (LibCST imports its parser at the first parse: in each worker)
+    except ImportError:  # pragma: no cover - a LibCST without the native parser
+        pass
 
 
 def _pool_size(todo: Sequence[int], jobs: int) -> int:
