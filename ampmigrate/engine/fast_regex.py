@@ -255,4 +255,16 @@ class _LiteralGuard(_Guard):
         self._needed = tuple(sorted(n for n in needed if not any(o != n and o in n for o in needed)))
 
     def _may_match(self, text: str) -> bool:
-        return any(literal in text for literal in self._needed)
+        for literal in self._needed:  # (a loop: a generator costs more than most searches)
+            if literal in text:
+                return True
+        return False
+
+    def search(self, text: str, *args):
+        if not args:
+            for literal in self._needed:
+                if literal in text:
+                    break
+            else:
+                return None
+        return self._compiled.search(text, *args)
