@@ -73,6 +73,15 @@ class IndexBeside:
             self._index = index
         return self._index
 
+    def ready(self) -> bool:
+        """Whether `result()` would not wait (the child has answered, or is gone)."""
+        if self._index is not None or self._child is None:
+            return True
+        try:
+            return self._receiver.poll()
+        except (OSError, EOFError):
+            return True
+
     def close(self) -> None:
         """The run ends without the index (an error): the child is stopped, if still there."""
         self._end(wait=False)

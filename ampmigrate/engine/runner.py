@@ -501,18 +501,23 @@ def _run_pending(
     import_engine()
 
     size = _pool_size(todo, jobs)
-    # Round one runs beside the child building the index (a CPU of its own): one worker fewer
-    # then, the last one forked for round two. The same wall time on a busy machine, and less
-    # CPU time (about 40 ms on Lightning: three processes on two CPUs slow each other down).
+    # While the child builds the index it has a CPU of its own: round one starts with one
+    # worker fewer, and the last one is forked when the child is done (`pending.ready()`), for
+    # round one's files left and then round two. Three processes on two CPUs slow each other
+    # down (about 40 ms more CPU time on Lightning), and the child is done before round one.
     first = max(1, size - 1)
-    chunks = _chunks(files, todo, first, defer=False)
+    chunks = _chunks(files, todo, size, defer=False)
     finished: List[Tuple[int, Union[FileResult, workers.Failure]]] = []
     deferred: List[Tuple[int, int, _Deferred]] = []
     pool = workers.WorkerPool(first, _init_worker, (settings, cache, project, None, job, True), _worker_item, limits(settings))
     gc.freeze()  # as in _run_in_workers
     try:
         with pool:
+            grown = first == size
             for slot, outcome in pool.run(chunks):
+                if not grown and pending.ready():
+                    pool.grow(size)
+                    grown = True
                 if isinstance(outcome, _Deferred):
                     deferred.append((outcome.size, slot, outcome))
                 else:
@@ -544,7 +549,7 @@ def _run_pending(
             # Round one's workers go on, given the index (a worker forked anew would copy
             # the pages it touches of this process again).
             pool.reinitialize((settings, cache, project, index, job), _give_index, (index,))
-            pool.size = size  # the worker(s) round one did without: forked given the index
+            pool.grow(size)  # a worker round one did without: forked given the index
             for slot, outcome in pool.run(second):
                 done(slot, outcome)
     finally:

@@ -220,6 +220,11 @@ class WorkerPool:
             except OSError:
                 pass  # it died: noticed (and replaced) when it is given work
 
+    def grow(self, size: int) -> None:
+        """Up to `size` workers from now on: a `run` in progress forks the new ones when it
+        next looks for a worker to give work to."""
+        self.size = max(self.size, size)
+
     def _spawn(self) -> _Worker:
         worker = _Worker(self._context, *self._spawn_args)
         self._workers.append(worker)
@@ -252,6 +257,8 @@ class WorkerPool:
             idle.append(self._spawn())
 
         while queue or busy:
+            if queue and len(self._workers) < self.size:  # `size` grew meanwhile (`grow`)
+                idle.append(self._spawn())
             while idle and queue:
                 assign(idle.pop())
             for connection in wait(list(busy), timeout=POLL_INTERVAL):
