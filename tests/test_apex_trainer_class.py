@@ -103,12 +103,33 @@ def test_a_subclass_in_the_caller_makes_both_refuse(tmp_path):
         assert "run.py uses `Trainer" in reasons[side] and "otherwise than by calling it" in reasons[side]
 
 
-def test_a_trainer_with_a_base_class_refuses(tmp_path):
+def test_a_trainer_with_a_base_class_takes_the_scaler(tmp_path):
+    """A plain base class (old-style `super()` included) does not change whose `__init__` a
+    construction runs: the class's own, which takes the scaler."""
     project = _copy(tmp_path)
-    _edit(project / "training" / "trainer.py", "class Trainer:", "class Base:\n    pass\n\n\nclass Trainer(Base):")
+    trainer = project / "training" / "trainer.py"
+    _edit(trainer, "class Trainer:", "class Base:\n    def __init__(self):\n        self.steps = 0\n\n\nclass Trainer(Base):")
+    _edit(trainer, "        self.model = model\n", "        super(Trainer, self).__init__()\n        self.model = model\n")
+    _fix(project)
+    b = trainer.read_text()
+    assert "import apex" not in b and "from apex" not in b
+    assert (
+        "    def __init__(self, model, optimizer, epochs=1, fp16=False, grad_clip=0.0, *, scaler):\n"
+        "        self.scaler = scaler\n"
+        "        super(Trainer, self).__init__()\n"
+    ) in b
+    assert "grad_clip=args.grad_clip, scaler=scaler)\n" in (project / "run.py").read_text()
+    _compiles_and_is_stable(project)
+
+
+def test_a_decorated_trainer_refuses(tmp_path):
+    """A decorator (a registry's `register_module()`) may replace the class or construct it
+    elsewhere: both sides refuse."""
+    project = _copy(tmp_path)
+    _edit(project / "training" / "trainer.py", "class Trainer:", "def register(cls):\n    return cls\n\n\n@register\nclass Trainer:")
     reasons = _refused(project)
-    assert "`Trainer` has base classes, a metaclass or decorators" in reasons["trainer.py"]
-    assert "`Trainer` has base classes" in reasons["run.py"]
+    assert "`Trainer` has a metaclass, decorators or computed base classes" in reasons["trainer.py"]
+    assert "`Trainer` has a metaclass, decorators" in reasons["run.py"]
 
 
 def test_a_caller_without_amp_makes_both_refuse(tmp_path):

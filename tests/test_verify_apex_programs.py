@@ -33,6 +33,7 @@ CASES = {
     "coqui_tacotron": ("apex_tacotron_tts", "train_tacotron.py", [], set()),
     "waveglow": ("apex_waveglow", "train.py", [], set()),
     "person_reid": ("apex_reid", "train.py", ["--fp16"], {"apex", "apex.optimizers"}),
+    "espnet_lm": ("apex_espnet_lm", "train.py", ["--train-dtype", "O1"], set()),
 }
 
 _AMP_APIS = {"initialize", "scale_loss", "master_params", "state_dict", "load_state_dict", "_amp_state"}

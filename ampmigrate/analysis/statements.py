@@ -89,15 +89,23 @@ def climbable(names: NameIndex, block: cst.CSTNode, *, out_of_loops: bool = Fals
     unless `out_of_loops`, at a loop boundary: the next iteration is not "after")."""
     direct = names.parent(block)
     if isinstance(direct, (cst.For, cst.While)) and out_of_loops and direct.body is block:
-        # Only an inner loop (gradient accumulation): past the outermost loop of the function
-        # is after training, not after the step.
-        return direct if _inside_loop(names, direct) else None
+        # Only an inner loop (gradient accumulation), or a counted one (`for _ in range(accum)`
+        # in a per-step function): past the outermost loop over data the function has trained.
+        return direct if _inside_loop(names, direct) or _counted(direct) else None
     if not isinstance(direct, _TRANSPARENT):
         return None
     owner = owner_statement(names, block)
     if isinstance(owner, (cst.If, cst.With, cst.Try, cst.TryStar)):
         return owner
     return None
+
+
+def _counted(loop: cst.CSTNode) -> bool:
+    """`for _ in range(n)`: a loop counted out, as the micro-batches of one optimizer step."""
+    return (
+        isinstance(loop, cst.For) and isinstance(loop.iter, cst.Call) and isinstance(loop.iter.func, cst.Name)
+        and loop.iter.func.value == "range" and loop.orelse is None
+    )
 
 
 def _inside_loop(names: NameIndex, node: cst.CSTNode) -> bool:
@@ -217,9 +225,12 @@ _PURE_LEAVES = (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.Concaten
 def is_pure(expression: cst.CSTNode) -> bool:
     """True when evaluating `expression` again has no side effects and (barring reassignment)
     gives the same value: names, attributes, literals, subscripts with literal keys,
-    comparisons, `not`, `and`/`or`."""
+    comparisons, `not`, `and`/`or`, and tuple, list and set displays of such values (the
+    `("O1", "O2")` of `opt_level in ("O1", "O2")`)."""
     if isinstance(expression, _PURE_LEAVES):
         return True
+    if isinstance(expression, (cst.Tuple, cst.List, cst.Set)):
+        return all(isinstance(e, cst.Element) and is_pure(e.value) for e in expression.elements)
     if isinstance(expression, cst.Attribute):
         return is_pure(expression.value)
     if isinstance(expression, cst.Subscript):

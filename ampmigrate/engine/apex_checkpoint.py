@@ -74,7 +74,7 @@ def summarize_checkpoint(tree: ast.Module, summary: "ModuleSummary") -> None:
     taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     taken |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in [*n.posonlyargs, *n.args, *n.kwonlyargs]}
     scaler = next((name for name in SCALER_NAMES if name not in taken), "")
-    loads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    loads = name_loads(tree)
     functions: Dict[str, Tuple[List[str], str, str]] = {}
     attributes = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     for node in uses:
@@ -112,6 +112,23 @@ def state_class(tree: ast.Module, node: ast.AST) -> Optional[ast.ClassDef]:
     return None
 
 
+def name_loads(tree: ast.Module) -> Set[str]:
+    """The names the file reads, less a class naming itself in an old-style `super(Trainer, self)`
+    in its own body (no construction, no escape of the class)."""
+    own_super: Set[int] = set()
+    for cls in ast.walk(tree):
+        if isinstance(cls, ast.ClassDef):
+            for node in ast.walk(cls):
+                if (
+                    isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
+                    and len(node.args) == 2 and isinstance(node.args[0], ast.Name) and node.args[0].id == cls.name
+                ):
+                    own_super.add(id(node.args[0]))
+    return {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in own_super
+    }
+
+
 def class_init(cls: ast.ClassDef) -> Optional[ast.FunctionDef]:
     return next((s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
 
@@ -130,8 +147,10 @@ def _class_record(cls: ast.ClassDef, loads: Set[str], scaler: str, attributes: S
         problem = f"`{cls.name}` is also used in its own file, where no GradScaler is made"
     elif not scaler or scaler in attributes:
         problem = "every usual name for the scaler is taken in this file"
-    elif cls.decorator_list or cls.keywords or any(not (isinstance(b, ast.Name) and b.id == "object") for b in cls.bases):
-        problem = f"`{cls.name}` has base classes, a metaclass or decorators, so its construction cannot be followed"
+    elif cls.decorator_list or cls.keywords or any(not isinstance(b, (ast.Name, ast.Attribute)) for b in cls.bases):
+        # Plain base classes are fine: the class's own `__init__` takes the scaler, and no other
+        # attribute of the file has the scaler's name (above), so a base's attributes keep theirs.
+        problem = f"`{cls.name}` has a metaclass, decorators or computed base classes, so its construction cannot be followed"
     elif init is None or not init.args.args:
         problem = f"`{cls.name}` has no `__init__` of its own to take the scaler"
     elif init.args.posonlyargs or scaler in {a.arg for a in (init.args.vararg, init.args.kwarg) if a is not None}:

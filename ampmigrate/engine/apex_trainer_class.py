@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, List, Optional, Set, Tuple
 
-from ampmigrate.engine.apex_checkpoint import _class_record, class_init, state_class
+from ampmigrate.engine.apex_checkpoint import _class_record, class_init, name_loads, state_class
 from ampmigrate.engine.apex_threading import _own_nodes, _parent_call, scaled_with_problem
 
 
@@ -42,7 +42,7 @@ def step_classes(
             by_class.setdefault(cls.name, (cls, []))[1].append(node)
     if not by_class:
         return {}, outside
-    loads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    loads = name_loads(tree)
     attributes = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     records: Dict[str, Tuple[List[str], str, str, str]] = {}
     for name, (cls, nodes) in by_class.items():

@@ -36,12 +36,13 @@ from ampmigrate.engine.apex_threading import summarize_threading, threading_key
 from ampmigrate.engine.apex_values import apex_amp_args, apex_amp_getters, top_functions
 from ampmigrate.engine.caller_uses import source_tree
 from ampmigrate.engine.grad_norm_helpers import grad_norm_helpers
+from ampmigrate.engine.state_loaders import state_loaders
 from ampmigrate.engine.project import module_names
 from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 17
+_FORMAT = 18
 
 
 @dataclass
@@ -131,6 +132,9 @@ class ModuleSummary:
     # Attributes named like amp read here as `<x>.<attr>.<apex.amp function>` (a byte scan,
     # engine/apex_attrs.py `apex_attr_loads`): where a migration renaming the attribute must reach.
     apex_attr_loads: List[str] = field(default_factory=list)
+    # Top-level functions restoring each `**kwargs` value's state from the checkpoint entry of its
+    # keyword (SwAV's `restart_from_checkpoint`, engine/state_loaders.py).
+    state_loaders: List[str] = field(default_factory=list)
 
 
 def _as_data(summary: ModuleSummary) -> dict:
@@ -176,6 +180,7 @@ def _as_data(summary: ModuleSummary) -> dict:
         "apex_attr_stores": {attr: list(kinds) for attr, kinds in summary.apex_attr_stores.items()},
         "apex_attr_candidate": summary.apex_attr_candidate,
         "apex_attr_loads": list(summary.apex_attr_loads),
+        "state_loaders": list(summary.state_loaders),
     }
 
 
@@ -323,6 +328,15 @@ class ProjectIndex:
             return None
         path, name = found
         return path if name in self.modules[path].apex_amp_getters else None
+
+    def state_loader(self, qname: str) -> Optional[str]:
+        """The file of the run defining `qname` when that function restores each keyword
+        argument's state from the checkpoint entry of its name (engine/state_loaders.py)."""
+        found = self.function(qname)
+        if found is None:
+            return None
+        path, name = found
+        return path if name in self.modules[path].state_loaders else None
 
     def trained_with(self, path: str, name: str) -> Optional[str]:
         """Another file of the run that trains (calls `.backward()`, makes a GradScaler, ...) and
@@ -574,6 +588,8 @@ class ProjectIndex:
                     parts.append(f"{spec}:scalers={sorted(self.modules[other].scaler_param_uses.items())}")
                 if other is not None and other != absolute and self.modules[other].apex_amp_getters:
                     parts.append(f"{spec}:apex_getters={self.modules[other].apex_amp_getters}")
+                if other is not None and other != absolute and self.modules[other].state_loaders:
+                    parts.append(f"{spec}:state_loaders={self.modules[other].state_loaders}")
                 if other is not None and other != absolute and self.modules[other].fft_helpers:
                     parts.append(f"{spec}:fft={sorted(self.modules[other].fft_helpers.items())}")
                 if not self._grad_norm_files:  # the usual case: no sibling to look for
@@ -767,7 +783,8 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
             summary.grad_norm_helpers = grad_norm_helpers(parse())
     needs_savers = not test_file and b"state_dict()" in raw and _SAVES.search(raw) is not None
     needs_scaler_params = not test_file and b"caler" in raw and _SCALER_PARAM.search(raw) is not None
-    if not (summary.trains or needs_ast or needs_apex or needs_savers or needs_scaler_params):
+    needs_loaders = not test_file and b".load_state_dict(" in raw and b"**" in raw and b".items()" in raw
+    if not (summary.trains or needs_ast or needs_apex or needs_savers or needs_scaler_params or needs_loaders):
         return summary
     summary.imports = _imports(raw, from_imports, shortcuts)
     # A training file that builds something it imported and trains it (AMP409 across files).
@@ -776,7 +793,7 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
     )
     if needs_results and shortcuts and raw.isascii():
         needs_results = _may_train_a_result(raw, summary.from_imports)
-    others = needs_results or needs_savers or needs_scaler_params  # records the shortcuts below do not cover
+    others = needs_results or needs_savers or needs_scaler_params or needs_loaders  # records the shortcuts below do not cover
     if not (needs_ast or needs_apex or others):
         return summary
     if shortcuts and raw.isascii():
@@ -785,7 +802,7 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
         needs_ast = needs_ast and _may_record_scaler_or_clip(raw)
         if needs_savers and not _may_define_checkpoint_saver(raw):
             needs_savers = False
-            others = needs_results or needs_scaler_params
+            others = needs_results or needs_scaler_params or needs_loaders
         needs_apex = needs_apex and (b"scale_loss" in raw or _APEX_AMP_IMPORT.search(raw) is not None)
         if not (needs_ast or needs_apex or others):
             return summary
@@ -807,6 +824,8 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
             summary.checkpoint_savers = _checkpoint_savers(tree, raw)
         if needs_scaler_params:
             summary.scaler_param_uses = _scaler_param_uses(tree)
+        if needs_loaders:
+            summary.state_loaders = state_loaders(tree)
     except RecursionError:
         return ModuleSummary(
             trains=summary.trains, imports=summary.imports, from_imports=summary.from_imports,

@@ -80,6 +80,7 @@ from ampmigrate.rules.apex._presence import (
 from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions
 from ampmigrate.rules.apex._removal import Removal, none_assignments, unused_after
 from ampmigrate.rules.apex._scaler_access import ScalerAccess
+from ampmigrate.rules.apex._state_loader_args import plan_state_loader_arg
 from ampmigrate.rules.apex._timm_scaler import timm_scaler_fix
 from ampmigrate.rules.apex._unused_optimizer import optimizers_unused
 from ampmigrate.rules.apex._window_readers import WindowReaders
@@ -132,7 +133,7 @@ class _Planner(
         refs = [r for r in usage.refs if r.api not in APEX_AMP_CAST_ANNOTATIONS]
         plan = AmpPlan()
         for ref in refs:
-            if ref.api in (None, "pass", "carry") or (ref.via_handle and ref.api == "handle"):
+            if ref.api in (None, "pass", "carry", "state_arg") or (ref.via_handle and ref.api == "handle"):
                 continue  # presence tests, the module handed on or stored and the handle are not findings
             api = ref.node.attr.value if ref.api == "unknown" and isinstance(ref.node, cst.Attribute) else ref.api
             plan.sites.append(Site(ref.node, self._code_for(ref), api))
@@ -208,7 +209,7 @@ class _Planner(
                 "O3 is pure fp16 training (the model cast to half, no fp32 master weights, no loss scaling); "
                 "torch.amp has no such mode, so the choice (fp16 autocast + GradScaler, or bf16) is yours"
             )
-        if "O3" in spec.levels and spec.opt_level_code is None:
+        if "O3" in spec.levels and spec.o3_test is None and spec.opt_level_code is None:
             raise Unfixable("`opt_level` may be O3 (pure fp16), which has no torch.amp equivalent")
         fp32 = spec.levels == {"O0"}
         if not fp32 and self.ctx.settings.min_torch < TORCH_AMP_GRAD_SCALER_SINCE:
@@ -727,7 +728,7 @@ class _Planner(
         self.fp16_steps = steps
         scaler_scopes = [s.function for s in steps]
         for ref in self.refs:
-            if ref.api in ("state_dict", "load_state_dict") or (ref.api == "_amp_state"):
+            if ref.api in ("state_dict", "load_state_dict", "state_arg") or (ref.api == "_amp_state"):
                 scaler_scopes.append(self._function_scope(ref.node))
         from ampmigrate.rules.apex._checkpoint_threading import (
             helper_calls,
@@ -811,6 +812,8 @@ class _Planner(
                 new_func = self.ctx.parse_expression(f"{scaler}.{ref.api}")
                 self.builder.replace(ref.node, new_func)
                 self.handled.add(ref.node)
+            elif ref.api == "state_arg":
+                plan_state_loader_arg(self, ref)
             elif ref.api == "disable_casts":
                 self._rewrite_disable_casts(ref)
             elif ref.api == "_amp_state":
@@ -1066,9 +1069,12 @@ class _Planner(
         for ref in self.refs:
             if ref.api == "master_params":
                 self._rewrite_master_params(ref)
-            elif ref.api in ("state_dict", "load_state_dict", "_amp_state"):
+            elif ref.api in ("state_dict", "load_state_dict", "_amp_state", "state_arg"):
                 raise Unfixable(
                     f"`amp.{ref.api}` has no fp32 counterpart; remove it from the checkpoint code by hand"
+                    if ref.api != "state_arg" else
+                    f"apex's amp module is handed to a checkpoint loader at line {self._line(ref.node)}, which has no "
+                    "fp32 counterpart; remove it from the checkpoint code by hand"
                 )
             elif ref.api == "disable_casts":
                 raise Unfixable("`amp.disable_casts` under O0 has nothing to disable; remove it by hand")

@@ -244,6 +244,15 @@ def scaler_spec(
                     spec.o3_unsafe = spec.unsafe[-1]
             else:
                 spec.levels = levels
+                if "O3" in levels and len(levels) > 1:
+                    # `if args.dtype in ("O0", "O1", "O2", "O3")`: O3 (pure fp16) has no torch.amp
+                    # equivalent, so under it the rewrite raises (the planner's guard) or is refused.
+                    if not is_pure(level_node):
+                        spec.error = f"`opt_level={code(level_node).strip()}` may be O3 (pure fp16), which has no torch.amp equivalent"
+                        return spec
+                    spec.unsafe.append(f"`opt_level={code(level_node).strip()}` may be O3 (pure fp16), which has no torch.amp equivalent")
+                    spec.o3_test = f"{_operand(level_node, code)} == {quote}O3{quote}"
+                    spec.o3_unsafe = spec.unsafe[-1]
             if "O0" in spec.levels and spec.levels & {"O1", "O2"}:
                 # O0 is fp32: the scaler (and autocast) are enabled only for the other levels.
                 spec.opt_level_code = code(level_node).strip()

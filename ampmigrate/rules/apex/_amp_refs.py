@@ -24,6 +24,7 @@ from ampmigrate.api import APEX_AMP_API, APEX_AMP_MODULE
 from ampmigrate.engine.context import FileContext
 from ampmigrate.engine.names import Binding, NameIndex
 from ampmigrate.rules.apex._amp_carrier import Carrier, find_carrier
+from ampmigrate.rules.apex._state_loader_args import mark_state_loader_args
 
 
 @dataclass(eq=False)
@@ -82,6 +83,7 @@ def _collect(ctx: FileContext) -> AmpUsage:
             if f"{APEX_AMP_MODULE}.{parent.attr.value}" not in APEX_AMP_API:
                 refs.append(AmpRef(parent, "unknown", _called(names, parent)))
     slots = _follow_into_functions(ctx, refs)
+    mark_state_loader_args(ctx, refs)  # `restart_from_checkpoint(..., amp=apex.amp)` (_state_loader_args.py)
     carrier = find_carrier(ctx, refs)
     handle_bindings: List[Binding] = []
     for ref in list(refs):

@@ -58,13 +58,75 @@ class StepRewrites:
             if not calls:
                 calls = self._caller_steps(step, optimizer)
             if not calls:
-                raise Unfixable(
+                raise Unfixable(self._wrapped_step_reason(step, optimizer) or (
                     f"no `{self.ctx.code(optimizer).strip()}.step()` follows `amp.scale_loss` at line "
                     f"{self._line(step.call)} in the same function; it must become `scaler.step(...)` + "
                     "`scaler.update()`"
-                )
+                ))
+            calls.extend(self._later_steps(step, wanted, calls))
             found.extend(c for c in calls if c not in found)
         step.steps = found
+
+    def _wrapped_step_reason(self, step: Step, optimizer: cst.BaseExpression) -> Optional[str]:
+        """`opt = optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer` scaled, and
+        `optimizer.step()` after it (ESPnet's Noam wrapper): apex patched the inner optimizer's step,
+        which the wrapper calls; GradScaler must unscale and step one object, and which object that
+        may be (a wrapper with `param_groups`?) is not known here."""
+        if not isinstance(optimizer, cst.Name):
+            return None
+        bindings = self.names.bindings_of(optimizer)
+        if len(bindings) != 1 or bindings[0].value is None:
+            return None
+        inside = {expression_key(n) for n in walk(bindings[0].value) if isinstance(n, (cst.Name, cst.Attribute))}
+        for statement in following(self.names, step.with_node, out_of_loops=True):
+            for call in self._step_calls(statement):
+                if expression_key(call.func.value) in inside:
+                    stepped = self.ctx.code(call.func.value).strip()
+                    return (
+                        f"`amp.scale_loss` at line {self._line(step.call)} scales with `{optimizer.value}` "
+                        f"(`{self.ctx.code(bindings[0].value).strip()}`), but line {self._line(call)} steps "
+                        f"`{stepped}`: apex skipped the step of the optimizer it was given, which `{stepped}` "
+                        "may wrap; GradScaler must unscale and step one object, and which one is not known here"
+                    )
+        return None
+
+    def _later_steps(self, step: Step, wanted: Set[str], calls: List[cst.Call]) -> List[cst.Call]:
+        """Other `optimizer.step()` calls of the function after the scaled backward, as the
+        flush of an accumulation loop's remainder after the loop: they step on gradients
+        GradScaler has scaled, so they go through the scaler too. A gradient read (a clip)
+        after the first step and before such a call would need its own `unscale_`: refused."""
+        with_end = self._end(step.with_node)
+        first = min((self._start(c) for c in calls), default=with_end)
+        later: List[cst.Call] = []
+        readers: List[cst.CSTNode] = []
+        backwards: List[cst.Call] = []
+        function = step.function.node
+        for node in walk(function.body if isinstance(function, cst.FunctionDef) else function):
+            if not isinstance(node, (cst.Call, cst.Attribute)) or self._start(node) <= with_end:
+                continue
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "step":
+                if node not in calls and expression_key(node.func.value) in wanted and not self._inactive(step, node):
+                    later.append(node)
+            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward":
+                backwards.append(node)
+            elif self._reads_gradients(node) and self._start(node) > first:
+                readers.append(node)
+        # A step after another backward pass (a phase of plain training after this one) is that
+        # pass's own step: it stays as it is.
+        later = [c for c in later if not any(first < self._start(b) < self._start(c) for b in backwards)]
+        for call in later:
+            reader = next((r for r in readers if self._start(r) < self._start(call)), None)
+            if reader is not None:
+                raise Unfixable(
+                    f"`{self.ctx.code(call).strip()}` at line {self._line(call)} steps again after the scaled backward "
+                    f"at line {self._line(step.call)}, and line {self._line(reader)} reads the gradients before it: "
+                    "GradScaler would need an `unscale_` there"
+                )
+        return later
+
+    def _end(self, node: cst.CSTNode) -> Tuple[int, int]:
+        position = self.ctx.position(node).end
+        return position.line, position.column
 
     def _step_calls(self, statement: cst.CSTNode) -> List[cst.Call]:
         return [

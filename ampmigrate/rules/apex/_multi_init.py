@@ -420,6 +420,22 @@ class MultiInits:
                 keys.add(expression_key(target.elements[1].value))
         return keys
 
+    def _rebinds_own_optimizer(self, ref: AmpRef) -> bool:
+        """`model, opt = amp.initialize(model, opt, ...)`: the result's optimizer goes back to the
+        expression passed (a name or an attribute), so the call changes what no name means."""
+        bound = bound_arguments(ref.call, INITIALIZE_PARAMS) or {}
+        given = bound.get("optimizers")
+        if given is None or not isinstance(given.value, (cst.Name, cst.Attribute)):
+            return False
+        small = self._init_line(ref).body[0]
+        if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+            return False
+        target = small.targets[0].target
+        return (
+            isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2
+            and expression_key(target.elements[1].value) == expression_key(given.value)
+        )
+
     def _used_optimizer(self, ref: AmpRef) -> Optional[str]:
         if ref.api == "scale_loss":
             bound = bound_arguments(ref.call, SCALE_LOSS_PARAMS) or {}
@@ -448,6 +464,11 @@ class MultiInits:
         for name in ("models", "optimizers"):
             a, b = bound_first.get(name), bound_other.get(name)
             if name == "models" and o1_only and a is not None and b is not None:
+                continue
+            if name == "optimizers" and a is not None and b is not None and self._rebinds_own_optimizer(first) and self._rebinds_own_optimizer(other):
+                # `o.optimizer = amp.initialize(m, o.optimizer)` in one arm, `o = amp.initialize(m, o)` in
+                # the other (a scheduler wrapper or the bare optimizer): apex patches each in place and
+                # returns it, and one GradScaler serves whichever optimizer the training step names.
                 continue
             if (a is None) != (b is None) or (a is not None and expression_key(a.value) != expression_key(b.value)):
                 return False

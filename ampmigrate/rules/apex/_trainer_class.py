@@ -78,6 +78,8 @@ def constructed_access(planner: _Planner, use_scopes: List[Scope]) -> Optional[S
     stray = ""
     for ref in refs:
         call = planner.names.parent(ref)
+        if _names_own_super(planner, ref, cls):
+            continue
         if not (isinstance(call, cst.Call) and call.func is ref):
             stray = stray or f"`{name}` is used at line {planner._line(ref)} otherwise than constructed (a subclass, a value)"
         elif planner._function_scope(call) is not home or planner._line(call) <= init_line:
@@ -103,11 +105,22 @@ def constructed_access(planner: _Planner, use_scopes: List[Scope]) -> Optional[S
     return ConstructedAccess(planner, use_scopes, cls, constructions)
 
 
+def _names_own_super(planner: _Planner, ref: cst.CSTNode, cls: Scope) -> bool:
+    """`super(Trainer, self)` in one of `Trainer`'s own methods: the class names itself for the
+    old-style `super()`, no construction and no escape."""
+    call = planner.names.parent(planner.names.parent(ref))
+    return (
+        isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value == "super"
+        and len(call.args) == 2 and call.args[0].value is ref and call.args[0].keyword is None
+        and planner._function_scope(call).parent is cls
+    )
+
+
 def _class_problem(planner: _Planner, cls: Scope) -> str:
     node = cls.node
     name = node.name.value
-    if node.decorators or node.keywords or any(not (isinstance(b.value, cst.Name) and b.value.value == "object") for b in node.bases):
-        return f"`{name}` has base classes, a metaclass or decorators, so its construction cannot be followed"
+    if node.decorators or node.keywords or any(b.star or not isinstance(b.value, (cst.Name, cst.Attribute)) for b in node.bases):
+        return f"`{name}` has a metaclass, decorators or computed base classes, so its construction cannot be followed"
     init = next((s for s in node.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
     if init is None or init.decorators or not init.params.params or not isinstance(init.body, cst.IndentedBlock):
         return f"`{name}` has no plain `__init__` of its own to take the scaler"
@@ -135,6 +148,8 @@ class ConstructedAccess(ScalerAccess):
         self.cls = cls
         self.constructions = constructions
         taken = set(cls.self_attrs) | set(cls.bindings)
+        if cls.node.bases:  # a base class's attributes are unknown here: no name the file uses as one
+            taken |= {n.attr.value for n in walk(planner.module) if isinstance(n, cst.Attribute)}
         self.name = next((n for n in (self._choose_name(use_scopes),) if n not in taken), "")
         if not self.name:
             raise Unfixable(f"the scaler's name is taken on `{cls.node.name.value}`")

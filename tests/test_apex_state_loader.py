@@ -1,0 +1,108 @@
+"""apex's amp module handed by keyword to a checkpoint loader that restores every keyword
+argument (SwAV's `restart_from_checkpoint(..., amp=apex.amp)`): engine/state_loaders.py records
+the loader, rules/apex/_state_loader_args.py puts the GradScaler in the module's place under a
+new checkpoint key on both sides.
+
+The fixture tests/fixtures/AMP101/apex_state_loader.project (main.py + utils.py) is written from
+scratch in that shape.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ampmigrate.engine.project_index import summarize
+from ampmigrate.engine.state_loaders import state_loaders
+
+from conftest import FIXTURES
+from test_apex_threading import _compiles_and_is_stable, _edit, _fix, _refused
+
+PROJECT = FIXTURES / "AMP101" / "apex_state_loader.project"
+
+LOADER = '''
+def restore(path, **kwargs):
+    checkpoint = load(path)
+    for key, value in kwargs.items():
+        if key in checkpoint and value is not None:
+            value.load_state_dict(checkpoint[key])
+'''
+
+
+def _copy(tmp_path: Path) -> Path:
+    project = tmp_path / "p"
+    shutil.copytree(PROJECT, project)
+    return project
+
+
+def test_the_index_records_the_loader():
+    assert summarize((PROJECT / "utils.py").read_bytes(), "").state_loaders == ["restart_from_checkpoint"]
+    assert summarize((PROJECT / "main.py").read_bytes(), "").state_loaders == []
+    assert state_loaders(ast.parse(LOADER)) == ["restore"]
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("value.load_state_dict(checkpoint[key])", "value.load_state_dict(checkpoint[key]); keep.append(value)"),
+        ("    checkpoint = load(path)\n", "    checkpoint = load(path)\n    other(**kwargs)\n"),
+        ("value.load_state_dict(checkpoint[key])", "value.load(checkpoint[key])"),
+        ("for key, value in kwargs.items():", "for value in kwargs.values():"),
+    ],
+    ids=["value-stored", "kwargs-passed-on", "no-load-state-dict", "values-only"],
+)
+def test_a_loader_that_does_anything_else_with_its_values_is_not_one(old, new):
+    assert old in LOADER
+    assert state_loaders(ast.parse(LOADER.replace(old, new))) == []
+
+
+def test_fix_hands_the_scaler_to_the_loader_under_a_new_key(tmp_path):
+    project = _copy(tmp_path)
+    utils_before = (project / "utils.py").read_text()
+    _fix(project)
+    main = (project / "main.py").read_text()
+    assert "apex" not in main
+    assert '    scaler = torch.amp.GradScaler("cuda", enabled=args.use_fp16)\n' in main
+    assert "        optimizer=optimizer,\n        scaler=scaler,\n    )\n" in main
+    assert '            save_dict["scaler"] = scaler.state_dict()\n' in main
+    assert (project / "utils.py").read_text() == utils_before
+    _compiles_and_is_stable(project)
+
+
+def test_the_migrated_loader_resumes_old_and_new_checkpoints(tmp_path):
+    """What the new key buys: a checkpoint apex saved (`amp`: `{"loss_scaler0": ...}`, which
+    `GradScaler.load_state_dict` rejects) is skipped by the loader, and one the migrated program
+    saved restores the scale."""
+    torch = pytest.importorskip("torch")
+    namespace: dict = {}
+    exec(compile((PROJECT / "utils.py").read_text(), "utils.py", "exec"), namespace)
+    restart = namespace["restart_from_checkpoint"]
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    old = tmp_path / "old.pth"
+    torch.save({"amp": {"loss_scaler0": {"loss_scale": 8.0, "unskipped": 3}}}, old)
+    with pytest.raises(KeyError):
+        scaler.load_state_dict(torch.load(old)["amp"])  # the name apex used would fail this way
+    restart(str(old), scaler=scaler)
+    assert scaler.get_scale() == 2.0**10
+    saved = torch.amp.GradScaler("cpu", init_scale=2.0**5)
+    new = tmp_path / "new.pth"
+    torch.save({"scaler": saved.state_dict()}, new)
+    restart(str(new), scaler=scaler)
+    assert scaler.get_scale() == 2.0**5
+
+
+def test_a_save_under_another_key_refuses(tmp_path):
+    project = _copy(tmp_path)
+    _edit(project / "main.py", 'save_dict["amp"] = ', 'save_dict["amp_state"] = ')
+    reasons = _refused(project)
+    assert "restores apex's state from the checkpoint entry `amp`, which this file does not save" in reasons["main.py"]
+
+
+def test_a_taken_key_refuses(tmp_path):
+    project = _copy(tmp_path)
+    _edit(project / "main.py", '"epoch": epoch + 1,', '"epoch": epoch + 1, "scaler": None,')
+    reasons = _refused(project)
+    assert "the checkpoint key `scaler` for the GradScaler's state is already used in this file" in reasons["main.py"]
