@@ -245,7 +245,7 @@ class Accumulator:
     def __init__(self, model, steps):
         self.model = model
         self.optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-        self.model, self.optimizer = amp.initialize(self.model, self.optimizer, opt_level="O2")
+        self.model, self.optimizer = amp.initialize(self.model, self.optimizer, opt_level="O1")
         self.steps = steps
 
     def fit(self, data, epochs):

@@ -33,7 +33,6 @@ CASES = {
     "coqui_tacotron": ("apex_tacotron_tts", "train_tacotron.py", [], set()),
     "waveglow": ("apex_waveglow", "train.py", [], set()),
     "person_reid": ("apex_reid", "train.py", ["--fp16"], {"apex", "apex.optimizers"}),
-    "espnet_lm": ("apex_espnet_lm", "train.py", ["--train-dtype", "O1"], set()),
 }
 
 _AMP_APIS = {"initialize", "scale_loss", "master_params", "state_dict", "load_state_dict", "_amp_state"}
@@ -114,3 +113,28 @@ def test_the_same_migration_without_its_unscale_is_rejected(cli, monkeypatch, tm
     assert result.exit_code == 1, result.output
     assert data["runs"]["after"][0]["clips_on_scaled_gradients"] > 0
     assert any("clips gradients that a GradScaler scaled" in reason for reason in data["reasons"]), data["reasons"]
+
+
+def test_espnet_lm_migrates_only_as_an_unsafe_fix_because_o2_clipped_nothing(cli, monkeypatch, tmp_path):
+    """ESPnet1's LM updater (tests/verify_projects/apex_espnet_lm) clips `model.parameters()` after
+    the scaled backward, with the opt level chosen at run time. Under O1 that clip saw apex's
+    unscaled gradients, as the migration's does after `unscale_`; under O2 apex had moved them to
+    fp32 master copies and cleared the model's, so the clip clipped nothing. The safe fix leaves
+    the program with that reason; the unsafe fix trains like the original at O1 and, as the
+    reason says, not at O2."""
+    project = copy_of(PROJECTS / "apex_espnet_lm", tmp_path / "apex_espnet_lm")
+    original = (project / "train.py").read_text(encoding="utf-8")
+    assert _safe_fix(project)["train.py"] == original
+    from ampmigrate.engine.pipeline import Engine
+
+    findings = Engine(make_settings({})).check_text(original, str(project / "train.py")).findings
+    assert any("under O2 apex kept the gradients in fp32 master copies" in (f.fix.message if f.fix else "") for f in findings)
+
+    result, data = run_verify(cli, monkeypatch, project, "train.py", "--steps", "30", "--runs", "2", "--", "--train-dtype", "O1")
+    assert result.exit_code == 0, result.output
+    assert data["verdict"] == "equivalent" and data["apex_emulation"] is True
+
+    result, data = run_verify(cli, monkeypatch, project, "train.py", "--steps", "60", "--runs", "2", "--", "--train-dtype", "O2")
+    assert result.exit_code == 1, result.output
+    assert data["verdict"] != "equivalent"
+    assert (project / "train.py").read_text(encoding="utf-8") == original

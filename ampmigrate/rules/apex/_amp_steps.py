@@ -344,6 +344,7 @@ class StepRewrites:
                 if stop:
                     break
         self._check_helpers_covered(covered_master)
+        self._note_o2_model_clips(readers)
         # `amp.master_params` read in the `scale_loss` body, after the backward: apex had not unscaled
         # yet, and those statements keep running before any `unscale_` (AMP301 judges a clip there).
         in_bodies = {id(n) for step in steps for statement in (step.rest or ()) for n in walk(statement)}
@@ -476,6 +477,33 @@ class StepRewrites:
                         self._opaque_readers.add(node)
                     found.append((node, [self.ctx.code(o).strip() for o in step.optimizers]))
         return found
+
+    def _note_o2_model_clips(self, readers: Dict[cst.CSTNode, List[cst.CSTNode]]) -> None:
+        """Under O2 apex's backward leaves the gradients in the optimizer's fp32 master copies and
+        clears the fp16 model's, so a torch clip of anything but `amp.master_params(...)` there
+        clipped nothing (AMP_FACTS: clip the master params). The migrated step clips what it
+        names: the numerics change wherever O2 may run, and the fix says so."""
+        spec = getattr(self, "spec", None)
+        if spec is None or "O2" not in spec.levels:
+            return
+        masters = self._master_calls()
+        for found in readers.values():
+            for reader in found:
+                if reader in masters or any(isinstance(n, cst.Call) and n in masters for n in walk(reader)):
+                    continue
+                clip = isinstance(reader, cst.Call) and bool(self.names.qualified_names(reader.func) & CLIP_GRAD)
+                what = f"`{self.ctx.code(reader.func).strip()}(...)`" if isinstance(reader, cst.Call) else f"`{self.ctx.code(reader).strip()}`"
+                message = (
+                    f"under O2 apex kept the gradients in fp32 master copies and cleared the fp16 model's, so {what} "
+                    f"at line {self._line(reader)}, which does not go through `amp.master_params(...)`, "
+                    + ("clipped only parameters apex left in fp32 (batch norm), if any; after the migration it clips all it names"
+                       if clip else "saw only the gradients apex left in fp32 (batch norm), if any; after the migration it sees all")
+                )
+                if message not in self.unsafe:
+                    self.unsafe.append(message)
+
+    def _master_calls(self) -> Set[cst.Call]:
+        return {r.call for r in self.refs if r.api == "master_params" and r.call is not None}
 
     def _around_a_read(self, call: cst.Call, master_refs) -> bool:
         """`f(amp.master_params(opt))`, `log(clip_grad_norm_(...))`: the inner read is the one planned."""
