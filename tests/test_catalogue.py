@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ampmigrate.catalogue import FAMILIES, catalogue_dir, load_catalogue
+from ampmigrate.catalogue import FAMILIES, catalogue_dir, load_catalogue, parse_entry, rule_doc
 from ampmigrate.engine.pipeline import Engine
 from ampmigrate.rules import rule_classes
 
@@ -74,3 +74,13 @@ def test_rule_codes_are_the_classes_codes():
 
     assert set(rule_codes()) == {cls.code for cls in rule_classes()}
     assert all(path.stem == load_catalogue()[path.stem].code for path in catalogue_dir().glob("*.toml"))
+
+
+def test_one_entry_read_alone_is_the_catalogues():
+    # A worker reads only the entries of the rules that report in its files (`rule_doc`).
+    docs = load_catalogue()
+    for code, doc in docs.items():
+        assert rule_doc(code) == doc
+        assert parse_entry(catalogue_dir() / f"{code}.toml") == doc
+    with pytest.raises(KeyError):
+        rule_doc("AMP999")

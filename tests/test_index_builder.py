@@ -79,3 +79,49 @@ def test_a_cold_cli_run_and_a_warm_one_find_the_same(tmp_path):
     assert cold.exit_code == warm.exit_code == 0, cold.output
     assert cold.output == warm.output
     assert ": AMP" in cold.output
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child is forked on Linux only")
+def test_ready_says_when_the_result_would_not_wait():
+    import time
+
+    files = _files()
+    beside = index_builder.IndexBeside(str(FIXTURES), files, None, 1 << 20)
+    try:
+        deadline = time.monotonic() + 60
+        while not beside.ready():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        _same(beside.result(), ProjectIndex.build(str(FIXTURES), files, max_size=1 << 20))
+        assert beside.ready()
+    finally:
+        beside.close()
+
+
+def _pid(item):
+    import time
+
+    time.sleep(0.02)
+    return os.getpid()
+
+
+def _nothing():
+    pass
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
+def test_a_pool_grown_during_a_run_forks_a_worker_for_the_batches_left():
+    """engine/runner.py's round one starts with one worker fewer while the index child runs and
+    grows the pool when the child is done."""
+    from ampmigrate.engine.workers import Limits, WorkerPool
+
+    pool = WorkerPool(1, _nothing, (), _pid, Limits(cpu_seconds=60, memory_mib=4096))
+    batches = [[(i, i)] for i in range(12)]
+    pids = []
+    with pool:
+        for key, pid in pool.run(batches):
+            pids.append(pid)
+            if key == 0:
+                pool.grow(2)
+    assert len(pids) == 12
+    assert len(set(pids[:1])) == 1 and len(set(pids)) == 2

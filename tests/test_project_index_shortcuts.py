@@ -133,6 +133,19 @@ EDGES = {
         b"    return torch.norm(torch.stack([(torch.norm)(p.grad.detach(), t) for p in ps]), t)\n",
         "grad_norm_helpers",
     ),
+    "grad-norm helper, the norm of a parenthesized, detached gradient across a comment": (
+        b"def get_grad_norm(parameters, norm_type=2):\n    total_norm = 0\n    for p in parameters:\n"
+        b"        param_norm = ((p.grad)  # the gradient\n . detach ( ) ) . norm(norm_type)\n"
+        b"        total_norm += param_norm.item() ** norm_type\n"
+        b"    total_norm = total_norm ** (1. / norm_type)\n    return total_norm\n",
+        "grad_norm_helpers",
+    ),
+    "grad-norm helper, `.data` through a continuation": (
+        b"def get_grad_norm(parameters):\n    total_norm = 0\n    for p in parameters:\n"
+        b"        total_norm += p.grad.data \\\n            .norm(2.0).item() ** 2.0\n"
+        b"    return total_norm ** 0.5\n",
+        "grad_norm_helpers",
+    ),
     "checkpoint saver, async, through parentheses": (
         b"import torch\nasync \\\n def save_all(path, model, optimizer):\n"
         b"    torch.save({'m': (model) . state_dict(), 'o': optimizer.state_dict()}, path)\n",

@@ -36,6 +36,9 @@ class IndexBeside:
     def __init__(self, root: str, files: List[str], cache_path: Optional[str], max_size: int) -> None:
         self._args = (root, files, cache_path, max_size)
         self._index: Optional[ProjectIndex] = None
+        from ampmigrate.engine.workers import _libc
+
+        _libc()  # the child inherits it (engine/workers.py)
         context = multiprocessing.get_context("fork")
         self._receiver, sender = context.Pipe(duplex=False)
         self._child = context.Process(
@@ -69,6 +72,15 @@ class IndexBeside:
                 index = ProjectIndex.build(root, files, cache_path=cache_path, max_size=max_size)
             self._index = index
         return self._index
+
+    def ready(self) -> bool:
+        """Whether `result()` would not wait (the child has answered, or is gone)."""
+        if self._index is not None or self._child is None:
+            return True
+        try:
+            return self._receiver.poll()
+        except (OSError, EOFError):
+            return True
 
     def close(self) -> None:
         """The run ends without the index (an error): the child is stopped, if still there."""

@@ -49,30 +49,77 @@ def _requirements(rule: Rule) -> List[str]:
     required = list(rule.requires)
     if rule.qualified_prefixes:
         packages = sorted({prefix.split(".")[0] for prefix in rule.qualified_prefixes})
-        required.append(r"\b(?:%s)\b" % "|".join(re.escape(p) for p in packages))
+        required.append(_words(packages))
         lasts = sorted({prefix.rsplit(".", 1)[-1] for prefix in rule.qualified_prefixes})
         if not set(lasts) <= set(packages):  # else the package's regex already asks as much
-            required.append(r"\b(?:%s)\b" % "|".join(re.escape(p) for p in lasts))
+            required.append(_words(lasts))
     return required
 
 
-class Prefilter:
-    def __init__(self, rules: Sequence[Rule]) -> None:
-        self.rules = list(rules)
-        self._regexes: List["re.Pattern[str]"] = []
-        index: Dict[str, int] = {}
+def compile_regexes(rules: Iterable[Rule]) -> None:
+    """Compile every regex the pre-filter of `rules` searches (kept by `compile_trigger`)."""
+    for rule in rules:
+        for pattern in (*rule.triggers, *_requirements(rule)):
+            compile_trigger(pattern)
 
-        def regex(pattern: str) -> int:
-            if pattern not in index:
-                index[pattern] = len(self._regexes)
-                self._regexes.append(compile_trigger(pattern))
-            return index[pattern]
+
+def _words(words: Sequence[str]) -> str:
+    """A regex of any of `words` as a whole word; one word is spelled as rules' triggers spell
+    it (`\\bapex\\b`), so that a file is searched for it once."""
+    if len(words) == 1:
+        return r"\b%s\b" % re.escape(words[0])
+    return r"\b(?:%s)\b" % "|".join(re.escape(w) for w in words)
+
+
+class _Regexes:
+    """The distinct regexes of one or more pre-filters, and which of them matched the last text
+    searched: the pre-filter of a run's rules and that of the rules waiting for the project
+    index (engine/pipeline.py) search the same file one after the other, each regex once."""
+
+    def __init__(self) -> None:
+        self.compiled: List["re.Pattern[str]"] = []
+        self._index: Dict[str, int] = {}
+        self._text: Optional[str] = None
+        self._found: Dict[int, bool] = {}
+
+    def add(self, pattern: str) -> int:
+        if pattern not in self._index:
+            self._index[pattern] = len(self.compiled)
+            self.compiled.append(compile_trigger(pattern))
+        return self._index[pattern]
+
+    def found_in(self, text: str) -> Dict[int, bool]:
+        """regex number -> whether it matches `text`, as far as searched (shared while `text`
+        is the text last asked about)."""
+        if text is not self._text:
+            self._text, self._found = text, {}
+        return self._found
+
+
+class Prefilter:
+    def __init__(self, rules: Sequence[Rule], shared: Optional["Prefilter"] = None) -> None:
+        """`shared`: a pre-filter whose regexes (and their answers for the text last searched)
+        this one shares."""
+        self.rules = list(rules)
+        self._table = shared._table if shared is not None else _Regexes()
+        self._regexes = self._table.compiled
+        regex = self._table.add
 
         # Per rule: its triggers (any one), and the regexes it requires besides (all). Each is
         # searched alone: a literal at the start of a regex lets the engine skip ahead fast,
         # which `a|b` of two different literals no longer can.
-        self._needs: List[Tuple[Tuple[int, ...], Tuple[int, ...]]] = [
-            (tuple(regex(t) for t in rule.triggers), tuple(regex(r) for r in _requirements(rule))) for rule in self.rules
+        needs = [(tuple(regex(t) for t in rule.triggers), tuple(regex(r) for r in _requirements(rule))) for rule in self.rules]
+        # Per rule: (required regexes shared with other rules, its triggers, its other required
+        # regexes), searched in that order (all, any, all: the same answer in any order). A
+        # shared one (a package's name) is searched once per file, and where it is missing the
+        # rules' own triggers need not be searched at all.
+        uses: Dict[int, int] = {}
+        for triggers, required in needs:
+            for i in {*triggers, *required}:
+                uses[i] = uses.get(i, 0) + 1
+        self._needs: List[Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]] = [
+            (tuple(r for r in required if uses[r] > 1), triggers, tuple(r for r in required if uses[r] == 1))
+            for triggers, required in needs
         ]
         prefixes = {p for rule in self.rules for p in (rule.qualified_prefixes or ())}
         self._screen: Optional[QualifiedNameScreen] = QualifiedNameScreen(prefixes) if prefixes else None
@@ -90,7 +137,7 @@ class Prefilter:
             if forced:
                 rest = self.rules_for(text, screen=screen, skip=skip | {r.code for r in forced})
                 return [r for r in self.rules if r in forced or r in rest]
-        found: Dict[int, bool] = {}
+        found = self._table.found_in(text)
 
         def matches(i: int) -> bool:
             if i not in found:
@@ -99,8 +146,11 @@ class Prefilter:
 
         rules = [
             rule
-            for rule, (triggers, required) in zip(self.rules, self._needs)
-            if rule.code not in skip and any(matches(t) for t in triggers) and all(matches(r) for r in required)
+            for rule, (shared, triggers, own) in zip(self.rules, self._needs)
+            if rule.code not in skip
+            and all(matches(r) for r in shared)
+            and any(matches(t) for t in triggers)
+            and all(matches(r) for r in own)
         ]
         return self._screen_ast(text, rules) if screen and rules else rules
 

@@ -1085,6 +1085,13 @@ _SCALE_CALL = re.compile(rb"\." + _GAP + rb"scale" + _GAP_CLOSE + rb"\(")
 _TOP_DEF = re.compile(rb"(?:^|[\r\n])\x0c*def[\s\\]")
 _GRAD_ATTRIBUTE = re.compile(rb"\." + _GAP + rb"grad\b")
 _NORM_CALL = re.compile(rb"\bnorm" + _GAP_CLOSE + rb"\(")
+# Each helper holds `q.grad[.data|.detach()].norm(t)` (the loop's form: `grad`, then `.norm`, only
+# `.data`, `.detach()`, closing parentheses and gaps between) or calls `torch.stack` (torch's form).
+_GRAD_DOT_NORM = re.compile(
+    rb"grad" + _GAP_CLOSE
+    + rb"(?:\." + _GAP + rb"data" + _GAP_CLOSE + rb"|\." + _GAP + rb"detach" + _GAP_CLOSE + rb"\(" + _GAP + rb"\)" + _GAP_CLOSE + rb")?"
+    + rb"\." + _GAP + rb"norm\b"
+)
 
 
 def _may_define_grad_norm_helper(raw: bytes) -> bool:
@@ -1094,6 +1101,7 @@ def _may_define_grad_norm_helper(raw: bytes) -> bool:
         _NORM_CALL.search(raw) is not None
         and _GRAD_ATTRIBUTE.search(raw) is not None
         and _TOP_DEF.search(raw) is not None
+        and (b"stack" in raw or _GRAD_DOT_NORM.search(raw) is not None)
     )
 
 

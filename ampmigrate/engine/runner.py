@@ -421,10 +421,18 @@ def import_engine() -> None:
     """The engine (LibCST, the rules), imported once, before the workers are forked: only a run
     with files to analyse pays for it (a cold run imports it while its project index is built,
     engine/index_builder.py)."""
-    import ampmigrate.engine.pipeline  # noqa: F401
-    from ampmigrate.rules import rule_classes
+    from ampmigrate.engine import collector
 
-    rule_classes()
+    with collector.paused():  # importing makes no garbage: no collection meanwhile
+        import ampmigrate.engine.pipeline  # noqa: F401
+        from ampmigrate.engine.prefilter import compile_regexes
+        from ampmigrate.rules import all_rules
+
+        compile_regexes(all_rules())  # once here, not in each worker (engine/fast_regex.py keeps them)
+        try:
+            import libcst.native  # noqa: F401  (LibCST imports its parser at the first parse: in each worker)
+        except ImportError:  # pragma: no cover - a LibCST without the native parser
+            pass
 
 
 def _pool_size(todo: Sequence[int], jobs: int) -> int:
@@ -493,14 +501,23 @@ def _run_pending(
     import_engine()
 
     size = _pool_size(todo, jobs)
+    # While the child builds the index it has a CPU of its own: round one starts with one
+    # worker fewer, and the last one is forked when the child is done (`pending.ready()`), for
+    # round one's files left and then round two. Three processes on two CPUs slow each other
+    # down (about 40 ms more CPU time on Lightning), and the child is done before round one.
+    first = max(1, size - 1)
     chunks = _chunks(files, todo, size, defer=False)
     finished: List[Tuple[int, Union[FileResult, workers.Failure]]] = []
     deferred: List[Tuple[int, int, _Deferred]] = []
-    pool = workers.WorkerPool(size, _init_worker, (settings, cache, project, None, job, True), _worker_item, limits(settings))
+    pool = workers.WorkerPool(first, _init_worker, (settings, cache, project, None, job, True), _worker_item, limits(settings))
     gc.freeze()  # as in _run_in_workers
     try:
         with pool:
+            grown = first == size
             for slot, outcome in pool.run(chunks):
+                if not grown and pending.ready():
+                    pool.grow(size)
+                    grown = True
                 if isinstance(outcome, _Deferred):
                     deferred.append((outcome.size, slot, outcome))
                 else:
@@ -532,6 +549,7 @@ def _run_pending(
             # Round one's workers go on, given the index (a worker forked anew would copy
             # the pages it touches of this process again).
             pool.reinitialize((settings, cache, project, index, job), _give_index, (index,))
+            pool.grow(size)  # a worker round one did without: forked given the index
             for slot, outcome in pool.run(second):
                 done(slot, outcome)
     finally:

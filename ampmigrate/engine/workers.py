@@ -74,14 +74,30 @@ def new_parse() -> None:
         _CONNECTION.send(("round", time.process_time()))
 
 
-def _die_with_parent(parent: int) -> None:
-    if sys.platform.startswith("linux"):
+def _libc():
+    """The C library, for `prctl` (Linux): loaded in the run's process before it forks, so that
+    each worker (and the project index's child) need not import ctypes and load it again."""
+    global _LIBC
+    if _LIBC is None and sys.platform.startswith("linux"):
         try:
             import ctypes
 
-            libc = ctypes.CDLL(None, use_errno=True)
+            _LIBC = ctypes.CDLL(None, use_errno=True)
+        except (OSError, AttributeError, ImportError):
+            _LIBC = False
+    return _LIBC or None
+
+
+_LIBC = None
+
+
+def _die_with_parent(parent: int) -> None:
+    if sys.platform.startswith("linux"):
+        try:
+            libc = _libc()
             PR_SET_PDEATHSIG = 1
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            if libc is not None:
+                libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         except (OSError, AttributeError):
             pass
     if os.getppid() != parent:  # the parent died before the request above was made
@@ -117,6 +133,7 @@ def _worker_main(
 # ---------------------------------------------------------------------------------- in the parent
 class _Worker:
     def __init__(self, context, initializer: Callable, initargs: Tuple, process_item: Callable) -> None:
+        _libc()  # before the fork (see there)
         self.connection, child = context.Pipe()
         self.process = context.Process(
             target=_worker_main,
@@ -203,6 +220,11 @@ class WorkerPool:
             except OSError:
                 pass  # it died: noticed (and replaced) when it is given work
 
+    def grow(self, size: int) -> None:
+        """Up to `size` workers from now on: a `run` in progress forks the new ones when it
+        next looks for a worker to give work to."""
+        self.size = max(self.size, size)
+
     def _spawn(self) -> _Worker:
         worker = _Worker(self._context, *self._spawn_args)
         self._workers.append(worker)
@@ -235,6 +257,8 @@ class WorkerPool:
             idle.append(self._spawn())
 
         while queue or busy:
+            if queue and len(self._workers) < self.size:  # `size` grew meanwhile (`grow`)
+                idle.append(self._spawn())
             while idle and queue:
                 assign(idle.pop())
             for connection in wait(list(busy), timeout=POLL_INTERVAL):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING, ClassVar, Optional, Tuple
 
-from ampmigrate.catalogue import RuleDoc, load_catalogue
+from ampmigrate.catalogue import RuleDoc, rule_doc
 
 if TYPE_CHECKING:
     from ampmigrate.config import Settings
@@ -63,7 +63,7 @@ class Rule:
 
     @property
     def doc(self) -> RuleDoc:
-        return load_catalogue()[self.code]
+        return rule_doc(self.code)
 
     def check(self, ctx: "RuleContext") -> None:  # pragma: no cover - interface
         raise NotImplementedError

@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from ampmigrate.api import Version, format_version
-from ampmigrate.catalogue import load_catalogue
+from ampmigrate.catalogue import rule_doc
 from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args
 from ampmigrate.engine.names import Binding
@@ -275,7 +275,7 @@ class _Planner:
         mapping = self.mappings[binding.qname]
         short = binding.qname.rsplit(".", 1)[1]
         group = ClassGroup([ClassSite(binding.node, mapping.code, short)])
-        if load_catalogue()[mapping.code].fix == "none":
+        if rule_doc(mapping.code).fix == "none":
             group.reason = "imported but never used here; remove the import"
             return group
         builder = FixBuilder(f"Remove the unused `{short}` import", SAFE, frozenset({mapping.code}))
