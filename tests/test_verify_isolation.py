@@ -299,6 +299,9 @@ def test_no_process_outlives_verify(how, tmp_path, quiet_runs):
     verify = subprocess.Popen(
         [sys.executable, "-m", "ampmigrate", "verify", "hang.py", "--device", "cpu", "--steps", "20", "--", marker],
         cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        # A suite started in the background (`nohup ... &`) inherits SIGINT ignored, and so would
+        # verify: give it the default disposition a user's terminal gives it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         # (the marker is in verify's own command line too: look for the run's child)
