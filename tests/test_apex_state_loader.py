@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ampmigrate.engine.project_index import summarize
+from ampmigrate.engine.project_index import ProjectIndex, summarize
 from ampmigrate.engine.state_loaders import state_loaders
 
 from conftest import FIXTURES
@@ -106,3 +106,60 @@ def test_a_taken_key_refuses(tmp_path):
     _edit(project / "main.py", '"epoch": epoch + 1,', '"epoch": epoch + 1, "scaler": None,')
     reasons = _refused(project)
     assert "the checkpoint key `scaler` for the GradScaler's state is already used in this file" in reasons["main.py"]
+
+
+def _monorepo(tmp_path: Path) -> Path:
+    """The SwAV project as one sub-project of a repository whose other sub-project has its own
+    `src/utils.py` with a function of the same name that is no loader (it keeps its values)."""
+    mono = tmp_path / "mono"
+    swav = mono / "swav"
+    shutil.copytree(PROJECT, swav)
+    (swav / "src").mkdir()
+    (swav / "utils.py").rename(swav / "src" / "utils.py")
+    _edit(swav / "main.py", "from utils import restart_from_checkpoint", "from src.utils import restart_from_checkpoint")
+    (mono / "eval" / "src").mkdir(parents=True)
+    (mono / "eval" / "src" / "utils.py").write_text(
+        "KEPT = {}\n\n\ndef restart_from_checkpoint(path, **kwargs):\n    KEPT.update(kwargs)\n"
+    )
+    (mono / "eval" / "evaluate.py").write_text("from src.utils import restart_from_checkpoint\n")
+    return mono
+
+
+def test_the_loader_is_found_where_python_finds_it_whatever_the_root(tmp_path):
+    """Two sub-projects each with `src/utils.py`: from the repository's root `src.utils` names
+    both, but the SwAV script imports its own (its folder comes first on `sys.path`)."""
+    mono = _monorepo(tmp_path)
+    main = mono / "swav" / "main.py"
+    index = ProjectIndex.build(str(mono), sorted(str(p) for p in mono.rglob("*.py")))
+    assert index.module_for("src.utils") is None  # by name alone: two files
+    assert index.module_for("src.utils", str(main)) == str(mono / "swav" / "src" / "utils.py")
+    assert index.state_loader("src.utils.restart_from_checkpoint", str(main)) == str(mono / "swav" / "src" / "utils.py")
+    evaluate = mono / "eval" / "evaluate.py"
+    assert index.state_loader("src.utils.restart_from_checkpoint", str(evaluate)) is None  # its own keeps its values
+    _fix(mono)
+    migrated = main.read_text()
+    assert "apex" not in migrated
+    assert "        optimizer=optimizer,\n        scaler=scaler,\n    )\n" in migrated
+    _compiles_and_is_stable(mono)
+
+
+def test_a_cached_result_follows_the_loader_python_finds(tmp_path):
+    """The cache key of main.py covers the `src/utils.py` its import resolves to, though the
+    name alone fits two files: the loader turned into something else is seen on the next run."""
+    import json
+    import subprocess
+    import sys
+
+    mono = _monorepo(tmp_path)
+
+    def fixable() -> bool:
+        done = subprocess.run(
+            [sys.executable, "-m", "ampmigrate", "check", "--exit-zero", "--select", "AMP101", "--output-format", "json", "."],
+            cwd=mono, env={"PYTHONPATH": str(Path(__file__).resolve().parents[1]), "PATH": "/usr/bin:/bin"},
+            capture_output=True, text=True, check=True,
+        )
+        return all(f["fix"] is not None for f in json.loads(done.stdout) if f["filename"].endswith("main.py"))
+
+    assert fixable()
+    _edit(mono / "swav" / "src" / "utils.py", "value.load_state_dict(", "KEEP.append(value) or value.load_state_dict(")
+    assert not fixable()

@@ -748,7 +748,7 @@ class _Analyzer:
         if index is None:
             return None
         for qname in sorted(self.names.qualified_names(call.func)):
-            found = index.clip_helper(qname)
+            found = index.clip_helper(qname, self.ctx.path)
             if found is not None and found[1] != os.path.abspath(self.ctx.path):
                 kind, path = found
                 detail = ("read:" if kind == "read" else "") + self.code(call.func)

@@ -294,45 +294,53 @@ class ProjectIndex:
         return names[0] if os.path.basename(path) == "__init__.py" else names[0].rpartition(".")[0]
 
     # ------------------------------------------------------------------ queries
-    def module_for(self, dotted: str) -> Optional[str]:
-        """The one file of the run that `dotted` (a module name as imported) denotes: the only
-        file it can name, else the one whose full name (from the root) it is; else None."""
+    def module_for(self, dotted: str, importer: str = "") -> Optional[str]:
+        """The one file of the run that `dotted` (a module name as imported) denotes, else None.
+        Asked for the file `importer`, it is the one Python finds from there
+        (engine/import_resolution.py: the importer's own folder and those above it, never a
+        sibling sub-project's `src/utils.py`), which does not depend on where the run's root is.
+        Without one: the only file it can name, else the one whose full name (from the root) it is."""
         dotted = dotted.lstrip(".")
+        if importer:
+            from ampmigrate.engine.import_resolution import candidates
+
+            found = candidates(self, os.path.abspath(importer), dotted)
+            return found[0] if len(found) == 1 else None
         paths = self._by_name.get(dotted, [])
         if len(paths) > 1:
             paths = [p for p in paths if self.module_names(p)[:1] == [dotted]]
         return paths[0] if len(paths) == 1 else None
 
-    def function(self, qname: str) -> Optional[Tuple[str, str]]:
-        """For `pkg.utils.clip_gradients` (a qualified name from engine/names.py): the file of
-        the run defining it and the function's name there."""
+    def function(self, qname: str, importer: str = "") -> Optional[Tuple[str, str]]:
+        """For `pkg.utils.clip_gradients` (a qualified name from engine/names.py, as the file
+        `importer` imports it): the file of the run defining it and the function's name there."""
         module, _, name = qname.rpartition(".")
-        path = self.module_for(module) if module else None
+        path = self.module_for(module, importer) if module else None
         return (path, name) if path is not None else None
 
-    def clip_helper(self, qname: str) -> Optional[Tuple[str, str]]:
+    def clip_helper(self, qname: str, importer: str = "") -> Optional[Tuple[str, str]]:
         """("clip" | "read", the defining file) when `qname` is a helper of another file of the
         run that clips (or reads the norm of) gradients and never unscales."""
-        found = self.function(qname)
+        found = self.function(qname, importer)
         if found is None:
             return None
         path, name = found
         kind = self.modules[path].clip_helpers.get(name)
         return (kind, path) if kind else None
 
-    def apex_amp_getter(self, qname: str) -> Optional[str]:
+    def apex_amp_getter(self, qname: str, importer: str = "") -> Optional[str]:
         """The file of the run defining `qname` (`utils.get_amp`) when that function returns
         apex's amp module or None (engine/apex_values.py)."""
-        found = self.function(qname)
+        found = self.function(qname, importer)
         if found is None:
             return None
         path, name = found
         return path if name in self.modules[path].apex_amp_getters else None
 
-    def state_loader(self, qname: str) -> Optional[str]:
+    def state_loader(self, qname: str, importer: str = "") -> Optional[str]:
         """The file of the run defining `qname` when that function restores each keyword
         argument's state from the checkpoint entry of its name (engine/state_loaders.py)."""
-        found = self.function(qname)
+        found = self.function(qname, importer)
         if found is None:
             return None
         path, name = found
@@ -343,10 +351,10 @@ class ProjectIndex:
         imports `name` (a function or class) from the module at `path` by name, if any."""
         return self._trained_names.get(os.path.abspath(path), {}).get(name)
 
-    def checkpoint_saver(self, qname: str) -> Optional[Tuple[str, List[str], List[str]]]:
+    def checkpoint_saver(self, qname: str, importer: str = "") -> Optional[Tuple[str, List[str], List[str]]]:
         """For `utils.save_checkpoint` (a qualified name): (its file, its positional parameters,
         the parameters whose `.state_dict()` it saves without saving a scaler's), if it is one."""
-        found = self.function(qname)
+        found = self.function(qname, importer)
         if found is None:
             return None
         path, name = found
@@ -358,18 +366,18 @@ class ProjectIndex:
         calls it and trains what it returns (an optimizer over its parameters, `.train()`)."""
         return self._trained_results.get(os.path.abspath(path), {}).get(function)
 
-    def scaler_parameter_uses(self, qname: str) -> Optional[Tuple[List[str], Dict[str, List[str]]]]:
+    def scaler_parameter_uses(self, qname: str, importer: str = "") -> Optional[Tuple[List[str], Dict[str, List[str]]]]:
         """For `utils.load_checkpoint`: (positional parameters, {scaler-like parameter: methods
         called on it, "*" for other uses}), if it has such a parameter."""
-        found = self.function(qname)
+        found = self.function(qname, importer)
         if found is None:
             return None
         path, name = found
         return self.modules[path].scaler_param_uses.get(name)
 
-    def fft_helper(self, qname: str) -> Optional[Tuple[str, str]]:
+    def fft_helper(self, qname: str, importer: str = "") -> Optional[Tuple[str, str]]:
         """For `losses.mel_loss` (a qualified name): (its file, the FFT op it runs), if it is one."""
-        found = self.function(qname)
+        found = self.function(qname, importer)
         if found is None:
             return None
         path, name = found
@@ -379,13 +387,18 @@ class ProjectIndex:
     def grad_norm_helper(self, qname: str, importer: str = "") -> Optional[Tuple[str, Tuple[List[str], str]]]:
         """For `utils.get_grad_norm` imported by the file `importer`: (its file, (positional
         parameters, norm-type parameter or "")), if it is a gradient-norm helper
-        (engine/grad_norm_helpers.py). The module is the one `module_for` names and/or the file
-        beside `importer` (a script's own directory comes first on `sys.path`: Swin's forks each
-        have their own `utils.py`); where both exist, both must record the same helper."""
+        (engine/grad_norm_helpers.py). The module is each file the import may load from
+        `importer` (engine/import_resolution.py: Swin's forks each have their own `utils.py`);
+        where several may, all must record the same helper."""
         module, _, name = qname.rpartition(".")
         if not module:
             return None
-        paths = {p for p in (self.module_for(module), self.sibling_module(importer, module) if importer else None) if p}
+        if importer:
+            from ampmigrate.engine.import_resolution import candidates
+
+            paths = set(candidates(self, os.path.abspath(importer), module))
+        else:
+            paths = {p for p in (self.module_for(module),) if p}
         records = dict(self._reexported_helper(p, name) for p in paths)
         if not records or any(not r for r in records.values()):
             return None
@@ -580,21 +593,23 @@ class ProjectIndex:
         if summary is not None:
             for spec in summary.imports:
                 other = self.module_for(spec)
-                if other is not None and other != absolute and self.modules[other].clip_helpers:
-                    parts.append(f"{spec}={sorted(self.modules[other].clip_helpers.items())}")
-                if other is not None and other != absolute and self.modules[other].checkpoint_savers:
-                    parts.append(f"{spec}:savers={sorted(self.modules[other].checkpoint_savers.items())}")
-                if other is not None and other != absolute and self.modules[other].scaler_param_uses:
-                    parts.append(f"{spec}:scalers={sorted(self.modules[other].scaler_param_uses.items())}")
-                if other is not None and other != absolute and self.modules[other].apex_amp_getters:
-                    parts.append(f"{spec}:apex_getters={self.modules[other].apex_amp_getters}")
-                if other is not None and other != absolute and self.modules[other].state_loaders:
-                    parts.append(f"{spec}:state_loaders={self.modules[other].state_loaders}")
-                if other is not None and other != absolute and self.modules[other].fft_helpers:
-                    parts.append(f"{spec}:fft={sorted(self.modules[other].fft_helpers.items())}")
+                for target in sorted(self._spec_targets(absolute, spec, other)):
+                    record = self.modules[target]
+                    if record.clip_helpers:
+                        parts.append(f"{spec}={sorted(record.clip_helpers.items())}")
+                    if record.checkpoint_savers:
+                        parts.append(f"{spec}:savers={sorted(record.checkpoint_savers.items())}")
+                    if record.scaler_param_uses:
+                        parts.append(f"{spec}:scalers={sorted(record.scaler_param_uses.items())}")
+                    if record.apex_amp_getters:
+                        parts.append(f"{spec}:apex_getters={record.apex_amp_getters}")
+                    if record.state_loaders:
+                        parts.append(f"{spec}:state_loaders={record.state_loaders}")
+                    if record.fft_helpers:
+                        parts.append(f"{spec}:fft={sorted(record.fft_helpers.items())}")
                 if not self._grad_norm_files:  # the usual case: no sibling to look for
                     continue
-                for near in sorted({other, self.sibling_module(absolute, spec)} - {None}):
+                for near in sorted((self._spec_targets(absolute, spec, other) | {self.sibling_module(absolute, spec)}) - {None}):
                     if near != absolute and self.modules[near].grad_norm_helpers:
                         parts.append(f"{spec}:gradnorm={sorted(self.modules[near].grad_norm_helpers.items())}")
                     if near != absolute:  # helpers a package re-exports (`_reexported_helper`)
@@ -649,6 +664,16 @@ class ProjectIndex:
         if not parts:
             return ""
         return hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest()
+
+    def _spec_targets(self, importer: str, spec: str, loose: Optional[str]) -> Set[str]:
+        """Every other file the queries may take `spec` (imported by `importer`) to name: the
+        loose match and, where the name fits several files, the ones Python may find."""
+        targets = {loose} if loose is not None else set()
+        if len(self._by_name.get(spec.lstrip("."), ())) > 1:
+            from ampmigrate.engine.import_resolution import candidates
+
+            targets.update(candidates(self, importer, spec))
+        return targets - {importer}
 
     def backward_runner_imported(self, path: str) -> Optional[str]:
         """The file of the run defining a class whose `__call__` runs `.backward()` that the module at

@@ -20,15 +20,16 @@ from ampmigrate.engine.caller_uses import source_tree
 _NORMS = ("norm", "vector_norm")
 
 
-def remote_body(index, qname: str) -> Optional[ast.AST]:
-    """The `def` of the run that `qname` names: `pkg.mod.f`, or `pkg.mod.Class.method`."""
+def remote_body(index, qname: str, importer: str) -> Optional[ast.AST]:
+    """The `def` of the run that `qname` (as the file `importer` imports it) names: `pkg.mod.f`,
+    or `pkg.mod.Class.method`."""
     if index is None or not qname:
         return None
-    found = index.function(qname)
+    found = index.function(qname, importer)
     if found is not None:
         return _top_level(index, found[0], found[1], None)
     owner, _, method = qname.rpartition(".")
-    found = index.function(owner) if owner else None
+    found = index.function(owner, importer) if owner else None
     if found is not None:
         return _top_level(index, found[0], found[1], method)
     return None

@@ -42,7 +42,7 @@ def mark_state_loader_args(ctx: FileContext, refs) -> None:
             continue
         if not isinstance(call.func, (cst.Name, cst.Attribute)):
             continue
-        if any(index.state_loader(q) for q in sorted(names.qualified_names(call.func))):
+        if any(index.state_loader(q, ctx.path) for q in sorted(names.qualified_names(call.func))):
             ref.api = "state_arg"
 
 

@@ -71,7 +71,7 @@ class WindowReaders:
             handed = False
         if not handed and not any(self._holds_gradients(arg.value, holders) for arg in call.args):
             return False
-        body = remote_body(self.ctx.project_index, self._remote_name(call))
+        body = remote_body(self.ctx.project_index, self._remote_name(call), self.ctx.path)
         return body is None or reads_scaled_gradients(body)
 
     def _remote_name(self, call: cst.Call) -> str:

@@ -105,7 +105,7 @@ class ApexAmpFromHelper(Rule):
     def _getter(ctx, func: cst.BaseExpression):
         index = ctx.file.project_index
         for qname in ctx.names.qualified_names(func):
-            origin = index.apex_amp_getter(qname)
+            origin = index.apex_amp_getter(qname, ctx.file.path)
             if origin is not None:
                 return qname.rpartition(".")[2], origin
         # A function of this file (a `def` at module level, the only binding of its name).

@@ -68,7 +68,7 @@ class CheckpointWithoutScalerState(Rule):
         for call in names.nodes_of_type(cst.Call):
             if call in reported or not isinstance(call.func, (cst.Name, cst.Attribute)):
                 continue
-            record = next(filter(None, (index.checkpoint_saver(q) for q in sorted(names.qualified_names(call.func)))), None)
+            record = next(filter(None, (index.checkpoint_saver(q, ctx.file.path) for q in sorted(names.qualified_names(call.func)))), None)
             if record is None:
                 continue
             path, positional, saved = record

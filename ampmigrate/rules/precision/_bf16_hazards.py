@@ -119,7 +119,7 @@ def _fft_helper_called(ctx) -> Optional[str]:
         if not isinstance(call.func, (cst.Name, cst.Attribute)):
             continue
         for qname in sorted(ctx.names.qualified_names(call.func)):
-            found = index.fft_helper(qname)
+            found = index.fft_helper(qname, ctx.file.path)
             if found is not None:
                 path, op = found
                 return (

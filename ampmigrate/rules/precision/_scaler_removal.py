@@ -105,7 +105,7 @@ def _seen_elsewhere(ctx: FileContext, ref: cst.BaseExpression) -> bool:
     if index is None or not isinstance(call, cst.Call) or arg.star:
         return False
     for qname in sorted(ctx.names.qualified_names(call.func)):
-        record = index.scaler_parameter_uses(qname)
+        record = index.scaler_parameter_uses(qname, ctx.path)
         if record is None:
             continue
         positional, uses = record
