@@ -594,19 +594,10 @@ class ProjectIndex:
             for spec in summary.imports:
                 other = self.module_for(spec)
                 for target in sorted(self._spec_targets(absolute, spec, other)):
-                    record = self.modules[target]
-                    if record.clip_helpers:
-                        parts.append(f"{spec}={sorted(record.clip_helpers.items())}")
-                    if record.checkpoint_savers:
-                        parts.append(f"{spec}:savers={sorted(record.checkpoint_savers.items())}")
-                    if record.scaler_param_uses:
-                        parts.append(f"{spec}:scalers={sorted(record.scaler_param_uses.items())}")
-                    if record.apex_amp_getters:
-                        parts.append(f"{spec}:apex_getters={record.apex_amp_getters}")
-                    if record.state_loaders:
-                        parts.append(f"{spec}:state_loaders={record.state_loaders}")
-                    if record.fft_helpers:
-                        parts.append(f"{spec}:fft={sorted(record.fft_helpers.items())}")
+                    for label, field in _QUERIED_RECORDS:
+                        value = getattr(self.modules[target], field)
+                        if value:
+                            parts.append(f"{spec}{label}={sorted(value.items()) if isinstance(value, dict) else value}")
                 if not self._grad_norm_files:  # the usual case: no sibling to look for
                     continue
                 for near in sorted((self._spec_targets(absolute, spec, other) | {self.sibling_module(absolute, spec)}) - {None}):
@@ -693,6 +684,13 @@ class ProjectIndex:
 
 
 # ---------------------------------------------------------------------------------- reading
+# The records of an imported file that the queries above read for the importer: its cache key holds them.
+_QUERIED_RECORDS = (
+    ("", "clip_helpers"), (":savers", "checkpoint_savers"), (":scalers", "scaler_param_uses"),
+    (":apex_getters", "apex_amp_getters"), (":state_loaders", "state_loaders"), (":fft", "fft_helpers"),
+)
+
+
 def is_test_file(path: str) -> bool:
     """`test_*.py`, `*_test.py`, `conftest.py`: code that exercises float16 on purpose."""
     name = os.path.basename(path)
