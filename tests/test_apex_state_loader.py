@@ -163,3 +163,27 @@ def test_a_cached_result_follows_the_loader_python_finds(tmp_path):
     assert fixable()
     _edit(mono / "swav" / "src" / "utils.py", "value.load_state_dict(", "KEEP.append(value) or value.load_state_dict(")
     assert not fixable()
+
+
+def test_a_loader_brought_by_a_star_import_is_followed(tmp_path):
+    """`from utils import *` (SwAV's copies do this) binds the loader as the named import did."""
+    project = _copy(tmp_path)
+    _edit(project / "main.py", "from utils import restart_from_checkpoint", "from utils import *")
+    _fix(project)
+    main = (project / "main.py").read_text()
+    assert "apex" not in main
+    assert "        optimizer=optimizer,\n        scaler=scaler,\n    )\n" in main
+    _compiles_and_is_stable(project)
+
+
+@pytest.mark.parametrize(
+    "star_imports",
+    ["from utils import *\nfrom torchvision.models import *", "from utils import *\nfrom others import *"],
+    ids=["then-a-library-star", "then-another-module-defining-it"],
+)
+def test_a_star_bound_loader_another_star_import_may_rebind_refuses(tmp_path, star_imports):
+    project = _copy(tmp_path)
+    (project / "others.py").write_text("def restart_from_checkpoint(path, **kwargs):\n    return kwargs\n")
+    _edit(project / "main.py", "from utils import restart_from_checkpoint", star_imports)
+    reasons = _refused(project)
+    assert "apex.amp is used as a value" in reasons["main.py"]

@@ -43,6 +43,7 @@ APEX_AMP = "apex.amp"
 ABSENT = "absent"  # not bound (a star import of it leaves the importer's value)
 APEX = "=" + APEX_AMP
 OTHER = "other"  # something else
+DEFINED = "@"  # `@<path>`: the `def` of the module at that path (a helper the index's queries read)
 UNKNOWN = "unknown"  # may be something else
 # One top-level event of a module, in source order: ("bind", name, the qualified name an import
 # binds or "", conditional?) or ("star", dotted module, "", conditional?).
@@ -118,7 +119,10 @@ class _Module:
                 name = alias.asname or alias.name.split(".")[0]
                 self._bind(name, alias.name if alias.asname else name, conditional)
             return
-        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self._bind(statement.name, DEFINED, conditional)
+            return
+        if isinstance(statement, ast.ClassDef):
             self._bind(statement.name, "", conditional)
             return
         if isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
@@ -265,7 +269,7 @@ def _run(index: "ProjectIndex", path: str, module: _Module, name: str, active: S
                 continue
             if not own_bindings:
                 return ABSENT  # the file binds it itself: the resolver's binding, never the star
-            new = "=" + qname if qname else OTHER
+            new = DEFINED + path if qname == DEFINED else "=" + qname if qname else OTHER
         else:
             new = _star(index, path, value, name, active, seen)
             if new == ABSENT:
@@ -303,28 +307,59 @@ def _bound(index: "ProjectIndex", path: str) -> Tuple[Tuple[Tuple[str, str], ...
         return memo[path]  # type: ignore[return-value]
     summary = index.modules.get(path)
     names = candidate_names(index)
+    helpers = helper_names(index)
     answer: Tuple[Tuple[Tuple[str, str], ...], FrozenSet[str]] = ((), frozenset())
-    if summary is not None and summary.star_imports and names:
+    if summary is not None and summary.star_imports and (names or helpers):
         module = _module(index, path)
         if module is not None:
             seen: Set[str] = set()
             bound = []
+            # Helpers of other files the queries read (a checkpoint loader, a clip helper) that
+            # the star imports bring: `from src.utils import *` then `restart_from_checkpoint(...)`.
+            for name in sorted((module.loaded & helpers) - names):
+                value = _run(index, path, module, name, {path}, seen, own_bindings=False)
+                qualified = _spelled(index, path, value[len(DEFINED):], name) if value.startswith(DEFINED) else None
+                if qualified:
+                    bound.append((name, qualified))
             for name in sorted(names):
                 if _run(index, path, module, name, {path}, seen, own_bindings=False) == APEX:
                     bound.append((name, APEX_AMP))
-            if bound or summary.apex_star_exports:
+            if any(q == APEX_AMP for _, q in bound) or summary.apex_star_exports:
                 # The file's other free names too, where the chain binds them by imports
                 # (`torch`, `nn`, `F`), when apex's amp comes through the chain or the file imports
                 # it itself (`from apex import amp` beside `from util import *`): the migration must
                 # see `nn.utils.clip_grad_norm_` as the clip it is, and spell torch through the
                 # name the file already has.
-                for name in sorted(module.loaded - names):
+                for name in sorted(module.loaded - names - {n for n, _ in bound}):
                     value = _run(index, path, module, name, {path}, seen, own_bindings=False)
                     if value.startswith("="):
                         bound.append((name, value[1:]))
             answer = (tuple(bound), frozenset(seen | {path}))
     memo[path] = answer
     return answer
+
+
+def helper_names(index: "ProjectIndex") -> FrozenSet[str]:
+    """Every name some module of the run defines as a helper the index's queries read."""
+    state = _state(index)
+    if state.get("helpers") is None:
+        from ampmigrate.engine.project_index import HELPER_RECORDS
+
+        state["helpers"] = frozenset(
+            name for summary in index.modules.values() for field in HELPER_RECORDS for name in getattr(summary, field)
+        )
+    return state["helpers"]  # type: ignore[return-value]
+
+
+def _spelled(index: "ProjectIndex", importer: str, path: str, name: str) -> Optional[str]:
+    """`name` of the module at `path` as a qualified name that, read from `importer`, names that
+    file again: its dotted name from the run's root, else the longest that does."""
+    for dotted in index.module_names(path):
+        if dotted.split(".")[0] in ("torch", "apex"):
+            continue  # never mistaken for the libraries the rules look for
+        if import_resolution.candidates(index, importer, dotted) == [path]:
+            return f"{dotted}.{name}"
+    return None
 
 
 def provider_key(index: "ProjectIndex", path: str) -> str:

@@ -689,6 +689,9 @@ _QUERIED_RECORDS = (
     ("", "clip_helpers"), (":savers", "checkpoint_savers"), (":scalers", "scaler_param_uses"),
     (":apex_getters", "apex_amp_getters"), (":state_loaders", "state_loaders"), (":fft", "fft_helpers"),
 )
+# The top-level functions those records name (and the gradient-norm helpers): what a star import
+# of the file must resolve for the queries to find them (engine/apex_star.helper_names).
+HELPER_RECORDS = tuple(field for _, field in _QUERIED_RECORDS) + ("grad_norm_helpers",)
 
 
 def is_test_file(path: str) -> bool:
