@@ -261,3 +261,20 @@ def test_a_scaler_handed_to_a_helper_elsewhere_is_disabled_only_where_that_helpe
     found = _check(FIXTURES / "AMP402" / "disabled_across_files.project", select=["AMP402"]).findings
     fixed = {Path(f.path).name: f.fix is not None for f in found}
     assert fixed == {"train.py": True, "train_reported.py": False}
+
+
+def test_links_follow_the_file_python_imports_in_a_repository_of_sub_projects(tmp_path):
+    """`from model import Net` in two sub-projects, each with its own model.py: each import links
+    to its own folder's file (the name alone fits both), whatever the run's root."""
+    for project in ("gan", "cls"):
+        (tmp_path / project).mkdir()
+        (tmp_path / project / "model.py").write_text("import torch\n\n\nclass Net(torch.nn.Module):\n    pass\n")
+    (tmp_path / "gan" / "train.py").write_text(
+        "from model import Net\n\nnet = Net()\nloss = net(x).sum()\nloss.backward()\n"
+    )
+    (tmp_path / "cls" / "export.py").write_text("from model import Net\n\nprint(Net)\n")
+    files = sorted(str(p) for p in tmp_path.rglob("*.py"))
+    index = ProjectIndex.build(str(tmp_path), files)
+    assert index.module_for("model") is None
+    assert index.trained_with(str(tmp_path / "gan" / "model.py"), "Net") == str(tmp_path / "gan" / "train.py")
+    assert index.trained_with(str(tmp_path / "cls" / "model.py"), "Net") is None

@@ -246,22 +246,29 @@ class ProjectIndex:
         self._trained_names: Dict[str, Dict[str, str]] = {}
         self._grad_norm_files = any(summary.grad_norm_helpers for summary in self.modules.values())
         for path, summary in sorted(self.modules.items()):
-            targets = {self.module_for(spec) for spec in summary.imports}
+            targets = {self._imported(path, spec) for spec in summary.imports}
             for target in targets:
                 if target is not None and target != path:
                     self._importers.setdefault(target, []).append(path)
             for spec in summary.trained_results:
                 module, _, name = spec.rpartition(".")
-                target = self.module_for(module) if module else None
+                target = self._imported(path, module) if module else None
                 if target is not None and target != path:
                     self._trained_results.setdefault(target, {}).setdefault(name, path)
             if not summary.trains:
                 continue
             for spec in summary.imports:  # `from model import Net`: recorded as "model" and "model.Net"
                 module, _, name = spec.rpartition(".")
-                target = self.module_for(module) if module else None
+                target = self._imported(path, module) if module else None
                 if target is not None and target != path:
                     self._trained_names.setdefault(target, {}).setdefault(name, path)
+
+    def _imported(self, importer: str, dotted: str) -> Optional[str]:
+        """The file `import dotted` in `importer` loads: the one file the name fits, else (two
+        sub-projects' `utils.py`) the one Python finds from the importer (`module_for`)."""
+        if len(self._by_name.get(dotted.lstrip("."), ())) > 1:
+            return self.module_for(dotted, importer)
+        return self.module_for(dotted)
 
     def _add(self, path: str, summary: ModuleSummary) -> None:
         summary.scaler_passed_to = [tuple(item) for item in summary.scaler_passed_to]
