@@ -167,6 +167,33 @@ class _Planner(
 
     # ------------------------------------------------------------------ the fix
     def _build(self, plan: AmpPlan) -> Fix:
+        """The pipeline, top to bottom: the file's apex use must have a shape the fix follows;
+        one `amp.initialize` is the setup (or an early fix: no setup, inference only, one per
+        function); its options decide fp16 or fp32 and where the scaler lives; each scaled
+        backward is planned (the mixins: steps, unscale points, clips, autocast regions); the
+        edits are emitted last (imports, removals) and checked to nest."""
+        self._check_shape()
+        chosen = self._choose_setup(plan)
+        if isinstance(chosen, Fix):
+            return chosen
+        self._enter_setup(plan, *chosen)
+        steps = [self._step(r) for r in self.refs if r.api in ("scale_loss", "handle.scale_loss")]
+        early = None if steps else self._fix_without_steps(plan)
+        if early is not None:
+            return early
+        if self.fp32:
+            self._plan_fp32(steps)
+        else:
+            self._plan_fp16(steps)
+            self._check_half_inputs(steps)  # _multi_init.py
+        self._plan_imports()
+        self._emit_removals()
+        self._check_nesting()
+        kind = "fp32 (O0)" if self.fp32 else "torch.autocast fp16 and torch.amp.GradScaler"
+        return self._finish(f"Migrate apex.amp to {kind}")
+
+    def _check_shape(self) -> None:
+        """Uses of apex's amp the fix cannot follow stop the plan first."""
         self._check_star_refs()
         self._check_unreached_uses()
         for binding in self.usage.import_bindings:
@@ -177,6 +204,10 @@ class _Planner(
                 )
         self._check_star_users()
         self._check_other_refs()
+
+    def _choose_setup(self, plan: AmpPlan):
+        """(the `amp.initialize` the fix migrates, what its options ask for), or the whole fix
+        where the file's calls need no single setup."""
         inits = [r for r in self.refs if r.api in ("initialize", "init")]
         if not inits:
             if any(r.api not in (None, "disable_casts", "master_params") for r in self.refs):
@@ -219,6 +250,11 @@ class _Planner(
             )
         if init.api == "initialize" and not fp32 and (spec.optimizers is None or optimizers_unused(self, init)):
             return self._inference_fix(plan, init, spec)  # (an optimizer nothing reads again: _unused_optimizer.py)
+        return init, spec
+
+    def _enter_setup(self, plan: AmpPlan, init: AmpRef, spec) -> None:
+        """The fix's builder, and where `amp.initialize` was: the scaler's home (and its O3 guard)."""
+        fp32 = spec.levels == {"O0"}
         self.fp32 = fp32
         self.spec = spec
         self.unsafe.extend(spec.unsafe)
@@ -247,26 +283,21 @@ class _Planner(
             raise Unfixable("`amp.initialize` is called in a class body")
         if self.usage.carrier is not None:
             check_stores(self)  # _amp_carrier.py: the module stored on an object for later
-        steps = [self._step(r) for r in self.refs if r.api in ("scale_loss", "handle.scale_loss")]
-        if not steps and not fp32 and init.api == "init":
+
+    def _fix_without_steps(self, plan: AmpPlan) -> Optional[Fix]:
+        """No loss is scaled in this file: the handle goes, or the training step is in another
+        file; under O0 alone the plan goes on (the fp32 rewrite needs no step)."""
+        init, fp32 = self.init, self.fp32
+        if not fp32 and init.api == "init":
             return self._inference_drop(init)  # the handle is not used: nothing but the call to remove
-        if not steps and self._threads_scaler_out():
+        if self._threads_scaler_out():
             return self._split_fix(plan)  # the training step is in another file (_cross_threading.py)
-        if not steps and not fp32:
+        if not fp32:
             timm = timm_scaler_fix(self)  # timm's ApexScaler runs the step (_timm_scaler.py)
             if timm is not None:
                 return timm
             raise Unfixable(NO_STEP_REASON)
-        if fp32:
-            self._plan_fp32(steps)
-        else:
-            self._plan_fp16(steps)
-            self._check_half_inputs(steps)  # _multi_init.py
-        self._plan_imports()
-        self._emit_removals()
-        self._check_nesting()
-        kind = "fp32 (O0)" if fp32 else "torch.autocast fp16 and torch.amp.GradScaler"
-        return self._finish(f"Migrate apex.amp to {kind}")
+        return None
 
     def _without_inference_inits(self, inits: List[AmpRef]) -> List[AmpRef]:
         """A file that trains (`amp.initialize(model, optimizer)`) and also initializes a model
