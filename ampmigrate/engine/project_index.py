@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
@@ -266,7 +267,7 @@ class ProjectIndex:
     def _imported(self, importer: str, dotted: str) -> Optional[str]:
         """The file `import dotted` in `importer` loads: the one file the name fits, else (two
         sub-projects' `utils.py`) the one Python finds from the importer (`module_for`)."""
-        if len(self._by_name.get(dotted.lstrip("."), ())) > 1:
+        if _ambiguous(self._by_name, dotted):
             return self.module_for(dotted, importer)
         return self.module_for(dotted)
 
@@ -667,7 +668,7 @@ class ProjectIndex:
         """Every other file the queries may take `spec` (imported by `importer`) to name: the
         loose match and, where the name fits several files, the ones Python may find."""
         targets = {loose} if loose is not None else set()
-        if len(self._by_name.get(spec.lstrip("."), ())) > 1:
+        if _ambiguous(self._by_name, spec):
             from ampmigrate.engine.import_resolution import candidates
 
             targets.update(candidates(self, importer, spec))
@@ -691,6 +692,16 @@ class ProjectIndex:
 
 
 # ---------------------------------------------------------------------------------- reading
+def _ambiguous(by_name: Dict[str, List[str]], dotted: str) -> bool:
+    """Whether the name fits several files of the run, and is not the standard library's
+    (`import io` beside a package's own `io/`: the loose match's answer, none, stays)."""
+    dotted = dotted.lstrip(".")
+    return len(by_name.get(dotted, ())) > 1 and dotted.partition(".")[0] not in _STDLIB
+
+
+_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
+
+
 # The records of an imported file that the queries above read for the importer: its cache key holds them.
 _QUERIED_RECORDS = (
     ("", "clip_helpers"), (":savers", "checkpoint_savers"), (":scalers", "scaler_param_uses"),
