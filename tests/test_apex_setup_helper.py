@@ -15,6 +15,8 @@ import ast
 import shutil
 from pathlib import Path
 
+import pytest
+
 from ampmigrate.engine.apex_setup_helper import helper_callers, helper_of
 
 from conftest import FIXTURES
@@ -476,3 +478,68 @@ def test_a_helper_called_by_another_function_of_its_file_names_it(tmp_path):
     _edit(project / "train.py", 'net, opt = prepare(net, opt, "cuda", fp16=args.fp16, opt_level="O1")', "net, opt = build(net, opt, args.fp16)")
     reasons = _refused(project)
     assert "`prepare()` sets apex up and returns the model and optimizer to `build()` in this file, where no loss is scaled" in reasons["model_setup.py"]
+
+
+INFERENCE_ARM = FIXTURES / "AMP101" / "apex_setup_helper_inference_arm.project"
+
+
+def test_a_helper_with_an_inference_arm_is_one_setup():
+    """DPR's forks: `if optimizer is None: model = amp.initialize(model, optimizer, ...)` else the
+    training call. The arm's test is no condition of a training caller's setup."""
+    path = str(INFERENCE_ARM / "model_setup.py")
+    helper, why = helper_of(ast.parse((INFERENCE_ARM / "model_setup.py").read_text()), path)
+    assert why == "" and helper is not None
+    assert (helper.init_line, helper.arms_line, helper.optimizer_param) == (16, 13, "optimizer")
+    assert [(ast.unparse(t), taken) for t, taken in helper.tests] == [("fp16", True)]
+
+
+def test_fix_drops_both_arms_and_the_trainer_makes_the_scaler(tmp_path):
+    project = _copy(tmp_path, INFERENCE_ARM)
+    evaluate = (project / "evaluate.py").read_text()
+    output = _fix(project)
+    helper = (project / "model_setup.py").read_text()
+    trainer = (project / "train.py").read_text()
+    assert _apex_free(helper + trainer) and "amp.initialize" not in helper
+    assert (
+        "    if fp16:\n"
+        '        if opt_level == "O3":\n'
+        f"            {O3_GUARD}\n"
+        "    return model, optimizer\n"
+    ) in helper
+    assert (
+        '        net, opt = prepare(net, opt, "cuda", fp16=fp16)\n'
+        '        self.scaler = torch.amp.GradScaler("cuda", enabled=fp16)\n'
+    ) in trainer
+    assert "                self.scaler.step(self.optimizer)\n                self.scaler.update()\n" in trainer
+    assert (project / "evaluate.py").read_text() == evaluate  # inference: nothing to change there
+    assert "Fixed" in output
+    _compiles_and_is_stable(project)
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("model = amp.initialize(model, optimizer, opt_level=opt_level)", "model = amp.initialize(model, optimizer, opt_level=\"O2\")"),
+        ("model = amp.initialize(model, optimizer, opt_level=opt_level)", "net = amp.initialize(model, optimizer, opt_level=opt_level)"),
+        ("if optimizer is None:", "if device is None:"),
+        ("        else:\n", "        if optimizer is not None:\n"),
+    ],
+    ids=["other-options", "other-model", "other-test", "not-one-if"],
+)
+def test_two_calls_that_are_not_one_setup_refuse(tmp_path, old, new):
+    project = _copy(tmp_path, INFERENCE_ARM)
+    _edit(project / "model_setup.py", old, new)
+    reasons = _refused(project)  # each file unchanged, each with a reason
+    assert reasons["model_setup.py"] and reasons["train.py"]
+
+
+def test_the_training_arm_may_come_first(tmp_path):
+    project = _copy(tmp_path, INFERENCE_ARM)
+    text = (project / "model_setup.py").read_text()
+    inference = "            model = amp.initialize(model, optimizer, opt_level=opt_level)\n"
+    training = "            model, optimizer = amp.initialize(model, optimizer, opt_level=opt_level)\n"
+    text = text.replace("if optimizer is None:", "if optimizer is not None:").replace(inference, "@@").replace(training, inference)
+    (project / "model_setup.py").write_text(text.replace("@@", training))
+    _fix(project)
+    assert "amp.initialize" not in (project / "model_setup.py").read_text()
+    _compiles_and_is_stable(project)

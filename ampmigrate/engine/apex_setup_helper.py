@@ -61,6 +61,9 @@ class Helper:
     # the parameter the optimizer handed to `amp.initialize` comes from, when the helper never
     # binds it again ("" otherwise): a caller giving it `None` trains nothing through the helper
     optimizer_param: str = ""
+    # the line of `if optimizer is None: model = amp.initialize(model, ...) else: model, optimizer =
+    # amp.initialize(model, optimizer, ...)` when the helper has that inference arm (0 otherwise)
+    arms_line: int = 0
 
 
 def helper_of(tree: ast.Module, path: str) -> Tuple[Optional[Helper], str]:
@@ -78,6 +81,10 @@ def helper_of(tree: ast.Module, path: str) -> Tuple[Optional[Helper], str]:
         and isinstance(node.func.value, ast.Name)
         and node.func.value.id in amp_names
     ]
+    arms: Optional[ast.If] = None
+    if len(inits) == 2:
+        training, arms = _inference_arm(tree, inits)
+        inits = [training] if training is not None else inits
     if len(inits) != 1:
         return None, ""
     call = inits[0]
@@ -121,6 +128,8 @@ def helper_of(tree: ast.Module, path: str) -> Tuple[Optional[Helper], str]:
         if inner is statement:
             if not isinstance(outer, (ast.If, ast.FunctionDef)):
                 return None, f"`amp.initialize` in `{name}()` runs inside a loop, a `with` or a `try`"
+        if outer is arms:
+            continue  # a caller that trains gives an optimizer: the inference arm is not its setup
         if isinstance(outer, ast.If) and isinstance(inner, ast.stmt):
             tests.append((outer.test, any(inner is s for s in outer.body)))
         elif isinstance(outer, (ast.For, ast.While, ast.With, ast.Try, ast.AsyncFor, ast.AsyncWith)):
@@ -193,8 +202,64 @@ def helper_of(tree: ast.Module, path: str) -> Tuple[Optional[Helper], str]:
         init_line=statement.lineno,
         stores=stores,
         optimizer_param=optimizer_param,
+        arms_line=arms.lineno if arms is not None else 0,
     )
+    if arms is not None and optimizer_param != call.args[1].id:
+        return None, f"`{name}()` tests `{call.args[1].id}` for None but binds it again"
     return helper, ""
+
+
+def _inference_arm(tree: ast.Module, inits: List[ast.Call]) -> Tuple[Optional[ast.Call], Optional[ast.If]]:
+    """(the training call, the `if`) for DPR's forks' `if optimizer is None: model =
+    amp.initialize(model, [optimizer,] opt_level=L) else: model, optimizer = amp.initialize(model,
+    optimizer, opt_level=L)`: one setup whose first arm runs for the callers that give no optimizer
+    (inference callers, which the migration notes); else (None, None)."""
+    parents = {id(child): parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
+    statements = [parents.get(id(call)) for call in inits]
+    if not all(isinstance(s, ast.Assign) and s.value is c and len(s.targets) == 1 for s, c in zip(statements, inits)):
+        return None, None
+    for inference, training in ((0, 1), (1, 0)):
+        i_call, t_call = inits[inference], inits[training]
+        i_statement, t_statement = statements[inference], statements[training]
+        branch = parents.get(id(t_statement))
+        if not (isinstance(branch, ast.If) and parents.get(id(i_statement)) is branch):
+            continue
+        if not (len(branch.body) == 1 and len(branch.orelse) == 1):
+            continue
+        if not (len(t_call.args) == 2 and all(isinstance(a, ast.Name) for a in t_call.args)):
+            continue
+        model, optimizer = (a.id for a in t_call.args)
+        none_first = _tests_none(branch.test, optimizer)
+        if none_first is None or (branch.body[0] is i_statement) != none_first:
+            continue
+        target = i_statement.targets[0]
+        given = i_call.args[1:] if i_call.args else [None]
+        if not (
+            isinstance(target, ast.Name) and target.id == model
+            and i_call.args and isinstance(i_call.args[0], ast.Name) and i_call.args[0].id == model
+            and len(given) <= 1
+            and all((isinstance(g, ast.Name) and g.id == optimizer) or (isinstance(g, ast.Constant) and g.value is None) for g in given)
+        ):
+            continue
+        if sorted(map(ast.dump, i_call.keywords)) != sorted(map(ast.dump, t_call.keywords)):
+            continue
+        return t_call, branch
+    return None, None
+
+
+def _tests_none(test: ast.expr, name: str) -> Optional[bool]:
+    """True for `name is None` / `not name`, False for `name is not None` / `name`, else None."""
+    if isinstance(test, ast.Name) and test.id == name:
+        return False
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _tests_none(test.operand, name)
+        return None if inner is None else not inner
+    if (
+        isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) and test.left.id == name
+        and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None
+    ):
+        return True if isinstance(test.ops[0], ast.Is) else False if isinstance(test.ops[0], ast.IsNot) else None
+    return None
 
 
 def helper_of_source(index: "ProjectIndex", path: str) -> Tuple[Optional[Helper], str]:

@@ -132,6 +132,8 @@ def _initializer(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[str]
         if not (isinstance(node, ast.Call) and _callee(node.func) and node.lineno > call.lineno):
             continue
         callee = _callee(node.func)
+        if callee.partition(".")[0] in amp_names:
+            continue  # apex's own call (the other arm's `amp.initialize` of a setup helper)
         for position, arg in enumerate(node.args):
             if isinstance(arg, ast.Name) and arg.id == optimizer:
                 summary.apex_init_calls.append((callee, node.lineno, position, "", counts[callee]))

@@ -221,7 +221,23 @@ def _param_chain(node: Optional[ast.expr], helper: Helper) -> bool:
     return isinstance(node, ast.Name) and node.id in helper.params + helper.kwonly
 
 
-def _replace_init(planner: _Planner, helper: Helper, line: cst.SimpleStatementLine) -> None:
+def _setup_statement(planner: _Planner, helper: Helper, inits) -> cst.BaseStatement:
+    """The statement that sets apex up in the helper: the `amp.initialize` line, or the `if`
+    whose arms are the inference and the training call (`Helper.arms_line`)."""
+    lines = {planner._line(r.call): planner._init_line(r) for r in inits}
+    line = lines.get(helper.init_line)
+    if line is None or len(lines) != (2 if helper.arms_line else 1):
+        raise Unfixable(f"{NO_STEP_REASON} (`amp.initialize` is not where the index read it)")
+    if not helper.arms_line:
+        return line
+    arms = next((a for a in planner.names.ancestors(line) if isinstance(a, cst.If)), None)
+    if arms is None or planner._line(arms) != helper.arms_line:
+        raise Unfixable(f"{NO_STEP_REASON} (`amp.initialize` is not where the index read it)")
+    planner.handled.update(lines.values())
+    return arms
+
+
+def _replace_init(planner: _Planner, helper: Helper, line: cst.BaseStatement) -> None:
     """The helper's `amp.initialize` line goes; where its opt level is the helper's parameter, it
     becomes `if <param> == "O3": raise ValueError(...)`: whatever a caller gives it, O3 (pure fp16,
     which torch.amp cannot do) stops there instead of training another way. The notes name the
@@ -291,11 +307,11 @@ class _HelperSide(_Planner):
                 raise Unfixable(f"{NO_STEP_REASON} ({problem})")
             self.unsafe.extend(u for u in unsafe if u not in self.unsafe)
         _check_min_torch(self)
-        (init,) = [r for r in self.refs if r.api == "initialize"]
-        if init.call is None:
+        inits = [r for r in self.refs if r.api == "initialize"]
+        if any(init.call is None for init in inits):
             raise Unfixable(f"{NO_STEP_REASON} (`amp.initialize` is used without being called)")
         self.builder = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
-        _replace_init(self, self.helper, self._init_line(init))
+        _replace_init(self, self.helper, _setup_statement(self, self.helper, inits))
         self._plan_imports()
         self._emit_removals()
         self._check_nesting()
@@ -344,7 +360,8 @@ class _CallerSide(_Planner):
             raise Unfixable(f"the file also uses `amp.{stray[0]}`, which the setup-helper migration does not rewrite")
         inits = [r for r in self.refs if r.api in ("initialize", "init")]
         if self.same_file:
-            if len(inits) != 1 or inits[0].call is None or self._line(inits[0].call) != self.helper.init_line:
+            ours = [r for r in inits if r.call is not None and self._line(r.call) == self.helper.init_line]
+            if len(ours) != 1 or len(inits) != (2 if self.helper.arms_line else 1):
                 raise Unfixable("`amp.initialize` is called outside the setup helper")
         elif inits:
             raise Unfixable("the file calls `amp.initialize` itself")
@@ -376,7 +393,7 @@ class _CallerSide(_Planner):
         if not steps:
             raise Unfixable(f"no `amp.scale_loss` after `{self.helper.name}()` in this file")
         if self.same_file:
-            _replace_init(self, self.helper, self._init_line(inits[0]))
+            _replace_init(self, self.helper, _setup_statement(self, self.helper, inits))
         self._plan_fp16(steps)
         self._check_half_inputs(steps)
         self._plan_imports()
