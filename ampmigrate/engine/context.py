@@ -248,6 +248,10 @@ def _inserted_around(before: List[Any], after: List[Any], leading_lines: List[cs
     return replacement
 
 
+def _amended(new: Any, change: Callable[[cst.CSTNode], cst.CSTNode]) -> Any:
+    return change(new) if isinstance(new, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) else new
+
+
 class FixBuilder:
     """Collects CST changes for one fix: replacements, removals and statement insertions."""
 
@@ -266,6 +270,18 @@ class FixBuilder:
         if node in self._replace and self._replace[node] is not new:
             raise ValueError("a fix replaces the same node twice")
         self._replace[node] = new
+        return self
+
+    def amend(self, node: cst.CSTNode, change: Callable[[cst.CSTNode], cst.CSTNode]) -> "FixBuilder":
+        """Apply `change` to the statement that replaces `node` (a node, or a function's result);
+        no change where it is removed, flattened or has statements inserted before it."""
+        new = self._replace.get(node)
+        if node in self._before or new is None or new is cst.RemovalSentinel.REMOVE or isinstance(new, cst.FlattenSentinel):
+            return self
+        if callable(new):
+            self._replace[node] = lambda updated, first=new: _amended(first(updated), change)
+        else:
+            self._replace[node] = _amended(new, change)
         return self
 
     def remove(self, node: cst.CSTNode) -> "FixBuilder":

@@ -127,9 +127,14 @@ class Removal:
         index = next(i for i, s in enumerate(body) if s is statement)
         kept = [s for s in body if not self._line_removed(s, removed) or s in replacements]
         following = next((s for s in body[index + 1 :] if s in kept), None)
+        first_in_block = following is not None and kept[0] is following and isinstance(block, cst.IndentedBlock)
+        if first_in_block and following not in replacements and builder.replaces(following):
+            # It opens its block and is rewritten itself (`with amp.scale_loss` after the removed
+            # `from apex import amp`): its rewrite opens the block without the blank lines.
+            builder.amend(following, lambda new: new.with_changes(leading_lines=new.leading_lines[len(_leading_blanks(new)):]))
+            return
         if following is None or following in replacements or following in builder.targets():
             return
-        first_in_block = kept[0] is following and isinstance(block, cst.IndentedBlock)
         if first_in_block and _leading_blanks(following):
             # It now opens its block: no blank line between `try:` and it.
             count = len(_leading_blanks(following))

@@ -324,6 +324,27 @@ class ScalerAccess:
                 add(target.elements[0].value)
             elif spec.optimizers is None:
                 add(target)
+        found.extend(self._model_attributes(found))
+        return found
+
+    def _model_attributes(self, models: List[str]) -> List[str]:
+        """`self.biencoder = model` in the method that sets apex up (DPR's trainer): the
+        attribute holds the same module, which the other methods run."""
+        home = self.p.home
+        if home.kind != "function" or home.parent is None or home.parent.kind != "class":
+            return []
+        local = {m for m in models if "." not in m}
+        found: List[str] = []
+        for node in walk(home.node):
+            if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Name)):
+                continue
+            target = node.targets[0].target
+            if (
+                node.value.value in local
+                and isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self"
+                and self.names.scope_of(node) is home
+            ):
+                found.append(f"self.{target.attr.value}")
         return found
 
     def model_keys(self, function: Scope, depth: int = 0) -> Set[str]:
