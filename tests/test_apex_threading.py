@@ -380,3 +380,23 @@ def test_an_import_that_may_name_the_trainer_makes_both_refuse(tmp_path):
     (project / "a" / "x" / "train_net.py").write_text(main)
     reasons = _refused(project)
     assert "a/x/train_net.py imports `core.trainer`, which may be a/core/trainer.py or another file of the run" in reasons["trainer.py"]
+
+def test_a_file_importing_the_function_without_using_it_does_not_stop_the_group(tmp_path):
+    """VL-BERT's forks: `from common.trainer import train` in a script that never calls it."""
+    project = _copy(tmp_path)
+    (project / "explain.py").write_text("from trainer import do_train\n\nprint('explain')\n")
+    _fix(project)
+    assert "amp" not in (project / "trainer.py").read_text()
+    assert "scaler" in (project / "train_net.py").read_text()
+    assert (project / "explain.py").read_text() == "from trainer import do_train\n\nprint('explain')\n"
+    _compiles_and_is_stable(project)
+
+
+def test_a_file_handing_the_unused_import_on_still_stops_the_group(tmp_path):
+    project = _copy(tmp_path)
+    (project / "explain.py").write_text("from trainer import do_train\n")
+    (project / "finetune.py").write_text(
+        "from explain import do_train\n\n\ndef finetune(model, loader, optimizer):\n    do_train(model, loader, optimizer, 10)\n"
+    )
+    reasons = _refused(project)
+    assert "explain.py imports `do_train()` and has no `amp.initialize`" in reasons["trainer.py"]

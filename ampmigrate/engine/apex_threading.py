@@ -335,6 +335,8 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
             return Decision(False, refusal)
         if not found.calls and function not in how.names:
             continue  # imports the module and never names `function`
+        if not found.calls and function not in index.imported_from(other):
+            continue  # imports `function` by name and never uses it (nor do other files import it from there)
         facts = index.modules[other]
         if not facts.apex_init_function:
             return Decision(
