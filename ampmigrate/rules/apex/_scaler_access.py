@@ -12,7 +12,7 @@ keeps working, and autocast is enabled exactly when the scaler is.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -22,6 +22,7 @@ from ampmigrate.engine.names import Binding, Scope
 from ampmigrate.rules.apex._amp_carrier import CARRIED_NAME, carried_autocast_enabled, carrier_scopes
 from ampmigrate.rules.apex._amp_common import Unfixable
 from ampmigrate.rules.apex._init_enclosure import InitEnclosure, enclosures
+from ampmigrate.rules.apex._scalerless_calls import scalerless_calls
 
 if TYPE_CHECKING:
     from ampmigrate.rules.apex._amp_migration import _Planner
@@ -33,6 +34,7 @@ class ScalerAccess:
     """Where the scaler lives and how each use site spells it (see the module docstring)."""
 
     carriers: dict = {}  # {function scope: carrier expression} (_amp_carrier.py); none in subclasses
+    optional: dict = {}  # (see __init__); none in subclasses
 
     def __init__(self, planner: "_Planner", use_scopes: List[Scope]) -> None:
         self.p = planner
@@ -40,6 +42,9 @@ class ScalerAccess:
         self.home = planner.home
         self.mode = "local"
         self.threaded: List[Scope] = []
+        # threaded functions some of whose calls never reach the scaler (_scalerless_calls.py):
+        # {scope: those calls}; the parameter is then `scaler=None`
+        self.optional: Dict[Scope, List[cst.Call]] = {}
         self.hoist_before: Optional[cst.CSTNode] = None
         self.detached_init: Optional[Scope] = None  # the class's `__init__` when the scaler lives apart
         # Functions reaching the scaler through the object that carried apex's module (_amp_carrier.py).
@@ -124,11 +129,19 @@ class ScalerAccess:
             if not (isinstance(call, cst.Call) and call.func is ref):
                 return False
             callers.append(self.p._function_scope(call))
+        scalerless: List[cst.Call] = []
         for caller in dict.fromkeys(callers):
             if caller is self.home or self._nested_in(caller, self.home):
                 continue
             if not self._thread(caller, (*visiting, scope)):
-                return False
+                calls = scalerless_calls(self.p, scope, caller)
+                if calls is None:
+                    return False
+                scalerless.extend(calls)
+        if scalerless:
+            if len(scalerless) == len(callers):
+                return False  # no call would pass the scaler
+            self.optional = {**self.optional, scope: scalerless}
         self.threaded.append(scope)
         return True
 
@@ -290,6 +303,8 @@ class ScalerAccess:
             return None
         if scope is self.home and self.mode == "local" and all(is_pure(cst.parse_expression(c)) for c, _ in self.conditions):
             return self.creation_enabled()
+        if scope in self.optional:  # `scaler=None` from the calls that never scale a loss
+            return f"{self.expression(at)} is not None and {self.expression(at)}.is_enabled()"
         return f"{self.expression(at)}.is_enabled()"
 
     # ---- models (for the autocast region)
@@ -385,10 +400,13 @@ class ScalerAccess:
             if func in slots:
                 self._reuse_slot(func, slots[func])
                 continue
-            builder.replace(func.params, add_parameter(func.params, self.name))
+            optional = self.optional.get(scope, [])
+            builder.replace(func.params, add_parameter(func.params, self.name, optional=bool(optional)))
             binding = self._def_binding(scope)
             for ref in self.names.references(binding):
                 call = self.names.parent(ref)
+                if call in optional:
+                    continue
                 arg = cst.Arg(
                     cst.Name(self.name),
                     keyword=cst.Name(self.name),
@@ -402,6 +420,13 @@ class ScalerAccess:
                 "the scaler is passed to "
                 + ", ".join(f"`{s.node.name.value}()`" for s in added)
                 + f" as a new `{self.name}` argument"
+            )
+        for scope, calls in self.optional.items():
+            lines = ", ".join(str(self.p._line(c)) for c in calls)
+            fp32 = " (their forward pass now runs in fp32 where apex ran it in fp16)" if self.conditions else ""
+            self.p._note(
+                f"the calls of `{scope.node.name.value}()` at line {lines} never reach its scaled backward and "
+                f"pass no scaler{fp32}"
             )
         reused = [s for s in self.threaded if s.node in slots]
         if reused:
@@ -427,9 +452,13 @@ class ScalerAccess:
             self.p.handled.add(ref.node)
 
 
-def add_parameter(params: cst.Parameters, name: str) -> cst.Parameters:
-    """`params` with a parameter `name` added last (keyword-only when a default or `*` precedes)."""
+def add_parameter(params: cst.Parameters, name: str, optional: bool = False) -> cst.Parameters:
+    """`params` with a parameter `name` added last (keyword-only when a default or `*` precedes);
+    `optional`: `name=None`."""
     new_param = cst.Param(cst.Name(name))
+    if optional:
+        equal = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+        new_param = new_param.with_changes(default=cst.Name("None"), equal=equal)
     simple = (
         not any(p.default is not None for p in params.params)
         and isinstance(params.star_arg, cst.MaybeSentinel)
