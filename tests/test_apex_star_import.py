@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Dict
 
 import libcst as cst
+import pytest
 from conftest import FIXTURES, make_settings
 
 from ampmigrate.engine import apex_star
@@ -293,3 +294,19 @@ def test_an_importer_with_its_own_apex_import_lets_the_provider_go_in_the_same_r
     assert all("apex" not in text for text in once.values()), once
     _run(root, "fix")
     assert {p.name: p.read_text(encoding="utf-8") for p in root.glob("*.py")} == once
+
+
+@pytest.mark.parametrize("folder", [".idem_copy/pkg", "owner+repo.v2/pkg"])
+def test_relative_star_imports_resolve_under_a_folder_that_is_no_identifier(tmp_path, folder):
+    """A package below `.idem_copy/` or `owner+repo.v2/` (the run's root above it): its dotted
+    names start below that folder, so `from .library import *` still names `library.py` and the
+    provider keeps the import an unmigrated user needs (a second `fix` then changes nothing)."""
+    o3 = TRAIN.replace('opt_level="O1"', 'opt_level="O3"').replace("from library import *", "from .library import *")
+    train = TRAIN.replace("from library import *", "from .library import *")
+    package = tmp_path / folder
+    _write(package, {"__init__.py": "", "library.py": PROVIDER, "train.py": train, "eval.py": o3})
+    index = ProjectIndex.build(str(tmp_path), sorted(str(p) for p in tmp_path.rglob("*.py")))
+    assert index.module_names(str(package / "library.py")) == ["pkg.library", "library"]
+    result = _run(tmp_path)
+    (provider,) = _findings(result, "library.py")
+    assert provider.fix is None and "eval.py uses `amp` through `*` imports and is not migrated" in provider.no_fix_reason

@@ -70,4 +70,10 @@ def module_names(root: Path, path: str) -> List[str]:
         parts = [absolute.stem]
     if parts and parts[-1] == "__init__":
         parts = parts[:-1]
+    # A folder whose name is no identifier (`.idem_x`, `my.project`, `owner+repo`) cannot be part of
+    # a dotted name: the names start below it (a dot in it would split the name wrongly).
+    for i in range(len(parts) - 2, -1, -1):
+        if not parts[i].isidentifier():
+            parts = parts[i + 1 :]
+            break
     return [".".join(parts[i:]) for i in range(len(parts))]
