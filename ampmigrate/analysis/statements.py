@@ -275,3 +275,25 @@ def condition_code(module: cst.Module, path: Sequence[Branch]) -> Optional[str]:
         else:
             parts.append(f"not {code}" if atomic else f"not ({code})")
     return " and ".join(parts) if parts else None
+
+
+class _ContinuationIndent(cst.CSTTransformer):
+    """Lines continued with a backslash keep their indentation relative to the statement when the
+    statement moves one level in (LibCST re-indents the others, not what follows a `\\`)."""
+
+    def __init__(self, indent: str) -> None:
+        self.indent = indent
+
+    def leave_SimpleWhitespace(self, original_node, updated_node):
+        if "\\\n" not in updated_node.value:
+            return updated_node
+        return updated_node.with_changes(value=updated_node.value.replace("\\\n", "\\\n" + self.indent))
+
+
+def indent_continuations(statement: cst.CSTNode, indent: str) -> cst.CSTNode:
+    """`statement` as it reads one level in (in a new `with` block): the same node unless a line of it
+    is continued with a backslash, whose next line then gains `indent` too."""
+    if not any(isinstance(n, cst.SimpleWhitespace) and "\\\n" in n.value for n in walk(statement)):
+        return statement
+    return statement.visit(_ContinuationIndent(indent))
+

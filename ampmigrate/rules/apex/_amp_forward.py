@@ -11,7 +11,7 @@ from typing import List, Tuple
 
 import libcst as cst
 
-from ampmigrate.analysis.statements import body_of, walk
+from ampmigrate.analysis.statements import body_of, indent_continuations, walk
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._amp_common import Step, Unfixable
 from ampmigrate.rules.apex._regions import Region, merge
@@ -34,7 +34,8 @@ class ForwardRegions:
             args = f'{self.ctx.string("cuda").value}, dtype={dtype}' + (f", enabled={enabled}" if enabled else "")
             header = self.ctx.parse_statement(f"with {torch}.autocast({args}):\n    pass\n")
             assert isinstance(header, cst.With)
-            inner = [first.with_changes(leading_lines=())] + list(region.statements[1:])
+            indent = self.module.default_indent
+            inner = [indent_continuations(s, indent) for s in [first.with_changes(leading_lines=()), *region.statements[1:]]]
             with_node = header.with_changes(
                 body=header.body.with_changes(body=inner), leading_lines=first.leading_lines
             )
@@ -102,3 +103,4 @@ class ForwardRegions:
             if any(node is r.node for r in self.refs if r.api in ("scale_loss", "handle.scale_loss")):
                 return True
         return False
+

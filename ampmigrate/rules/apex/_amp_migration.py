@@ -29,6 +29,7 @@ from ampmigrate.analysis.statements import (
     body_of,
     branches,
     expression_key,
+    indent_continuations,
     is_pure,
     walk,
 )
@@ -519,7 +520,7 @@ class _Planner(
         args = f'{self.ctx.string("cuda").value}, dtype={torch}.float16' + (f", enabled={enabled}" if enabled else "")
         for statement in runs:
             header = self.ctx.parse_statement(f"with {torch}.autocast({args}):\n    pass\n")
-            inner = statement.with_changes(leading_lines=())
+            inner = indent_continuations(statement.with_changes(leading_lines=()), self.module.default_indent)
             wrapped = header.with_changes(body=header.body.with_changes(body=[inner]), leading_lines=statement.leading_lines)
             self.builder.replace(statement, wrapped)
         if anchor is self.init_line:
