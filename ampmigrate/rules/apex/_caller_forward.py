@@ -11,7 +11,8 @@
             loss = F.cross_entropy(out, batch.y)
             self.optimize(loss)
 
-The loss is a parameter of the method that scales it, so there is no forward pass before
+The loss is a parameter of the method that scales it (or computed from it there, as
+`loss = loss / accumulation_steps`), so there is no forward pass before
 `amp.scale_loss` to put under autocast: it is in each method that calls `self.optimize(...)`.
 Where every use of the method's name in this file is such a call, `self.<method>(...)` in a method
 of its class or of a subclass of it in this file (which does not define the method again), each
@@ -48,8 +49,8 @@ class CallerForward:
         params = [p.name.value for p in (*method.params.posonly_params, *method.params.params)]
         if len(params) < 2 or step.loss.value not in params[1:]:
             return None
-        if any(b.kind != "param" for b in self.names.bindings_of(step.loss)):
-            return None  # assigned in the method too
+        if not all(_derived_from_itself(b) for b in self.names.bindings_of(step.loss)):
+            return None  # assigned in the method from something else
         name = method.name.value
         position = params.index(step.loss.value) - 1  # among the call's arguments (no `self`)
         classes = self._related_classes(function.parent, name)
@@ -141,6 +142,16 @@ class CallerForward:
                     return False
             return True
         return False
+
+
+def _derived_from_itself(binding) -> bool:
+    """The parameter, or a rebinding computed from it (`loss = loss.mean()`, `loss /= n`): the
+    forward pass that made the loss stays in the callers."""
+    if binding.kind in ("param", "augassign"):
+        return True
+    if binding.kind != "assign" or binding.value is None:
+        return False
+    return any(isinstance(n, cst.Name) and n.value == binding.name for n in walk(binding.value))
 
 
 def _first_param(function: cst.CSTNode) -> Optional[str]:

@@ -171,25 +171,77 @@ class MultiInits:
     def _feeds_a_model(self, cast: cst.Call) -> bool:
         """The cast value goes, as an argument, to a call of something the code holds (a parameter,
         `self.model`, a local: `model(inputs)`, `model.infer(inputs)`), directly or through the
-        name it is assigned to in its function; not to a function or class it imports or defines."""
-        node: cst.CSTNode = cast
+        name or instance attribute it is assigned to; not to a function or class it imports or
+        defines (`torch.multinomial(self.probs, n)` samples indices, whatever the weights' dtype)."""
+        node = self._derived_value(cast)
         parent = self.names.parent(node)
-        while (isinstance(parent, cst.Attribute) and parent.value is node) or (isinstance(parent, cst.Call) and parent.func is node):
-            node, parent = parent, self.names.parent(parent)  # `x.half().cuda(non_blocking=True)`
         if isinstance(parent, cst.Arg):
             return self._model_like_call(self.names.parent(parent))
-        if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+        target = parent.targets[0].target if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
+        if isinstance(target, cst.Name):
+            return any(self._load_feeds_a_model(load, hops=1) for load in self._loads_of(target))
+        if isinstance(target, cst.Attribute):
+            loads = self._self_attribute_loads(target)
+            if loads is not None:
+                return any(self._load_feeds_a_model(load, hops=1) for load in loads)
+        return True  # stored elsewhere, returned or yielded: where it goes is not in sight
+
+    def _derived_value(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The outermost expression computed from `node` alone or with other operands:
+        `x.half().cuda()`, `probs[ids]`, `probs / probs.sum()`."""
+        parent = self.names.parent(node)
+        while (
+            (isinstance(parent, (cst.Attribute, cst.Subscript)) and parent.value is node)
+            or (isinstance(parent, cst.Call) and parent.func is node)
+            or isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation))
+        ):
+            node, parent = parent, self.names.parent(parent)
+        return node
+
+    def _load_feeds_a_model(self, load: cst.CSTNode, hops: int) -> bool:
+        """A read of the cast value: an argument of a model-like call, or assigned to a name one
+        of whose reads is (followed `hops` more assignments); not in sight otherwise: True only
+        for an argument, as before the attribute case (a read in a test or a comparison feeds nothing)."""
+        node = self._derived_value(load)
+        parent = self.names.parent(node)
+        if isinstance(parent, cst.Arg):
+            return self._model_like_call(self.names.parent(parent))
+        if hops and isinstance(parent, cst.Assign) and len(parent.targets) == 1:
             target = parent.targets[0].target
-            scope = self.names.scope_of(target)
-            for binding in self.names.lookup(target.value, scope):
-                if binding.node is not target:
-                    continue
-                for load in self.names.references(binding):
-                    arg = self.names.parent(load)
-                    if isinstance(arg, cst.Arg) and self._model_like_call(self.names.parent(arg)):
-                        return True
-            return False
-        return True  # stored, returned or yielded: where it goes is not in sight
+            if isinstance(target, cst.Name):
+                return any(self._load_feeds_a_model(n, hops - 1) for n in self._loads_of(target))
+        return False
+
+    def _loads_of(self, target: cst.Name) -> List[cst.Name]:
+        scope = self.names.scope_of(target)
+        return [
+            load
+            for binding in self.names.lookup(target.value, scope)
+            if binding.node is target
+            for load in self.names.references(binding)
+        ]
+
+    def _self_attribute_loads(self, target: cst.Attribute) -> Optional[List[cst.Attribute]]:
+        """Every read of `self.<attr>` in the methods of the class whose method assigns `target`,
+        or None where the attribute may be read elsewhere (another object's, a subclass in
+        another file) or is not an instance attribute of this file's class."""
+        if not isinstance(target.value, cst.Name):
+            return None
+        cls = self.names.method_class_scope(target.value)
+        if cls is None:
+            return None
+        name = target.attr.value
+        loads = []
+        for node in walk(self.module, into_scopes=True):
+            if not (isinstance(node, cst.Attribute) and node.attr.value == name) or node is target:
+                continue
+            if not isinstance(node.value, cst.Name) or self.names.method_class_scope(node.value) is not cls:
+                return None  # `trainer.probs`, or a subclass's method: out of sight
+            parent = self.names.parent(node)
+            if isinstance(parent, cst.AssignTarget) or (isinstance(parent, cst.AugAssign) and parent.target is node):
+                continue  # another assignment, checked where it casts (or not a cast)
+            loads.append(node)
+        return loads
 
     def _model_like_call(self, call: Optional[cst.CSTNode]) -> bool:
         if not isinstance(call, cst.Call):
