@@ -56,6 +56,7 @@ from ampmigrate.rules.apex._amp_common import (
 from ampmigrate.rules.apex._amp_forward import ForwardRegions
 from ampmigrate.rules.apex._amp_options import (
     INITIALIZE_PARAMS,
+    Guard,
     bound_arguments,
     is_no_optimizers,
     scaler_spec,
@@ -111,6 +112,11 @@ def _planner_for(ctx: FileContext) -> "_Planner":
     from ampmigrate.rules.apex._setup_helper import setup_helper_planner
 
     return setup_helper_planner(ctx) or split_planner(ctx) or checkpoint_planner(ctx) or _Planner(ctx)
+
+
+# A GradScaler call longer than this goes one argument a line (black's default width is 88; the
+# scaler's usual `enabled=` conditions fit on one line under 100).
+_LINE_LENGTH = 100
 
 
 class _Planner(
@@ -254,25 +260,28 @@ class _Planner(
         return init, spec
 
     def _enter_setup(self, plan: AmpPlan, init: AmpRef, spec) -> None:
-        """The fix's builder, and where `amp.initialize` was: the scaler's home (and its O3 guard)."""
+        """The fix's builder, and where `amp.initialize` was: the scaler's home (and its guards: O3, run-time options)."""
         fp32 = spec.levels == {"O0"}
         self.fp32 = fp32
         self.spec = spec
         self.unsafe.extend(spec.unsafe)
         self.notes.extend(spec.notes)
-        self.o3_guard = None
+        self.setup_guards: List[str] = []
+        guards = [] if fp32 else list(spec.guards)
         if spec.o3_test is not None and not fp32:
             # O0/O1/O2 keep their meaning (the scaler is disabled under O0); O3 would silently train
             # another way, so it stops with an error where `amp.initialize` ran instead.
-            self.unsafe.remove(spec.o3_unsafe)
-            self.o3_guard = (
-                f"if {spec.o3_test}:\n"
-                f"    raise ValueError({self.ctx.string('apex opt_level O3 (pure fp16) has no torch.amp equivalent; use O1 or O2').value})\n"
-            )
+            guards.insert(0, Guard(spec.o3_test, "apex opt_level O3 (pure fp16) has no torch.amp equivalent; use O1 or O2", spec.o3_unsafe))
+        for guard in guards:
+            self.unsafe.remove(guard.resolves)
+        self.setup_guards = [f"if {g.test}:\n    raise ValueError({self.ctx.string(g.message).value})" for g in guards]
+        if spec.o3_test is not None and not fp32:
             self._note(
                 f"`opt_level={spec.opt_level_code}` is known only at run time: O0 disables the scaler and autocast, O1 and "
                 "O2 run fp16 autocast, and O3 (pure fp16, which torch.amp cannot do) now raises where `amp.initialize` was"
             )
+        for guard in spec.guards if not fp32 else ():
+            self._note(f"{guard.resolves}: the values autocast matches migrate, the others now raise where `amp.initialize` was")
         requires = {s.code for s in plan.sites}
         self.builder = FixBuilder("", SAFE, frozenset(requires))
         for line, statement in getattr(self, "sibling_rebindings", ()):
@@ -1025,18 +1034,28 @@ class _Planner(
         enabled = self.access.creation_enabled()
         if enabled:
             keywords.append(f"enabled={enabled}")
-        args = ", ".join([self.ctx.string("cuda").value, *keywords])
-        creation = f"{self.access.home_expression()} = {torch}.amp.GradScaler({args})"
+        args = [self.ctx.string("cuda").value, *keywords]
+        creation = f"{self.access.home_expression()} = {torch}.amp.GradScaler({', '.join(args)})"
+        indent = self._indentation(self.init_line)
+        if len(indent) + len(creation) > _LINE_LENGTH:  # one argument a line, as black would
+            # (continuation lines are relative to the statement's block: LibCST indents them there)
+            creation = f"{self.access.home_expression()} = {torch}.amp.GradScaler(\n" + "".join(
+                f"{self.module.default_indent}{a},\n" for a in args
+            ) + ")"
         self._place_home(creation)
         self._disabled_default(torch)
+
+    def _indentation(self, statement: cst.CSTNode) -> str:
+        """The whitespace before `statement`'s line: its blocks' indents, outermost first."""
+        blocks = [a for a in self.names.ancestors(statement) if isinstance(a, cst.IndentedBlock)]
+        return "".join(self.module.default_indent if b.indent is None else b.indent for b in reversed(blocks))
 
     def _place_home(self, creation: Optional[str]) -> None:
         """Replace the initialize line (keeping any rebinding it did) and create the scaler."""
         rebinding = self._rebinding()
         hoist = self.access.hoist_before if creation else None
         statements: List[str] = []
-        if getattr(self, "o3_guard", None):
-            statements.append(self.o3_guard.rstrip("\n"))
+        statements.extend(getattr(self, "setup_guards", ()))
         if rebinding:
             statements.append(rebinding)
         if creation and getattr(self.access, "detached_init", None) is not None:

@@ -52,6 +52,16 @@ class Conjunct:
     key: Tuple[str, bool]
 
 
+@dataclass(frozen=True)
+class Guard:
+    """`if <test>: raise ValueError(<message>)` where `amp.initialize` was, which makes the unsafe
+    reason `resolves` moot: every value the test lets through migrates exactly."""
+
+    test: str
+    message: str
+    resolves: str
+
+
 @dataclass
 class ScalerSpec:
     """The GradScaler an initialize call becomes."""
@@ -67,6 +77,9 @@ class ScalerSpec:
     # reason that a guard raising on it makes moot.
     o3_test: Optional[str] = None
     o3_unsafe: Optional[str] = None
+    # Other run-time options torch.amp cannot honour for some values: each stops with an error
+    # where `amp.initialize` was, for those values only (as the O3 guard).
+    guards: List["Guard"] = field(default_factory=list)
     models: Optional[cst.BaseExpression] = None
     optimizers: Optional[cst.BaseExpression] = None
 
@@ -278,9 +291,21 @@ def scaler_spec(
         try:
             scale = literal_value(loss_scale)
         except ValueError:
-            spec.unsafe.append(
-                f"`loss_scale={code(loss_scale).strip()}` is only known at run time; the rewrite assumes a dynamic loss scale"
-            )
+            if _reread(loss_scale):
+                # apex: None or "dynamic" scale dynamically, a number (or numeric string) is static.
+                given = code(loss_scale).strip()
+                dynamic = f"{given} in (None, {quote}dynamic{quote})"
+                spec.keywords.append(("init_scale", f"65536.0 if {dynamic} else float({given})"))
+                spec.keywords.append(("growth_interval", f"2000 if {dynamic} else {NO_GROWTH_INTERVAL}"))
+                spec.notes.append(
+                    f"`loss_scale={given}` is known only at run time: None or \"dynamic\" keep GradScaler's dynamic "
+                    "scale, a number becomes `init_scale` with growth disabled as far as GradScaler allows (it still "
+                    "skips a step and halves the scale on inf/NaN, where apex applied it)"
+                )
+            else:
+                spec.unsafe.append(
+                    f"`loss_scale={code(loss_scale).strip()}` is only known at run time; the rewrite assumes a dynamic loss scale"
+                )
         else:
             if scale not in (None, "dynamic"):
                 try:
@@ -311,6 +336,11 @@ def scaler_spec(
             given = literal_value(node)
         except ValueError:
             spec.unsafe.append(f"`{name}={code(node).strip()}` is only known at run time")
+            if name in _RUN_TIME_GUARDS and _reread(node):
+                accepted, message = _RUN_TIME_GUARDS[name]
+                spec.guards.append(
+                    Guard(f"{code(node).strip()} not in {accepted.format(q=quote)}", message, spec.unsafe[-1])
+                )
             continue
         if spec.levels == {"O1"} and name in ("keep_batchnorm_fp32", "master_weights") and given is not None:
             # apex's Properties.__setattr__ (frontend.py) raises RuntimeError for these under O1
@@ -346,6 +376,26 @@ def scaler_spec(
     if value("num_losses") is not None:
         spec.notes.append("one GradScaler serves every loss (`num_losses` and `loss_id` go)")
     return spec
+
+
+# Run-time overrides whose other values torch.amp cannot honour: the values autocast matches
+# (apex takes "True"/"False" strings for keep_batchnorm_fp32), and the error for the rest.
+_RUN_TIME_GUARDS = {
+    "keep_batchnorm_fp32": (
+        "(None, True, {q}True{q})",
+        "apex keep_batchnorm_fp32=False (fp16 batchnorm) has no torch.amp equivalent",
+    ),
+    "master_weights": (
+        "(None, True)",
+        "apex master_weights=False (no fp32 master weights) has no torch.amp equivalent",
+    ),
+}
+
+
+def _reread(node: cst.BaseExpression) -> bool:
+    """A name, attribute or literal subscript (`args.loss_scale`, `cfg["scale"]`): the rewrite
+    can read it again in a test."""
+    return isinstance(node, (cst.Name, cst.Attribute, cst.Subscript)) and is_pure(node)
 
 
 def _fp16_arm_test(node: cst.BaseExpression, code) -> Optional[Tuple[str, cst.BaseExpression, bool]]:

@@ -616,11 +616,12 @@ class MultiInits:
         line = getattr(self, "alternative_line", None)
         if line is None or line in self.handled:
             return
-        if not getattr(self, "o3_guard", None):
+        guards = [self.ctx.parse_statement(g + "\n") for g in getattr(self, "setup_guards", ())]
+        if not guards:
             self.removal.remove_statement(line)
         else:
-            guard = self.ctx.parse_statement(self.o3_guard)
-            self.builder.replace(line, guard.with_changes(leading_lines=line.leading_lines))
+            guards[0] = guards[0].with_changes(leading_lines=line.leading_lines)
+            self.builder.replace(line, cst.FlattenSentinel(guards))
         self.handled.add(line)
 
     def _check_alternative_placed(self) -> None:
@@ -702,6 +703,6 @@ def _same_migration(first, other) -> bool:
             return False
     elif not first.levels or not other.levels or not (first.levels <= fp16 and other.levels <= fp16):
         return False
-    if first.o3_test != other.o3_test or list(first.unsafe) != list(other.unsafe):
+    if first.o3_test != other.o3_test or first.guards != other.guards or list(first.unsafe) != list(other.unsafe):
         return False  # a run-time `opt_level` only where both calls read the same one
     return list(first.keywords) == list(other.keywords) and first.enabled_keys == other.enabled_keys

@@ -385,7 +385,7 @@ class _CallerSide(_Planner):
                 raise Unfixable(f"`{self.helper.name}()` is called under an `if`, a loop or a `try`")
         self.spec = self._spec(call, target)
         self.fp32 = False
-        self.o3_guard = None
+        self.setup_guards = []
         self.builder = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
         self.init = _Init(call)
         self.init_line = line
