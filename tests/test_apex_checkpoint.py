@@ -128,7 +128,7 @@ def test_helper_passed_as_a_value_refuses(tmp_path):
 def test_an_unsafe_caller_makes_the_helper_unsafe(tmp_path):
     """`loss_scale=` makes the caller's fix unsafe: a safe fix changes neither file, an unsafe one both."""
     project = _copy(tmp_path)
-    _edit(project / "main.py", "opt_level=cfg.opt_level)", "opt_level=cfg.opt_level, loss_scale=cfg.loss_scale)")
+    _edit(project / "main.py", "opt_level=cfg.opt_level)", "opt_level=cfg.opt_level, min_loss_scale=cfg.min_loss_scale)")
     before = _snapshot(project)
     _fix(project)
     assert _snapshot(project) == before

@@ -188,14 +188,14 @@ def test_run_time_opt_level_migrates_with_the_o3_guard(tmp_path):
 def test_an_unsafe_side_makes_every_fix_of_the_group_unsafe(tmp_path):
     project = _copy(tmp_path)
     main = project / "train_net.py"
-    _edit(main, "opt_level=amp_opt_level", "opt_level=amp_opt_level, loss_scale=cfg.loss_scale")
+    _edit(main, "opt_level=amp_opt_level", "opt_level=amp_opt_level, min_loss_scale=cfg.min_loss_scale")
     before = _snapshot(project)
     _fix(project)
     assert _snapshot(project) == before  # a safe fix changes neither side
     findings = [f for f in _check_json(project) if f["code"] == "AMP101"]
     assert len(findings) == 2
     assert all(f["fix"]["applicability"] == "unsafe" for f in findings)
-    assert all("unsafe: `loss_scale=cfg.loss_scale` is only known at run time" in f["fix"]["message"] for f in findings), findings
+    assert all("GradScaler has no `min_loss_scale`" in f["fix"]["message"] for f in findings), findings
     _fix(project, "--unsafe-fixes")  # both sides, or neither
     assert "scaler = torch.amp.GradScaler(" in main.read_text()
     assert "scaler.scale(losses).backward()" in (project / "trainer.py").read_text()

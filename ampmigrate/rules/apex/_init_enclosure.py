@@ -13,6 +13,9 @@ of the call are followed here:
   around the `try`): code after the `try` runs only when the call ran, so the call is as good as
   straight-line code there. A handler that falls through lets later code run without it: the
   uses of the scaler must then all be inside the `try`;
+- a setup loop (`for i in range(len(models)): models[i], optimizers[i] = amp.initialize(...)`,
+  the scaler made before the `if` around the loop): apex's last call made the loss scalers that
+  all later training used, so one GradScaler serves it, when no use of it runs inside the loop;
 - a loop body (`for fold in folds: model = ...; optimizer = ...; model, optimizer =
   amp.initialize(model, optimizer); for epoch ...: train_one_epoch(...)`): every iteration's call
   made new loss scalers, so a new GradScaler at the same place in each iteration is what apex did,
@@ -91,11 +94,12 @@ class InitEnclosure:
         self.found = found
         self.loops = [n for n in found if isinstance(n, _LOOPS)]
         self.conditions = conditions
+        self.setup_loops: List[cst.CSTNode] = []  # loops the scaler is made before (see _check_creation)
         self._check_access()
         self._check_creation()
         for loop in self.loops:
             self._check_conditions(loop)
-        if self.loops:
+        if self.loops and not self.setup_loops:
             self._check_fresh_optimizers(self.loops[0])
 
     # ---- when the access is planned
@@ -115,14 +119,23 @@ class InitEnclosure:
         return self.access.hoist_before if self.access.hoist_before is not None else self.p.init_line
 
     def _check_creation(self) -> None:
+        """A loop the scaler is made before (its `if` is outside the loop) is a setup loop, as
+        `for i in range(len(models)): models[i], optimizers[i] = amp.initialize(models[i],
+        optimizers[i])`: one scaler is right only if no use runs in it (`_check_after`), since
+        then every later use saw the loss scaler of apex's last call, one scaler for all."""
         creation = self.creation_point()
         for loop in self.loops:
             if not self._inside(creation, loop.body):
-                raise Unfixable(
-                    f"`amp.initialize` runs at each iteration of the loop at line {self.p._line(loop)}, under the `if` "
-                    f"at line {self.p._line(creation)} outside it: the scaler would be made once before the loop, "
-                    "where apex made new loss scalers at each call"
-                )
+                if any(self._inside(loop, other.body) for other in self.loops if other is not loop):
+                    raise Unfixable(self._made_before(loop, creation))
+                self.setup_loops.append(loop)
+
+    def _made_before(self, loop: cst.CSTNode, creation: cst.CSTNode) -> str:
+        return (
+            f"`amp.initialize` runs at each iteration of the loop at line {self.p._line(loop)}, under the `if` "
+            f"at line {self.p._line(creation)} outside it: the scaler would be made once before the loop, "
+            "where apex made new loss scalers at each call"
+        )
 
     def _check_conditions(self, loop: cst.CSTNode) -> None:
         """An `if` inside the loop that gives the scaler's `enabled=` must test the same in every
@@ -172,8 +185,12 @@ class InitEnclosure:
 
     # ---- when the fix is planned
     def check_uses(self) -> None:
-        """Every use of the scaler the fix writes runs after `amp.initialize` (see the module docstring)."""
+        """Every use of the scaler the fix writes runs after `amp.initialize` (see the module
+        docstring), and none inside a setup loop."""
         for use in self._uses():
+            for loop in self.setup_loops:
+                if self._inside(use, loop):
+                    raise Unfixable(self._made_before(loop, self.creation_point()))
             self._check_after(use)
 
     def _uses(self) -> Iterator[cst.CSTNode]:
@@ -256,7 +273,7 @@ class InitEnclosure:
         for ancestor in self.names.ancestors(init_line):
             if id(ancestor) in above_use:
                 break
-            if isinstance(ancestor, _LOOPS):
+            if isinstance(ancestor, _LOOPS) and ancestor not in self.setup_loops:
                 raise Unfixable(
                     f"line {use_at} uses the scaler after the loop at line {self.p._line(ancestor)}, each iteration of "
                     f"which calls `amp.initialize` (line {init_at}): apex's loss scaler there was the last call's"
@@ -273,7 +290,7 @@ class InitEnclosure:
                         f"the `except` at line {self.p._line(handler)} falls through, so line {use_at}, after the `try`, "
                         f"may use the scaler without `amp.initialize` (line {init_at}) having run"
                     )
-            if not isinstance(ancestor, _ORDERED):  # a `match` case, say: maybe not run
+            if not isinstance(ancestor, _ORDERED) and ancestor not in self.setup_loops:  # a `match` case: maybe not run
                 raise Unfixable(
                     f"`amp.initialize` (line {init_at}) runs inside a `{type(ancestor).__name__}` at line "
                     f"{self.p._line(ancestor)}, and line {use_at} uses the scaler outside it"
