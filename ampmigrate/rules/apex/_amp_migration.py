@@ -84,7 +84,7 @@ from ampmigrate.rules.apex._removal import Removal, none_assignments, unused_aft
 from ampmigrate.rules.apex._scaler_access import ScalerAccess
 from ampmigrate.rules.apex._state_loader_args import plan_state_loader_arg
 from ampmigrate.rules.apex._timm_scaler import timm_scaler_fix
-from ampmigrate.rules.apex._unused_optimizer import optimizers_unused
+from ampmigrate.rules.apex._unused_optimizer import optimizer_never_read, optimizers_unused
 from ampmigrate.rules.apex._window_readers import WindowReaders
 
 __all__ = ["AmpPlan", "Site", "amp_plan"]
@@ -311,7 +311,8 @@ class _Planner(
 
     def _without_inference_inits(self, inits: List[AmpRef]) -> List[AmpRef]:
         """A file that trains (`amp.initialize(model, optimizer)`) and also initializes a model
-        without optimizers (an evaluation entry point, an EMA copy): the training call is the one
+        without optimizers, or with one nothing reads again (an evaluation entry point, an EMA
+        copy; _unused_optimizer.py): the training call is the one
         migrated; each inference call goes, its model then running in fp32 (the note says so)."""
         training, inference = [], []
         for ref in inits:
@@ -320,7 +321,8 @@ class _Planner(
             spec = scaler_spec(self.module, self.names, ref.call, self.ctx.quote)
             if spec.error:
                 return inits
-            (inference if spec.optimizers is None and spec.levels != {"O0"} else training).append(ref)
+            alone = spec.optimizers is None or (len(inits) > 1 and optimizer_never_read(self, ref))
+            (inference if alone and spec.levels != {"O0"} else training).append(ref)
         if not training or not inference:
             return inits
         for ref in inference:
@@ -350,8 +352,13 @@ class _Planner(
             )
         self.removal.remove_statement(line)
         self.handled.add(line)
+        spec = scaler_spec(self.module, self.names, ref.call, self.ctx.quote) if ref.api == "initialize" else None
         what, runs = (
-            ("`amp.init()`", "the models now run") if ref.api == "init" else ("`amp.initialize` without optimizers", "that model now runs")
+            ("`amp.init()`", "the models now run")
+            if spec is None
+            else ("`amp.initialize` without optimizers", "that model now runs")
+            if spec.optimizers is None
+            else ("`amp.initialize` with an optimizer nothing uses again", "that model now runs")
         )
         self._note(
             f"{what} at line {self._line(ref.call)} goes: {runs} in fp32; "

@@ -5,7 +5,9 @@ hand it to `amp.initialize`, and then only run the model (`validate(model, ...)`
 `amp.scale_loss` follows, in this file or, through the optimizer, in another (the name
 `initialize` returns is never read again). For apex the optimizer then plays no part: the call
 is the inference `amp.initialize(model)`, and the planner's inference path takes it (each later
-statement running the model under `torch.autocast`, or the call dropped with the reason).
+statement running the model under `torch.autocast`, or the call dropped with the reason). In a
+file that also trains with another call, such a call is a companion setup of a second model (an
+EMA copy), dropped as an inference call is (`_amp_migration._without_inference_inits`).
 
 A literal `None` for the optimizers (`amp.initialize(model, None, ...)`) is apex's default and
 needs no rule here (rules/apex/_amp_options.py reads it as no optimizers).
@@ -34,6 +36,23 @@ def optimizers_unused(planner: "_Planner", init: "AmpRef") -> bool:
     trainer built before `amp.initialize` and run after it holds the same, patched, object)."""
     if any(r.api not in (None, "initialize") for r in planner.refs):
         return False
+    if not optimizer_never_read(planner, init):
+        return False
+    name = _optimizer_name(planner, init)
+    planner._note(f"`{name}`, which `amp.initialize` returned, is not used again: the setup is inference")
+    return True
+
+
+def _optimizer_name(planner: "_Planner", init: "AmpRef") -> str:
+    small = planner._init_line(init).body[0]
+    return small.targets[0].target.elements[1].value.value
+
+
+def optimizer_never_read(planner: "_Planner", init: "AmpRef") -> bool:
+    """`a, b = amp.initialize(a, b, ...)` whose optimizer `b`, made in its function, nothing reads
+    afterwards (see `optimizers_unused`), whatever else the file trains: a companion call, as
+    MoCo's `model_ema, optimizer_ema = amp.initialize(model_ema, optimizer_ema)` with an
+    optimizer of learning rate 0 built only to pass apex one."""
     call = init.call
     line = planner._init_line(init)
     small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
@@ -81,10 +100,7 @@ def optimizers_unused(planner: "_Planner", init: "AmpRef") -> bool:
             continue
         if not _dead_argument(planner, root, node):
             return False  # handed to something that may keep it (a trainer built before `initialize`)
-    if not made:
-        return False
-    planner._note(f"`{name}`, which `amp.initialize` returned, is not used again: the setup is inference")
-    return True
+    return made
 
 
 def _params(func: cst.FunctionDef):
