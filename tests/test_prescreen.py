@@ -49,6 +49,8 @@ def reach(text: str, prefixes=LEGACY):
         "import torch\nm: object = torch.cuda\nm.amp\n",
         "import torch\nclass T:\n    def __init__(self):\n        self.c = torch.cuda\n    def f(self):\n        return self.c.amp.autocast()\n",
         "def f():\n    import torch\n    return torch.cpu.amp.autocast()\n",
+        "import importlib\ndef f():\n    global a\n    a = importlib.import_module('torch.cuda.amp')\n",
+        "from importlib import import_module\nclass T:\n    def __init__(self):\n        self.c = import_module('torch.cuda')\n    def f(self):\n        return self.c.amp\n",
     ],
 )
 def test_screen_follows_imports_and_aliases(text):
@@ -93,6 +95,8 @@ def test_screen_finds_chains_anywhere(text):
         "import torch\nx = torch.nn\nx.cuda.amp\n",  # torch.nn.cuda.amp is not under torch.cuda.amp
         "# torch.cuda.amp.autocast in a comment\ns = 'torch.cuda.amp'\n",
         "import apex\napex.amp.initialize()\n",
+        "import importlib\namp = importlib.import_module(name)\namp.autocast()\n",  # not a literal
+        "import importlib\namp = importlib.import_module('.amp', 'torch.cuda')\n",  # relative to a package
     ],
 )
 def test_screen_screens_out(text):
@@ -242,6 +246,8 @@ ALIAS_ZOO = [
     "from torch.cuda import amp as a\nwith a.autocast(enabled=True):\n    pass\n",
     "from torch.cuda.amp import GradScaler\n",
     "import torch.cuda.amp as amp\nscaler = amp.GradScaler(2.0 ** 16)\n",
+    "import importlib\namp = importlib.import_module('apex.amp')\nhandle = amp.init()\n",
+    "import importlib\ndef f(m, o):\n    global amp\n    amp = importlib.import_module('apex.amp')\n    return amp.initialize(m, o)\n",
     "import torch\nx, y = torch.cuda, 0\nwith x.amp.autocast():\n    pass\n",
     "import torch\ndef f(s: torch.cuda.amp.GradScaler):\n    return isinstance(s, torch.cuda.amp.GradScaler)\n",
     "import torch\nfrom functools import partial\nac = partial(torch.cuda.amp.autocast, dtype=torch.float16)\n",

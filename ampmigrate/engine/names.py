@@ -28,6 +28,21 @@ from ampmigrate.engine.cst_walk import KINDS, NODE, SEQUENCE, field_order, hooks
 
 EMPTY: FrozenSet[str] = frozenset()
 
+
+def imported_module(call: cst.Call) -> Optional[str]:
+    """The absolute module a call `import_module("a.b")` names by a literal (no `package=`), else
+    None: the caller checks that the function is importlib's (engine/prescreen.py reads the same
+    shape from `ast`)."""
+    if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+        return None
+    value = call.args[0].value
+    if not isinstance(value, cst.SimpleString) or value.prefix.lower() not in ("", "r"):
+        return None
+    module = value.evaluated_value
+    if not isinstance(module, str) or not all(part.isidentifier() for part in module.split(".")):
+        return None
+    return module
+
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 
@@ -346,6 +361,10 @@ class NameIndex:
             return self.qualified_names(value)
         if isinstance(value, cst.IfExp):  # x = torch.amp.autocast if new else torch.cuda.amp.autocast
             return self._alias_names(value.body) | self._alias_names(value.orelse)
+        if isinstance(value, cst.Call):  # amp = importlib.import_module("apex.amp")
+            module = imported_module(value)
+            if module is not None and "importlib.import_module" in self.qualified_names(value.func):
+                return frozenset({module})
         return EMPTY
 
     def qualified_expressions(self) -> List[Tuple[cst.BaseExpression, FrozenSet[str]]]:

@@ -148,7 +148,7 @@ class _Search:
 
     def run(self) -> FrozenSet[str]:
         self._collect_statements()
-        if len(self.found) == len(self.screen.prefixes) or not self.names or self._enough():
+        if len(self.found) == len(self.screen.prefixes) or not (self.names or self.attrs) or self._enough():
             # Nothing imported on the way to a prefix: no expression can get there either.
             return frozenset(self.found)
         self._propagate_aliases()
@@ -231,6 +231,15 @@ class _Search:
             self.names.setdefault(name, set()).add(qname)
 
     def _alias(self, target: ast.AST, value: ast.AST) -> None:
+        module = _imported_module(value) if isinstance(value, ast.Call) else None
+        if module is not None:  # `amp = importlib.import_module("apex.amp")`: an import
+            if isinstance(target, ast.Name):
+                self._bind(target.id, module)
+            elif isinstance(target, ast.Attribute):
+                self.found |= self.screen.hits(module)
+                if self.screen.keep(module):
+                    self.attrs.setdefault(target.attr, set()).add(module)
+            return
         if isinstance(target, ast.Name):
             self.aliases.append(("name", target.id, value))
         elif isinstance(target, ast.Attribute):
@@ -286,6 +295,22 @@ class _Search:
             result = _EMPTY
         memo[key] = result
         return result
+
+
+def _imported_module(call: ast.Call) -> Optional[str]:
+    """`import_module("a.b")` / `importlib.import_module("a.b")` with one literal argument: "a.b"
+    (engine/names.imported_module reads the same shape from LibCST, for importlib's function
+    only: any `import_module` here keeps the screen a superset)."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    if name != "import_module" or len(call.args) != 1 or call.keywords:
+        return None
+    value = call.args[0]
+    if not (isinstance(value, ast.Constant) and isinstance(value.value, str)):
+        return None
+    if not all(part.isidentifier() for part in value.value.split(".")):
+        return None
+    return value.value
 
 
 # ---------------------------------------------------------------------------------- tree shapes
