@@ -210,6 +210,14 @@ def branches(names: NameIndex, node: cst.CSTNode, stop: Optional[cst.CSTNode] = 
     return list(reversed(found))
 
 
+def elif_chain(statement: cst.If) -> List[cst.If]:
+    """`statement` and each `elif` of its chain, in order."""
+    links = [statement]
+    while isinstance(links[-1].orelse, cst.If):
+        links.append(links[-1].orelse)
+    return links
+
+
 def expression_key(expression: cst.CSTNode) -> str:
     """A spelling of an expression that ignores formatting (for comparing `if` tests)."""
     code = cst.Module([]).code_for_node(expression)

@@ -381,10 +381,10 @@ class _Planner(
         repeats = inits[1:]
         siblings = []
         alternatives = [r for r in repeats if self._alternative_initialize(first, r)]
-        if alternatives and len(repeats) > 1:
+        if alternatives and (len(alternatives) < len(repeats) or not self.alternatives_apart(first, alternatives)):
             raise Unfixable(
-                f"{MORE_THAN_ONCE} (line {self._line(alternatives[0].call)} in the other arm of an `if`, and more): "
-                "only two alternatives in the arms of one `if`/`else` are one setup the fix follows"
+                f"{MORE_THAN_ONCE} (line {self._line(alternatives[0].call)} in another arm of an `if`, and more): "
+                "only alternatives each in an arm of one `if`/`elif`/`else` are one setup the fix follows"
             )
         for ref in repeats:
             if ref not in alternatives and keys and _initialize_key(ref.call) in keys:
@@ -404,15 +404,15 @@ class _Planner(
             small = line.body[0]
             rebinding = None
             if isinstance(small, cst.Assign) and not _rebinds_its_arguments(small, ref.call, self.names):
-                if ref not in siblings:
+                if ref not in siblings and ref not in alternatives:
                     raise Unfixable(
                         f"`amp.initialize` at line {self._line(ref.call)} binds other names than the model and optimizer it is given"
                     )
                 # `modelD, optimizers_D = amp.initialize(modelD, [modelD.optimizer_D] + optimizer_D_T)`:
                 # apex returned what it was given, which those names still have to hold.
                 rebinding = self._rebinding_of(line, ref.call, scaler_spec(self.module, self.names, ref.call, self.ctx.quote))
-            if ref in alternatives and self._defers_alternative(first, ref, line):
-                continue  # _multi_init.py: its line gets the O3 guard in `_place_home`
+            if ref in alternatives and self._defers_alternative(first, ref, line, rebinding):
+                continue  # _multi_init.py: its line is replaced as the home's is, in `_place_home`
             if rebinding is not None:  # replaced once the fix is being built (`_build`)
                 statement = self.ctx.parse_statement(rebinding + "\n").with_changes(leading_lines=line.leading_lines)
                 self.sibling_rebindings.append((line, statement))
@@ -421,7 +421,7 @@ class _Planner(
             self.handled.add(line)
         again = [r for r in repeats if r not in siblings and r not in alternatives]
         if alternatives:
-            self._plan_alternatives(first, alternatives[0])
+            self._plan_alternatives(first, alternatives)
         if again:
             self._note(
                 "`amp.initialize` of the same model and optimizer again at line "
@@ -1076,7 +1076,8 @@ class _Planner(
         else:
             self.removal.remove_statement(self.init_line)
         self.handled.add(self.init_line)
-        self._place_alternative_guard()  # _multi_init.py
+        in_arm = creation if creation and hoist is None and getattr(self.access, "detached_init", None) is None else None
+        self._place_alternative_lines(in_arm)  # _multi_init.py
         if hoist is not None:
             self.hoisted = (hoist, self.ctx.parse_statement(creation + "\n"))
 

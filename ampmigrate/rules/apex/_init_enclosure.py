@@ -146,8 +146,8 @@ class InitEnclosure:
             if not self._inside(branch.statement, loop.body):
                 continue
             if stores is None:
-                stores = _stores(loop)
-            for read in _reads(branch.test):
+                stores = stores_in(loop)
+            for read in reads_of(branch.test):
                 if any(read == s or read.startswith(s + ".") or s.startswith(read + ".") for s in stores):
                     raise Unfixable(
                         f"`amp.initialize` runs under `if {self.p.ctx.code(branch.test).strip()}` (line "
@@ -333,7 +333,7 @@ def _dotted(node: cst.CSTNode) -> Optional[str]:
     return None
 
 
-def _reads(test: cst.CSTNode) -> Set[str]:
+def reads_of(test: cst.CSTNode) -> Set[str]:
     """The names and attribute chains a (pure) test reads, longest chains only."""
     found: Set[str] = set()
     inner: Set[int] = set()
@@ -367,7 +367,7 @@ def _flatten(targets) -> Iterator[cst.CSTNode]:
             yield target
 
 
-def _stores(loop: cst.CSTNode) -> Set[str]:
+def stores_in(loop: cst.CSTNode) -> Set[str]:
     """Every name or attribute chain written inside `loop` (its own target included): the
     subscript `a.b[k] = v` writes into `a.b`."""
     written: List[cst.CSTNode] = []

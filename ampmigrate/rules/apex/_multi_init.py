@@ -27,7 +27,7 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ampmigrate.analysis.statements import Branch, branches, expression_key, walk
+from ampmigrate.analysis.statements import Branch, branches, elif_chain, expression_key, walk
 from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.context import FixBuilder
 from ampmigrate.rules.apex._amp_common import AmpPlan, Step, Unfixable
@@ -37,6 +37,7 @@ from ampmigrate.rules.apex._amp_options import (
     scaler_spec,
 )
 from ampmigrate.rules.apex._amp_refs import AmpRef
+from ampmigrate.rules.apex._init_enclosure import reads_of, stores_in
 
 SCALE_LOSS_PARAMS = ("loss", "optimizers", "loss_id", "model", "delay_unscale", "delay_overflow_check")
 MORE_THAN_ONCE = "`amp.initialize` is called more than once in this file"
@@ -512,11 +513,17 @@ class MultiInits:
         other_spec = scaler_spec(self.module, self.names, other.call, self.ctx.quote)
         # O1 leaves the models as they are (apex patched torch's functions, not the models): arms
         # that differ only in which models they list (`[model, teacher]` in one) are one setup.
+        # Under O2 apex cast the models each arm lists to fp16 (the others ran in fp32): arms
+        # spelling the same models otherwise (`[student] + list(teachers)`, `[student, teachers]`)
+        # are one setup too. The forward passes of every arm's models go under autocast
+        # (`alternative_models`).
         o1_only = first_spec.levels == other_spec.levels == {"O1"}
         for name in ("models", "optimizers"):
             a, b = bound_first.get(name), bound_other.get(name)
-            if name == "models" and o1_only and a is not None and b is not None:
-                continue
+            if name == "models" and a is not None and b is not None:
+                if o1_only or self._same_model_roots(first, other):
+                    continue
+                return False
             if name == "optimizers" and a is not None and b is not None and self._rebinds_own_optimizer(first) and self._rebinds_own_optimizer(other):
                 # `o.optimizer = amp.initialize(m, o.optimizer)` in one arm, `o = amp.initialize(m, o)` in
                 # the other (a scheduler wrapper or the bare optimizer): apex patches each in place and
@@ -530,11 +537,53 @@ class MultiInits:
             return False
         outer = self._arms_if(first, other)
         inner = self._inner_conditions(first, outer)
-        if (first_spec.enabled or inner) and not all(self._leads_its_arm(self._init_line(r), outer) for r in (first, other)):
+        if (first_spec.enabled or inner) and not all(self._leads_its_arm(r, outer) for r in (first, other)):
             return False  # `enabled=` and the arms' own tests are read before the `if` now: nothing may change them first
         if inner and any(isinstance(n, cst.NamedExpr) for n in walk(outer.test)):
             return False  # the outer test binds a name the arms' tests may read
         return True
+
+    def _same_model_roots(self, first: AmpRef, other: AmpRef) -> bool:
+        roots = [self._model_roots(ref) for ref in (first, other)]
+        return bool(roots[0]) and roots[0] == roots[1]
+
+    def _model_roots(self, ref: AmpRef) -> Optional[Set[str]]:
+        """The names and attribute chains the `models` argument is built from, following names
+        assigned earlier in the call's block (`models = [self.student] + list(self.teachers)`):
+        {"self.student", "self.teachers"}; None where a part cannot be read so."""
+        line = self._init_line(ref)
+        block = self.names.parent(line)
+        earlier = list(getattr(block, "body", ()))
+        earlier = earlier[: earlier.index(line)] if line in earlier else []
+        models = bound_arguments(ref.call, INITIALIZE_PARAMS)["models"].value
+
+        def assigned(name: str) -> Optional[cst.BaseExpression]:
+            for statement in reversed(earlier):
+                for small in getattr(statement, "body", ()) if isinstance(statement, cst.SimpleStatementLine) else ():
+                    if isinstance(small, cst.Assign) and any(
+                        name in _target_names(t.target) for t in small.targets
+                    ):
+                        return small.value
+            return None
+
+        def roots(node: cst.BaseExpression, hops: int) -> Optional[Set[str]]:
+            found: Set[str] = set()
+            for leaf in _value_leaves(node):
+                if isinstance(leaf, cst.Name) and hops:
+                    value = assigned(leaf.value)
+                    if value is not None:
+                        inner = roots(value, hops - 1)
+                        if inner is None:
+                            return None
+                        found |= inner
+                        continue
+                dotted = _dotted_name(leaf)
+                if dotted is None:
+                    return None
+                found.add(dotted)
+            return found
+
+        return roots(models, 2)
 
     def _arms_if(self, first: AmpRef, other: AmpRef, same_conditions: bool = True) -> Optional[cst.If]:
         """The `if` whose two arms (`if`/`else`, not an `elif`) hold the two calls' lines, directly
@@ -544,7 +593,7 @@ class MultiInits:
         chains = [list(self.names.ancestors(line)) for line in lines]
         other_ids = {id(node) for node in chains[1]}
         outer = next((a for a in chains[0] if isinstance(a, cst.If) and id(a) in other_ids), None)
-        if outer is None or not isinstance(outer.orelse, cst.Else):
+        if outer is None or outer.orelse is None:
             return None
         if {_arm(outer, chain) for chain in chains} != {"body", "orelse"}:
             return None
@@ -555,10 +604,16 @@ class MultiInits:
                 if not isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite, cst.If, cst.Else)):
                     return None  # a loop, a `with`, a `try` between: not one plain choice
         if same_conditions:
-            keys = [[b.key for b in branches(self.names, line, stop=outer)] for line in lines]
+            keys = [[b.key for b in self._arm_conditions(line, outer)] for line in lines]
             if keys[0] != keys[1]:
                 return None
         return outer
+
+    def _arm_conditions(self, line: cst.CSTNode, outer: cst.If) -> List[Branch]:
+        """The tests `line` runs under within its arm of `outer`'s `if`/`elif`/`else` chain (the
+        chain's own tests choose the arm: one arm's call runs whichever it is)."""
+        links = {id(link) for link in elif_chain(outer)}
+        return [b for b in branches(self.names, line, stop=outer) if id(b.statement) not in links]
 
     def _check_not_an_other_arm(self, first: AmpRef, other: AmpRef) -> None:
         """A call in the other arm of an `if` from the first is no re-initialization after it (it
@@ -584,11 +639,20 @@ class MultiInits:
         )
 
     def _inner_conditions(self, ref: AmpRef, outer: cst.If) -> List[Branch]:
-        return branches(self.names, self._init_line(ref), stop=outer)
+        return self._arm_conditions(self._init_line(ref), outer)
 
-    def _leads_its_arm(self, line: cst.CSTNode, outer: cst.If) -> bool:
-        """`line`, and each `if` enclosing it below `outer`, comes first in its block: nothing in
-        the arm runs before the tests that a scaler created before `outer` now reads."""
+    def _leads_its_arm(self, ref: AmpRef, outer: cst.If) -> bool:
+        """Nothing in the arm before the call (and before each `if` enclosing it below `outer`)
+        writes a name or attribute that its options or its arm's tests read: a scaler created
+        before `outer` now reads them there (`models = [student, *teachers]` may come first)."""
+        line = self._init_line(ref)
+        reads: Set[str] = set()
+        for arg in ref.call.args:
+            if arg.keyword is None or arg.keyword.value not in ("models", "optimizers"):
+                if not (arg.keyword is None and arg is ref.call.args[0]):
+                    reads |= reads_of(arg.value)
+        for branch in self._inner_conditions(ref, outer):
+            reads |= reads_of(branch.test)
         node = line
         while node is not outer:
             parent = self.names.parent(node)
@@ -596,51 +660,72 @@ class MultiInits:
                 node = parent
                 continue
             body = list(getattr(parent, "body", ()))
-            if not body or body[0] is not node:
+            if node not in body:
                 return False
+            for earlier in body[: body.index(node)]:
+                written = stores_in(earlier)
+                if any(r == w or r.startswith(w + ".") or w.startswith(r + ".") for r in reads for w in written):
+                    return False
+                if any(isinstance(n, (cst.Return, cst.Raise, cst.Break, cst.Continue)) for n in walk(earlier)):
+                    return False  # the arm may leave before the call
             holder = self.names.parent(parent)
             if isinstance(holder, cst.Else):
                 holder = self.names.parent(holder)
             node = holder
         return True
 
-    def _defers_alternative(self, first: AmpRef, other: AmpRef, line: cst.CSTNode) -> bool:
-        """A run-time `opt_level` (the same expression in both calls): the other arm's line becomes
-        the same O3 guard as the first's (`_place_home`), not nothing, so O3 stops in either arm."""
-        if scaler_spec(self.module, self.names, other.call, self.ctx.quote).o3_test is None:
-            return False
-        self.alternative_line = line
+    def _defers_alternative(self, first: AmpRef, other: AmpRef, line: cst.CSTNode, rebinding: Optional[str]) -> bool:
+        """The other arm's line is replaced when the home's is (`_place_alternative_lines`): by
+        the same guards (a run-time `opt_level`'s O3, ...), what it must still bind (`models =
+        [student, *teachers]`: apex returned the list it was given), and the scaler's creation
+        where the scaler is made in the first arm rather than before the `if`."""
+        self.alternative_lines = [*getattr(self, "alternative_lines", ()), (line, rebinding)]
         return True
 
-    def _place_alternative_guard(self) -> None:
-        line = getattr(self, "alternative_line", None)
-        if line is None or line in self.handled:
-            return
-        guards = [self.ctx.parse_statement(g + "\n") for g in getattr(self, "setup_guards", ())]
-        if not guards:
-            self.removal.remove_statement(line)
-        else:
-            guards[0] = guards[0].with_changes(leading_lines=line.leading_lines)
-            self.builder.replace(line, cst.FlattenSentinel(guards))
-        self.handled.add(line)
+    def _place_alternative_lines(self, creation: Optional[str]) -> None:
+        """`creation`: the statement making the scaler in the first arm, or None (made before
+        the `if`, or in `__init__`): each arm then makes it as the first does."""
+        for line, rebinding in getattr(self, "alternative_lines", ()):
+            if line in self.handled:
+                continue
+            texts = [*getattr(self, "setup_guards", ()), *([rebinding] if rebinding else []), *([creation] if creation else [])]
+            statements = [self.ctx.parse_statement(t + "\n") for t in texts]
+            if not statements:
+                self.removal.remove_statement(line)
+            else:
+                statements[0] = statements[0].with_changes(leading_lines=line.leading_lines)
+                self.builder.replace(line, cst.FlattenSentinel(statements))
+            self.handled.add(line)
 
     def _check_alternative_placed(self) -> None:
-        line = getattr(self, "alternative_line", None)
-        if line is not None and line not in self.handled:
-            raise Unfixable(
-                f"`amp.initialize` at line {self._line(line)}, the other arm's setup, is left with nothing to become"
-            )
+        for line, _ in getattr(self, "alternative_lines", ()):
+            if line not in self.handled:
+                raise Unfixable(
+                    f"`amp.initialize` at line {self._line(line)}, the other arm's setup, is left with nothing to become"
+                )
 
-    def _plan_alternatives(self, first: AmpRef, other: AmpRef) -> None:
-        """The other arm's call goes (the caller removes its line); the scaler is created once,
+    def _plan_alternatives(self, first: AmpRef, others: List[AmpRef]) -> None:
+        """The other arms' calls go (the caller removes their lines); the scaler is created once,
         before the `if` (ScalerAccess reads `alternatives_if`), not under its condition."""
-        self.alternatives_if = self._arms_if(first, other)
-        spec = scaler_spec(self.module, self.names, other.call, self.ctx.quote)
-        for note in spec.notes:
-            self._note(note)
+        self.alternatives_if = self._arms_if(first, others[0])
+        self.alternative_models = [bound_arguments(r.call, INITIALIZE_PARAMS)["models"].value for r in others]
+        for other in others:
+            for note in scaler_spec(self.module, self.names, other.call, self.ctx.quote).notes:
+                if note not in self.notes:
+                    self._note(note)
+        lines = [self._line(r.call) for r in (first, *others)]
         self._note(
-            f"`amp.initialize` at lines {self._line(first.call)} and {self._line(other.call)} are the two arms of the `if` "
-            f"at line {self._line(self.alternatives_if)}, one setup at run time: one GradScaler, created before the `if`"
+            f"`amp.initialize` at lines {', '.join(map(str, lines[:-1]))} and {lines[-1]} are the arms of the `if` "
+            f"at line {self._line(self.alternatives_if)}, one setup at run time: one GradScaler, made alike whichever arm runs"
+        )
+
+    def alternatives_apart(self, first: AmpRef, alternatives: List[AmpRef]) -> bool:
+        """Each call in an arm of its own of one `if`/`elif`/`else` chain: one runs, whichever."""
+        outers = {id(self._arms_if(first, r)) for r in alternatives}
+        if len(outers) != 1:
+            return False
+        return all(
+            self._arms_if(a, b) is not None for i, a in enumerate(alternatives) for b in alternatives[i + 1:]
         )
 
 
@@ -680,6 +765,43 @@ def _falsy_literal(node: Optional[cst.BaseExpression]) -> bool:
     if isinstance(node, cst.Integer):
         return node.value == "0"
     return False
+
+
+def _target_names(target: cst.BaseExpression) -> Set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {n for e in target.elements for n in _target_names(e.value)}
+    return set()
+
+
+def _value_leaves(node: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+    """The objects an expression is built from: names and attribute chains, not the functions
+    it calls (`list(teachers)` -> `teachers`; `teachers.items()` -> `teachers`)."""
+    if isinstance(node, (cst.Name, cst.Attribute)) and _dotted_name(node) is not None:
+        yield node
+    elif isinstance(node, cst.Call):
+        if isinstance(node.func, cst.Attribute):
+            yield from _value_leaves(node.func.value)
+        for arg in node.args:
+            yield from _value_leaves(arg.value)
+    elif isinstance(node, (cst.List, cst.Tuple, cst.Set)):
+        for element in node.elements:
+            yield from _value_leaves(element.value)
+    elif isinstance(node, cst.BinaryOperation):
+        yield from _value_leaves(node.left)
+        yield from _value_leaves(node.right)
+    else:
+        yield node  # a subscript, a comprehension...: not read here (`_dotted_name` says None)
+
+
+def _dotted_name(node: cst.CSTNode) -> Optional[str]:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        inner = _dotted_name(node.value)
+        return f"{inner}.{node.attr.value}" if inner is not None else None
+    return None
 
 
 def _arm(statement: cst.If, chain: List[cst.CSTNode]) -> Optional[str]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ampmigrate.analysis.statements import condition_code, is_pure, walk
+from ampmigrate.analysis.statements import condition_code, elif_chain, is_pure, walk
 from ampmigrate.engine.context import rebuild_args
 from ampmigrate.engine.names import Binding, Scope
 from ampmigrate.rules.apex._amp_carrier import CARRIED_NAME, carried_autocast_enabled, carrier_scopes
@@ -224,10 +224,11 @@ class ScalerAccess:
         # Two `amp.initialize` alternatives in the arms of one `if` (_multi_init.py): apex was set
         # up in either arm, so that `if` is no condition of the scaler; it is created before it.
         alternatives_if = getattr(self.p, "alternatives_if", None)
+        chain = {id(link) for link in elif_chain(alternatives_if)} if alternatives_if is not None else set()
         forced_hoist = None
         if alternatives_if is not None and any(b.statement is alternatives_if for b in conditions):
             forced_hoist = conditions[0].statement  # before that `if` (or an outer one), not in its arm
-            conditions = [b for b in conditions if b.statement is not alternatives_if]
+            conditions = [b for b in conditions if id(b.statement) not in chain]
         self.conditions: List[Tuple[str, Tuple[str, bool]]] = []
         for branch in conditions:
             code = condition_code(self.p.module, [branch])
@@ -330,8 +331,8 @@ class ScalerAccess:
                 add(node.elt.value)  # amp.initialize([self.modules[k] for k in names], ...): the collection
 
         add(spec.models)
-        for models in getattr(self.p, "sibling_models", ()):  # other `amp.initialize` calls the scaler serves
-            add(models)
+        for models in (*getattr(self.p, "sibling_models", ()), *getattr(self.p, "alternative_models", ())):
+            add(models)  # other `amp.initialize` calls the scaler serves
         small = self.p.init_line.body[0]
         if isinstance(small, cst.Assign):
             target = small.targets[0].target
