@@ -53,3 +53,7 @@ class Step:
     # What the `with` body does after `scaled_loss.backward()` (an all-reduce of the still-scaled
     # gradients, logging): it follows `scaler.scale(loss).backward()` unchanged.
     rest: Sequence[cst.BaseStatement] = ()
+    # `scaled_loss.backward(...)` calls inside the body's own blocks (`if sync: ... else: with
+    # model.no_sync(): scaled_loss.backward()`), when it does not start with one: each becomes
+    # `scaler.scale(loss).backward(...)` where it is, and the body replaces the `with`.
+    backward_calls: Sequence[cst.Call] = ()

@@ -668,6 +668,11 @@ class _Planner(
         scaled = item.asname.name.value
         backward_args = self._backward_args(with_node, scaled)
         rest = self._rest_of_body(with_node, scaled)
+        branched: Sequence[cst.Call] = ()
+        if backward_args is None:
+            branched = self._branched_backwards(with_node, scaled, call)
+            if branched:
+                backward_args, rest = (), list(with_node.body.body)
         if backward_args is None:
             raise Unfixable(
                 f"the body of `with amp.scale_loss(...)` at line {self._line(call)} does not start with "
@@ -703,7 +708,43 @@ class _Planner(
             self._branches(with_node, function.node),
         )
         step.rest = rest
+        step.backward_calls = branched
         return step
+
+    def _branched_backwards(self, with_node: cst.With, scaled: str, call: cst.Call) -> Sequence[cst.Call]:
+        """The `scaled.backward(...)` statements of a body that does not start with one, when the
+        scaled loss is used for nothing else, the body never leaves early, and apex appears in it
+        only as `amp.master_params` (see `_rest_of_body`): the calls, else ()."""
+        body = with_node.body
+        if not isinstance(body, cst.IndentedBlock):
+            return ()
+        bound = bound_arguments(call, SCALE_LOSS_PARAMS) or {}
+        loss = bound.get("loss")
+        if loss is None or not isinstance(loss.value, (cst.Name, cst.Attribute)) or not is_pure(loss.value):
+            return ()  # `scaler.scale(loss)` is spelled at each call
+        calls: List[cst.Call] = []
+        for node in walk(body):
+            if isinstance(node, (cst.Return, cst.Break, cst.Continue, cst.Raise, cst.Yield, cst.Await)):
+                return ()
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Global, cst.Nonlocal)):
+                return ()
+            if not (isinstance(node, cst.Name) and node.value == scaled):
+                continue
+            attribute = self.names.parent(node)
+            backward = self.names.parent(attribute)
+            expr = self.names.parent(backward)
+            if not (
+                isinstance(attribute, cst.Attribute) and attribute.value is node and attribute.attr.value == "backward"
+                and isinstance(backward, cst.Call) and backward.func is attribute
+                and isinstance(expr, cst.Expr) and expr.value is backward
+                and not any(isinstance(n, cst.Name) and n.value == scaled for a in backward.args for n in walk(a))
+            ):
+                return ()
+            calls.append(backward)
+        inside = {id(n) for n in walk(body)}
+        if any(id(ref.node) in inside and not (ref.api == "master_params" and ref.call is not None) for ref in self.refs):
+            return ()
+        return calls
 
     def _backward_args(self, with_node: cst.With, scaled: str) -> Optional[Sequence[cst.Arg]]:
         body = with_node.body
@@ -841,9 +882,25 @@ class _Planner(
     def _scaled_backward(self, step: Step):
         scaler = self.access.expression(step.with_node)
         loss_code = self.ctx.code(step.loss).strip()
+        if step.backward_calls:
+            return self._unwrap_branched(step, f"{scaler}.scale({loss_code})")
         args = ", ".join(self.ctx.code(a).strip().rstrip(",") for a in step.backward_args)
         line = self.ctx.parse_statement(f"{scaler}.scale({loss_code}).backward({args})\n")
         return _then(line.with_changes(leading_lines=step.with_node.leading_lines), step.rest)
+
+    def _unwrap_branched(self, step: Step, scaled: str):
+        """Each `scaled_loss.backward(...)` of the body becomes `<scaled>.backward(...)`, and the
+        body, one level out, replaces the `with` (its comments before the `with` kept first)."""
+        for call in step.backward_calls:
+            args = ", ".join(self.ctx.code(a).strip().rstrip(",") for a in call.args)
+            self.builder.replace(call, self.ctx.parse_expression(f"{scaled}.backward({args})"))
+        leading = step.with_node.leading_lines
+
+        def replacement(updated: cst.CSTNode) -> cst.CSTNode:
+            first, *others = updated.body.body
+            return cst.FlattenSentinel([first.with_changes(leading_lines=[*leading, *first.leading_lines]), *others])
+
+        return replacement
 
     # ---- master_params, state_dict, load_state_dict, disable_casts, _amp_state
     def _plan_simple_refs(self) -> None:
@@ -1121,6 +1178,10 @@ class _Planner(
             loss_code = self.ctx.code(step.loss).strip()
             if not isinstance(step.loss, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
                 loss_code = f"({loss_code})"
+            if step.backward_calls:
+                self.builder.replace(step.with_node, self._unwrap_branched(step, loss_code))
+                self.handled.add(step.with_node)
+                continue
             args = ", ".join(self.ctx.code(a).strip().rstrip(",") for a in step.backward_args)
             line = self.ctx.parse_statement(f"{loss_code}.backward({args})\n")
             self.builder.replace(step.with_node, _then(line.with_changes(leading_lines=step.with_node.leading_lines), step.rest))
