@@ -676,7 +676,8 @@ class _Planner(
         if backward_args is None:
             raise Unfixable(
                 f"the body of `with amp.scale_loss(...)` at line {self._line(call)} does not start with "
-                f"`{scaled}.backward()` alone on its line"
+                f"`{scaled}.backward()` alone on its line, nor uses `{scaled}` only in `{scaled}.backward(...)` "
+                "statements of its branches"
             )
         if rest is None:
             raise Unfixable(
