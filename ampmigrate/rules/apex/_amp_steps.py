@@ -206,6 +206,8 @@ class StepRewrites:
         # Through a carrier (_amp_carrier.py) the scaler may not exist where that test is false.
         carried = getattr(self.access, "carried", None)  # a ScalerAccess (other accesses carry nothing)
         enabled_keys = frozenset() if carried is not None and carried(node) is not None else self.access.enabled_keys
+        if missing and step in getattr(self, "_helper_arguments", {}) and self._function_scope(node) is not step.function:
+            missing = self._in_caller(step, missing)  # a backward helper's `if fp16:`, as its caller spells it
         if not missing or {b.key for b in missing} <= enabled_keys:
             return None
         code = condition_code(self.module, missing)
@@ -215,6 +217,28 @@ class StepRewrites:
                 "which the optimizer step after it would have to test again"
             )
         return code
+
+    def _in_caller(self, step: Step, missing: List[Branch]) -> List[Branch]:
+        """A backward helper's tests, spelled in its caller: each of its parameters replaced by what
+        the call passes for it (`if fp16:` in `loss_backwards(fp16, ...)` -> `if self.fp16:` where
+        `partial(loss_backwards, self.fp16)` made the call); a test reading another local is refused."""
+        arguments = self._helper_arguments[step]
+        replaced: List[Branch] = []
+        for branch in missing:
+            swaps: Dict[cst.CSTNode, cst.BaseExpression] = {}
+            for name in walk(branch.test):
+                if not (isinstance(name, cst.Name) and name in self.names.loads):
+                    continue
+                if name.value in arguments:
+                    swaps[name] = arguments[name.value]
+                elif any(b.scope is step.function for b in self.names.bindings_of(name)):
+                    raise Unfixable(
+                        f"`amp.scale_loss` in `{step.function.node.name.value}()` runs under `if "
+                        f"{self.ctx.code(branch.test).strip()}`, which reads `{name.value}`, not a parameter its caller passes"
+                    )
+            test = branch.test.visit(_Swap(swaps)) if swaps else branch.test
+            replaced.append(Branch(test, branch.taken, branch.statement))
+        return replaced
 
     def _chooses_backward(self, branch: Branch) -> bool:
         """The other arm of `branch`'s `if` runs a plain backward pass."""
@@ -565,3 +589,14 @@ class StepRewrites:
             return simplify(test, presence) is True
         except Unsupported:
             return False
+
+
+class _Swap(cst.CSTTransformer):
+    """Replace given nodes (by identity) with other expressions."""
+
+    def __init__(self, swaps: Dict[cst.CSTNode, cst.BaseExpression]) -> None:
+        super().__init__()
+        self.swaps = swaps
+
+    def on_leave(self, original_node, updated_node):
+        return self.swaps.get(original_node, updated_node)

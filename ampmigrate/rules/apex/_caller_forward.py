@@ -42,6 +42,8 @@ class CallerForward:
         one (the caller decides what to say); Unfixable where it is and a caller cannot be wrapped."""
         function = step.function
         method = function.node
+        if step in getattr(self, "_helper_arguments", {}):
+            return self._helper_caller_regions(step)
         if getattr(self.access, "mode", None) != "attribute" or function.parent is None or function.parent.kind != "class":
             return None
         if not isinstance(method, cst.FunctionDef) or not isinstance(step.loss, cst.Name) or method.decorators:
@@ -98,6 +100,27 @@ class CallerForward:
             f"`amp.scale_loss` is in `{name}()` and the loss comes from its callers: autocast goes around the "
             "forward pass in each (" + ", ".join(dict.fromkeys(f"`{c.node.name.value}()`" for _, c in calls)) + ")"
         )
+        return regions
+
+    def _helper_caller_regions(self, step: Step) -> List[Region]:
+        """A module-level backward helper (_helper_calls.py) whose loss is a parameter: the region
+        of what its one call passes for it, in the calling method."""
+        method = step.function.node
+        if not isinstance(step.loss, cst.Name) or not all(_derived_from_itself(b) for b in self.names.bindings_of(step.loss)):
+            raise Unfixable(f"the loss of `amp.scale_loss` in `{method.name.value}()` is not the one its caller passes")
+        argument = self._helper_arguments[step].get(step.loss.value)
+        call = self.access.helper_calls[step.function][0].call
+        caller = self._function_scope(call)
+        line = self.names.statement_of(call)
+        if argument is None or not isinstance(line, cst.SimpleStatementLine) or containing_block(self.names, line) is None:
+            raise Unfixable(f"the call at line {self._line(call)} passes no loss where the forward pass before it could be put under autocast")
+        try:
+            regions = autocast_regions(
+                self.names, line, argument, self._model_test(caller), self._forward_like_test(caller), self._is_barrier
+            )
+        except NoRegion as exc:
+            raise Unfixable(f"no autocast region in `{caller.node.name.value}()` for the loss it passes to `{method.name.value}()`: {exc}")
+        self._note(f"the forward pass before the call of `{method.name.value}()` goes under autocast in `{caller.node.name.value}()`")
         return regions
 
     def _related_classes(self, cls: Scope, method: str) -> Set[cst.ClassDef]:

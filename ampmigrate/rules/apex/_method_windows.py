@@ -26,7 +26,7 @@ from typing import Dict, Iterator, List, Optional, Set
 
 import libcst as cst
 
-from ampmigrate.analysis.statements import body_of, expression_key, following, walk
+from ampmigrate.analysis.statements import body_of, expression_key, following, is_pure, walk
 from ampmigrate.api import CLIP_GRAD
 from ampmigrate.engine.fixer import _is_docstring
 from ampmigrate.engine.names import Scope
@@ -80,6 +80,8 @@ class MethodWindows:
         self._helper_calls_covered: Set[cst.CSTNode] = set()  # those with `unscale_` before them
         self._step_methods: Dict[Step, Scope] = {}  # a scaled backward -> the method that steps
         self._step_starts: Dict[Step, cst.CSTNode] = {}  # ... and the call after which it steps
+        # a backward helper's scaled backward -> what its one call passes for each parameter
+        self._helper_arguments: Dict[Step, Dict[str, cst.BaseExpression]] = {}
         self._detached_checked = False
 
     # ---- the class's methods
@@ -343,6 +345,8 @@ class MethodWindows:
         func = function.node
         if not isinstance(func, cst.FunctionDef) or not isinstance(optimizer, cst.Name):
             return []
+        if function in getattr(self.access, "helper_calls", {}):
+            return self._helper_caller_steps(step, optimizer)
         params = func.params
         positional = [p.name.value for p in (*params.posonly_params, *params.params)]
         if optimizer.value not in positional + [p.name.value for p in params.kwonly_params]:
@@ -373,6 +377,36 @@ class MethodWindows:
             f"`{caller.node.name.value}()`, which steps the optimizer after the call"
         )
         return calls
+
+    def _helper_caller_steps(self, step: Step, optimizer: cst.Name) -> List[cst.Call]:
+        """A module-level backward helper that a method of the scaler's class calls once
+        (_helper_calls.py): the step of what that call passes for the optimizer, after it there."""
+        calls = self.access.helper_calls[step.function]
+        if len(calls) != 1:
+            return []
+        helper_call = calls[0]
+        argument = helper_call.arguments.get(optimizer.value)
+        if not isinstance(argument, (cst.Name, cst.Attribute)) or not is_pure(argument):
+            return []
+        caller = self._function_scope(helper_call.call)
+        statement = self.names.statement_of(helper_call.call)
+        wanted = expression_key(argument)
+        found: List[cst.Call] = []
+        for following_statement in following(self.names, statement, out_of_loops=True):
+            found = [c for c in self._step_calls(following_statement) if expression_key(c.func.value) == wanted]
+            if found:
+                break
+        if not found:
+            return []
+        self._check_nothing_read_after(step, caller)
+        self._step_methods[step] = caller
+        self._step_starts[step] = statement
+        self._helper_arguments[step] = helper_call.arguments
+        self._note(
+            f"`amp.scale_loss` is in `{step.function.node.name.value}()`, called at line {self._line(helper_call.call)} "
+            f"of `{caller.node.name.value}()`, which steps the optimizer after the call"
+        )
+        return found
 
     def _only_call_of(self, function: Scope) -> Optional[cst.Call]:
         """The single call of `function` in this module (`self.f(...)` from a method of its class,
@@ -428,8 +462,8 @@ class MethodWindows:
         """An optimizer wrapper's `backward(loss)`: the forward pass runs in its callers, which this
         file may not hold. The scaler part is migrated as an unsafe fix that says where autocast
         goes (without it the forward runs in float32 where apex ran float16)."""
-        if step not in self._step_methods or not isinstance(step.loss, cst.Name):
-            return False
+        if step not in self._step_methods or not isinstance(step.loss, cst.Name) or step in self._helper_arguments:
+            return False  # (a backward helper's caller is in this file: _caller_forward.py wraps it)
         params = step.function.node.params
         if step.loss.value not in {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}:
             return False

@@ -21,6 +21,7 @@ from ampmigrate.engine.context import rebuild_args
 from ampmigrate.engine.names import Binding, Scope
 from ampmigrate.rules.apex._amp_carrier import CARRIED_NAME, carried_autocast_enabled, carrier_scopes
 from ampmigrate.rules.apex._amp_common import Unfixable
+from ampmigrate.rules.apex._helper_calls import HelperCall, helper_calls
 from ampmigrate.rules.apex._init_enclosure import InitEnclosure, enclosures
 from ampmigrate.rules.apex._scalerless_calls import scalerless_calls
 
@@ -52,10 +53,17 @@ class ScalerAccess:
         use_scopes = [s for s in use_scopes if s not in self.carriers]
         others = [s for s in dict.fromkeys(use_scopes) if s is not self.home]
         home_class = self.home.parent if self.home.kind == "function" and self.home.parent is not None and self.home.parent.kind == "class" else None
+        # module-level backward helpers the class's methods call (_helper_calls.py): {scope: calls}
+        self.helper_calls: Dict[Scope, List[HelperCall]] = {}
         if others and home_class is not None:
             for scope in others:
-                if scope.kind != "function" or scope.parent is not home_class:
+                if scope.kind == "function" and scope.parent is home_class:
+                    continue
+                calls = helper_calls(self.names, scope)
+                if not calls or any(self.p._function_scope(c.call).parent is not home_class for c in calls):
                     raise Unfixable("the scaler would be needed outside the class whose method calls `amp.initialize`")
+                self.helper_calls[scope] = calls
+                self.threaded.append(scope)
             if isinstance(self.home.node, cst.FunctionDef) and self.home.node.decorators:
                 raise Unfixable(
                     f"`amp.initialize` runs in `{self.home.node.name.value}()`, a decorated method (a classmethod "
@@ -147,7 +155,7 @@ class ScalerAccess:
 
     def _choose_name(self, use_scopes: List[Scope]) -> str:
         if self.mode == "attribute":
-            taken = set(self.cls.self_attrs) | set(self.cls.bindings)
+            taken = set(self.cls.self_attrs) | set(self.cls.bindings) | {n for s in self.helper_calls for n in s.bindings}
             for candidate in SCALER_NAMES:
                 if candidate not in taken:
                     return candidate
@@ -180,7 +188,7 @@ class ScalerAccess:
         carrier = self.carried(node)
         if carrier is not None:
             return f"{carrier}.{CARRIED_NAME}"
-        if self.mode == "attribute":
+        if self.mode == "attribute" and self.p._function_scope(node) not in self.helper_calls:
             return f"{self._self_name(node)}.{self.name}"
         return self.name
 
@@ -403,6 +411,9 @@ class ScalerAccess:
                 continue
             optional = self.optional.get(scope, [])
             builder.replace(func.params, add_parameter(func.params, self.name, optional=bool(optional)))
+            if scope in self.helper_calls:
+                self._pass_to_helper(self.helper_calls[scope])
+                continue
             binding = self._def_binding(scope)
             for ref in self.names.references(binding):
                 call = self.names.parent(ref)
@@ -436,6 +447,22 @@ class ScalerAccess:
                 + ", ".join(f"`{s.node.name.value}({slots[s.node].name.value})`" for s in reused)
                 + f", renamed `{self.name}`)"
             )
+
+    def _pass_to_helper(self, calls: List[HelperCall]) -> None:
+        """`partial(helper, ...)`, or the helper's call, also passes `scaler=self.scaler`."""
+        done: Set[int] = set()
+        for helper_call in calls:
+            call = helper_call.partial if helper_call.partial is not None else helper_call.call
+            if id(call) in done:
+                continue
+            done.add(id(call))
+            arg = cst.Arg(
+                self.p.ctx.parse_expression(self.expression(call)),
+                keyword=cst.Name(self.name),
+                equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+            )
+            self.p.builder.replace(call, rebuild_args(call, [*call.args, arg]))
+            self.p.handled.add(call)
 
     def _reuse_slot(self, func: cst.FunctionDef, param: cst.Param) -> None:
         """The function already receives apex's amp module in `param`: the scaler takes its place
