@@ -48,6 +48,8 @@ class ForwardRegions:
         or passes it to a call (`loss = compute_loss(model, batch)`); other methods
         (`model.parse_batch`, `model.zero_grad`) are not the forward pass."""
         keys = self.access.model_keys(function)
+        holders = getattr(self.access, "holders", {})
+        holder = holders.get(function.parent) if function.parent is not None else None
 
         def is_model(node: cst.CSTNode) -> bool:
             if isinstance(node, cst.Subscript):  # one model of a list or dict of them: `models[0]`
@@ -56,6 +58,10 @@ class ForwardRegions:
                 return node.value in keys and node in self.names.loads
             if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
                 return f"self.{node.attr.value}" in keys and bool(self.names.self_attribute_bindings(node))
+            if holder is not None and isinstance(node, cst.Attribute) and isinstance(node.value, cst.Attribute):
+                # `self.GAN.G` in a class holding the scaler's class as `self.GAN`
+                inner = node.value
+                return isinstance(inner.value, cst.Name) and inner.attr.value == holder and f"self.{node.attr.value}" in keys
             return False
 
         def is_forward_callee(func: cst.CSTNode) -> bool:

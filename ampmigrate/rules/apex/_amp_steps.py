@@ -234,7 +234,8 @@ class StepRewrites:
                 elif any(b.scope is step.function for b in self.names.bindings_of(name)):
                     raise Unfixable(
                         f"`amp.scale_loss` in `{step.function.node.name.value}()` runs under `if "
-                        f"{self.ctx.code(branch.test).strip()}`, which reads `{name.value}`, not a parameter its caller passes"
+                        f"{self.ctx.code(branch.test).strip()}`, which reads `{name.value}`, which its callers do not all pass alike "
+                        "(the steps after the calls would have to test it again)"
                     )
             test = branch.test.visit(_Swap(swaps)) if swaps else branch.test
             replaced.append(Branch(test, branch.taken, branch.statement))

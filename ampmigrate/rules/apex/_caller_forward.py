@@ -103,24 +103,33 @@ class CallerForward:
         return regions
 
     def _helper_caller_regions(self, step: Step) -> List[Region]:
-        """A module-level backward helper (_helper_calls.py) whose loss is a parameter: the region
-        of what its one call passes for it, in the calling method."""
+        """A module-level backward helper (_helper_calls.py) whose loss is a parameter: at each
+        call, the region of what it passes for it, in the calling method."""
         method = step.function.node
         if not isinstance(step.loss, cst.Name) or not all(_derived_from_itself(b) for b in self.names.bindings_of(step.loss)):
-            raise Unfixable(f"the loss of `amp.scale_loss` in `{method.name.value}()` is not the one its caller passes")
-        argument = self._helper_arguments[step].get(step.loss.value)
-        call = self.access.helper_calls[step.function][0].call
-        caller = self._function_scope(call)
-        line = self.names.statement_of(call)
-        if argument is None or not isinstance(line, cst.SimpleStatementLine) or containing_block(self.names, line) is None:
-            raise Unfixable(f"the call at line {self._line(call)} passes no loss where the forward pass before it could be put under autocast")
-        try:
-            regions = autocast_regions(
-                self.names, line, argument, self._model_test(caller), self._forward_like_test(caller), self._is_barrier
-            )
-        except NoRegion as exc:
-            raise Unfixable(f"no autocast region in `{caller.node.name.value}()` for the loss it passes to `{method.name.value}()`: {exc}")
-        self._note(f"the forward pass before the call of `{method.name.value}()` goes under autocast in `{caller.node.name.value}()`")
+            raise Unfixable(f"the loss of `amp.scale_loss` in `{method.name.value}()` is not the one its callers pass")
+        regions: List[Region] = []
+        callers = []
+        for helper_call in self.access.helper_calls[step.function]:
+            call = helper_call.call
+            argument = helper_call.arguments.get(step.loss.value)
+            caller = self._function_scope(call)
+            line = self.names.statement_of(call)
+            if argument is None or not isinstance(line, cst.SimpleStatementLine) or containing_block(self.names, line) is None:
+                raise Unfixable(
+                    f"the call at line {self._line(call)} passes no loss where the forward pass before it could be put under autocast"
+                )
+            try:
+                regions.extend(autocast_regions(
+                    self.names, line, argument, self._model_test(caller), self._forward_like_test(caller), self._is_barrier
+                ))
+            except NoRegion as exc:
+                raise Unfixable(
+                    f"no autocast region in `{caller.node.name.value}()` for the loss it passes to `{method.name.value}()` "
+                    f"at line {self._line(call)}: {exc}"
+                )
+            callers.append(f"`{caller.node.name.value}()`")
+        self._note(f"the forward passes before the calls of `{method.name.value}()` go under autocast in {', '.join(dict.fromkeys(callers))}")
         return regions
 
     def _related_classes(self, cls: Scope, method: str) -> Set[cst.ClassDef]:

@@ -80,8 +80,10 @@ class MethodWindows:
         self._helper_calls_covered: Set[cst.CSTNode] = set()  # those with `unscale_` before them
         self._step_methods: Dict[Step, Scope] = {}  # a scaled backward -> the method that steps
         self._step_starts: Dict[Step, cst.CSTNode] = {}  # ... and the call after which it steps
-        # a backward helper's scaled backward -> what its one call passes for each parameter
+        # a backward helper's scaled backward -> what all its calls pass alike for a parameter,
+        # and the statements of those calls
         self._helper_arguments: Dict[Step, Dict[str, cst.BaseExpression]] = {}
+        self._helper_starts: Dict[Step, List[cst.CSTNode]] = {}
         self._detached_checked = False
 
     # ---- the class's methods
@@ -379,34 +381,68 @@ class MethodWindows:
         return calls
 
     def _helper_caller_steps(self, step: Step, optimizer: cst.Name) -> List[cst.Call]:
-        """A module-level backward helper that a method of the scaler's class calls once
-        (_helper_calls.py): the step of what that call passes for the optimizer, after it there."""
-        calls = self.access.helper_calls[step.function]
-        if len(calls) != 1:
-            return []
-        helper_call = calls[0]
-        argument = helper_call.arguments.get(optimizer.value)
-        if not isinstance(argument, (cst.Name, cst.Attribute)) or not is_pure(argument):
-            return []
-        caller = self._function_scope(helper_call.call)
-        statement = self.names.statement_of(helper_call.call)
-        wanted = expression_key(argument)
+        """A module-level backward helper that methods of the scaler's class call (_helper_calls.py):
+        at each call, the step of what it passes for the optimizer, after it in the caller."""
         found: List[cst.Call] = []
-        for following_statement in following(self.names, statement, out_of_loops=True):
-            found = [c for c in self._step_calls(following_statement) if expression_key(c.func.value) == wanted]
-            if found:
-                break
-        if not found:
-            return []
-        self._check_nothing_read_after(step, caller)
-        self._step_methods[step] = caller
-        self._step_starts[step] = statement
-        self._helper_arguments[step] = helper_call.arguments
+        starts: List[cst.CSTNode] = []
+        for helper_call in self.access.helper_calls[step.function]:
+            argument = helper_call.arguments.get(optimizer.value)
+            if not isinstance(argument, (cst.Name, cst.Attribute)) or not is_pure(argument):
+                return []
+            caller = self._function_scope(helper_call.call)
+            statement = self.names.statement_of(helper_call.call)
+            wanted = expression_key(argument)
+            calls: List[cst.Call] = []
+            for following_statement in following(self.names, statement, out_of_loops=True):
+                calls = [c for c in self._step_calls(following_statement) if expression_key(c.func.value) == wanted]
+                if calls:
+                    break
+            if not calls:
+                calls = self._step_after_outer_loop(caller, statement, wanted)
+            if not calls:
+                return []
+            self._check_nothing_read_after(step, caller)
+            found.extend(c for c in calls if c not in found)
+            starts.append(statement)
+        self._step_methods[step] = self._function_scope(starts[0])
+        self._helper_starts[step] = starts
+        self._helper_arguments[step] = self._common_arguments(step)
+        callers = list(dict.fromkeys(f"`{self._function_scope(s).node.name.value}()`" for s in starts))
         self._note(
-            f"`amp.scale_loss` is in `{step.function.node.name.value}()`, called at line {self._line(helper_call.call)} "
-            f"of `{caller.node.name.value}()`, which steps the optimizer after the call"
+            f"`amp.scale_loss` is in `{step.function.node.name.value}()`; each call of it (in {', '.join(callers)}) is "
+            "followed by the step of the optimizer it passes, which goes through the scaler"
         )
         return found
+
+    def _step_after_outer_loop(self, caller: Scope, statement: cst.CSTNode, wanted: str) -> List[cst.Call]:
+        """The step on its own line right after the caller's outermost loop around the call, in
+        the caller's body: an accumulation loop (stylegan2's `for i in gradient_accumulate_contexts(...)`)
+        whose micro-batches the one step after it takes, as apex's patched step did."""
+        func = caller.node
+        if not isinstance(func, cst.FunctionDef) or not isinstance(func.body, cst.IndentedBlock):
+            return []
+        body = list(func.body.body)
+        loop = next((a for a in self.names.ancestors(statement) if any(a is s for s in body)), None)
+        if not isinstance(loop, (cst.For, cst.While)) or loop.orelse is not None:
+            return []
+        for later in body[body.index(loop) + 1 :]:
+            calls = [c for c in self._step_calls(later) if expression_key(c.func.value) == wanted]
+            if calls:
+                return calls if isinstance(later, cst.SimpleStatementLine) else []
+            if isinstance(later, (cst.For, cst.While)):
+                return []  # another loop first: not this accumulation's step
+        return []
+
+    def _common_arguments(self, step: Step) -> Dict[str, cst.BaseExpression]:
+        """What every call of the helper passes alike for a parameter (`fp16` -> `self.fp16`):
+        only those parameters can be spelled in the callers (`_in_caller`)."""
+        calls = self.access.helper_calls[step.function]
+        common: Dict[str, cst.BaseExpression] = {}
+        for name, value in calls[0].arguments.items():
+            key = expression_key(value)
+            if is_pure(value) and all(name in c.arguments and expression_key(c.arguments[name]) == key for c in calls):
+                common[name] = value
+        return common
 
     def _only_call_of(self, function: Scope) -> Optional[cst.Call]:
         """The single call of `function` in this module (`self.f(...)` from a method of its class,
@@ -482,6 +518,8 @@ class MethodWindows:
         """The statements after the scaled backward up to (and including) the step's: in the
         backward's own method, then, when the step is in another method, that method's body."""
         yield from following(self.names, step.with_node, out_of_loops=True)
+        for start in self._helper_starts.get(step, ()):
+            yield from following(self.names, start, out_of_loops=True)
         method = self._step_methods.get(step)
         start = self._step_starts.get(step)
         if start is not None:
@@ -492,6 +530,8 @@ class MethodWindows:
     def _stop_node(self, step: Step, node: cst.CSTNode) -> cst.CSTNode:
         """The function to stop at when collecting the `if`s around `node` (in the step's method
         or the backward's)."""
+        if step in self._helper_starts:
+            return self._function_scope(node).node  # the helper, or the caller `node` is in
         method = self._step_methods.get(step)
         if method is not None and any(a is method.node for a in self.names.ancestors(node)):
             return method.node

@@ -55,12 +55,19 @@ class ScalerAccess:
         home_class = self.home.parent if self.home.kind == "function" and self.home.parent is not None and self.home.parent.kind == "class" else None
         # module-level backward helpers the class's methods call (_helper_calls.py): {scope: calls}
         self.helper_calls: Dict[Scope, List[HelperCall]] = {}
+        # other classes of the file holding an instance of the home class in an attribute (a
+        # trainer's `self.GAN = StyleGAN2(...)`): {class scope: attribute}; they spell the
+        # scaler `self.GAN.scaler`
+        self.holders: Dict[Scope, str] = {}
         if others and home_class is not None:
             for scope in others:
                 if scope.kind == "function" and scope.parent is home_class:
                     continue
+                if scope.kind == "function" and scope.parent is not None and scope.parent.kind == "class":
+                    if self._holder_attribute(scope.parent, home_class) is not None:
+                        continue
                 calls = helper_calls(self.names, scope)
-                if not calls or any(self.p._function_scope(c.call).parent is not home_class for c in calls):
+                if not calls or any(not self._reaches_scaler(self.p._function_scope(c.call), home_class) for c in calls):
                     raise Unfixable("the scaler would be needed outside the class whose method calls `amp.initialize`")
                 self.helper_calls[scope] = calls
                 self.threaded.append(scope)
@@ -97,6 +104,36 @@ class ScalerAccess:
         self.model_names = self._models()
 
     # ---- scopes
+    def _reaches_scaler(self, scope: Scope, home_class: Scope) -> bool:
+        """A method of the home class, or of a class holding an instance of it."""
+        if scope.kind != "function" or scope.parent is None or scope.parent.kind != "class":
+            return False
+        return scope.parent is home_class or self._holder_attribute(scope.parent, home_class) is not None
+
+    def _holder_attribute(self, cls: Scope, home_class: Scope) -> Optional[str]:
+        """The one attribute of `cls`'s instances that every method assigns only an instance of
+        the home class (or None) to (`self.GAN = StyleGAN2(...)`), made by name in this file; None
+        where there is no such attribute, or several."""
+        if cls in self.holders:
+            return self.holders[cls]
+        found = []
+        for attr, bindings in cls.self_attrs.items():
+            if bindings and all(self._makes_home_instance(b.value, home_class) for b in bindings) and any(
+                b.value is not None and not (isinstance(b.value, cst.Name) and b.value.value == "None") for b in bindings
+            ):
+                found.append(attr)
+        if len(found) != 1:
+            return None
+        self.holders[cls] = found[0]
+        return found[0]
+
+    def _makes_home_instance(self, value: Optional[cst.BaseExpression], home_class: Scope) -> bool:
+        if isinstance(value, cst.Name) and value.value == "None":
+            return True
+        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
+            return False
+        return any(b.kind == "class" and b.node is home_class.node for b in self.names.bindings_of(value.func))
+
     def _nested_in(self, scope: Scope, outer: Scope) -> bool:
         current = scope.parent
         while current is not None:
@@ -188,7 +225,13 @@ class ScalerAccess:
         carrier = self.carried(node)
         if carrier is not None:
             return f"{carrier}.{CARRIED_NAME}"
-        if self.mode == "attribute" and self.p._function_scope(node) not in self.helper_calls:
+        if self.mode == "attribute":
+            scope = self.p._function_scope(node)
+            if scope in self.helper_calls:
+                return self.name
+            holder = self.holders.get(scope.parent) if scope.parent is not None else None
+            if holder is not None:
+                return f"{self._self_name(node)}.{holder}.{self.name}"
             return f"{self._self_name(node)}.{self.name}"
         return self.name
 
