@@ -426,3 +426,18 @@ def test_a_reader_that_stops_reading_ends_the_run_quietly(tmp_path, lines):
     reader.wait(timeout=30)
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr == b"", proc.stderr
+
+
+def test_commented_out_crlf_lines_do_not_stall_the_project_index(tmp_path):
+    """A run of commented-out lines with CRLF breaks inside brackets, before a name that is not
+    `.state_dict`: the index's pre-filter regexes (engine/project_index.py, `_GAP`) once read each
+    CRLF break two ways and backtracked exponentially (60 such lines: hours)."""
+    lines = ["def save(model, path):", "    total = (path"]
+    lines += ["        #  kept for later (" for _ in range(60)]
+    lines += ["    )", "    torch.save(model.state_dict(), total)", ""]
+    (tmp_path / "train.py").write_bytes(("import torch\n" + "\r\n".join(lines)).encode())
+    (tmp_path / "legacy.py").write_text(LEGACY, encoding="utf-8")
+    for command in ("check", "fix"):
+        result = _run(tmp_path, command, "--no-cache", ".", timeout=120)
+        assert result.returncode in (0, 1), result.stderr
+    assert (tmp_path / "legacy.py").read_text(encoding="utf-8") == FIXED

@@ -1112,10 +1112,13 @@ def _may_record_scaler_or_clip(raw: bytes) -> bool:
     return b"scale" in raw and b"backward" in raw and _SCALE_CALL.search(raw) is not None
 
 
-# Between two tokens of one expression: whitespace, continuations, comments (inside brackets; a
-# comment runs to its line's end, so `#` inside one cannot start another: no backtracking), and
-# for `_GAP_CLOSE` closing parentheses (`(torch.nn.utils).clip_grad_norm_`).
-_COMMENT = rb"#[^\r\n]*(?:\r\n?|\n)"
+# Between two tokens of one expression: whitespace, continuations, comments (inside brackets),
+# and for `_GAP_CLOSE` closing parentheses (`(torch.nn.utils).clip_grad_norm_`). A comment runs to
+# its line's end (the lookahead: a `#` inside one cannot start another) and leaves the line break
+# to `\s`: each character of a gap then has one reading, so a failed match backtracks linearly.
+# (Ending the comment with `\r\n?` let a CRLF break be read as one or as two characters, and a
+# run of commented-out CRLF lines took exponential time.)
+_COMMENT = rb"#[^\r\n]*(?=[\r\n]|$)"
 _GAP = rb"(?:[\s\\]|" + _COMMENT + rb")*"
 _GAP_CLOSE = rb"(?:[\s\\)]|" + _COMMENT + rb")*"
 _CLIP_ATTRIBUTE = re.compile(rb"(?:utils|clip_grad)" + _GAP_CLOSE + rb"\." + _GAP + rb"clip_grad_(?:norm|value)")
