@@ -201,16 +201,28 @@ class MultiInits:
 
     def _load_feeds_a_model(self, load: cst.CSTNode, hops: int) -> bool:
         """A read of the cast value: an argument of a model-like call, or assigned to a name one
-        of whose reads is (followed `hops` more assignments); not in sight otherwise: True only
-        for an argument, as before the attribute case (a read in a test or a comparison feeds nothing)."""
+        of whose reads is (followed `hops` more assignments). A read in a test, a comparison or a
+        statement of its own feeds nothing; one returned, stored or put in a container may
+        (True: out of sight)."""
+        called = self.names.parent(load)
+        if isinstance(called, cst.Call) and called.func is load:
+            # the cast object run (`self.teacher = self.teacher.half()`, then `self.teacher(x)`): a
+            # half model meets fp32 inputs unless autocast runs it
+            return not self._in_planned_region(called)
         node = self._derived_value(load)
         parent = self.names.parent(node)
         if isinstance(parent, cst.Arg):
             return self._model_like_call(self.names.parent(parent))
-        if hops and isinstance(parent, cst.Assign) and len(parent.targets) == 1:
-            target = parent.targets[0].target
-            if isinstance(target, cst.Name):
-                return any(self._load_feeds_a_model(n, hops - 1) for n in self._loads_of(target))
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+            if not hops:
+                return True
+            return any(self._load_feeds_a_model(n, hops - 1) for n in self._loads_of(parent.targets[0].target))
+        return not isinstance(parent, (cst.Comparison, cst.ComparisonTarget, cst.If, cst.While, cst.Expr, cst.IfExp))
+
+    def _in_planned_region(self, node: cst.CSTNode) -> bool:
+        for region in getattr(self, "planned_regions", ()):
+            if any(node is n for statement in region.statements for n in walk(statement)):
+                return True
         return False
 
     def _loads_of(self, target: cst.Name) -> List[cst.Name]:
@@ -232,10 +244,13 @@ class MultiInits:
         if cls is None:
             return None
         name = target.attr.value
+        store = self.names.statement_of(target)
         loads = []
         for node in walk(self.module, into_scopes=True):
             if not (isinstance(node, cst.Attribute) and node.attr.value == name) or node is target:
                 continue
+            if self.names.statement_of(node) is store:
+                continue  # `self.probs = self.probs.half()`: the value before the cast
             if not isinstance(node.value, cst.Name) or self.names.method_class_scope(node.value) is not cls:
                 return None  # `trainer.probs`, or a subclass's method: out of sight
             parent = self.names.parent(node)
