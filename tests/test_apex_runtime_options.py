@@ -65,3 +65,18 @@ def test_o0_disables_the_scaler_and_o3_stops(built):
     assert built[0]["enabled"] is False
     with pytest.raises(ValueError, match="O3"):
         _run(opt_level="O3")
+
+
+def test_a_run_time_loss_scale_the_scaler_cannot_read_where_it_is_made_stays_unsafe():
+    """A builder function sets apex up and an optimizer wrapper class holds the scaler, made in its
+    `__init__` (fixture AMP101/class_wrapper_builder): the builder's `config.loss_scale` cannot be
+    read there, so the scaler keeps GradScaler's dynamic defaults and the fix says so, unsafe."""
+    from conftest import FIXTURES, check, fix
+
+    code = (FIXTURES / "AMP101" / "class_wrapper_builder.py").read_text(encoding="utf-8")
+    code = code.replace('loss_scale="dynamic"', "loss_scale=config.loss_scale")
+    assert fix(code, select=["AMP1"]) == code  # no safe fix
+    fixed = fix(code, select=["AMP1"], unsafe_fixes=True)
+    assert 'self.scaler = torch.amp.GradScaler("cuda")' in fixed and "init_scale" not in fixed
+    messages = [f.fix.message for f in check(code, select=["AMP1"], unsafe_fixes=True) if f.fix is not None]
+    assert messages and all("`loss_scale=config.loss_scale` is only known at run time; the rewrite assumes a dynamic loss scale" in m for m in messages)

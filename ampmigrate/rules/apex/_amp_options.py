@@ -80,6 +80,9 @@ class ScalerSpec:
     # Other run-time options torch.amp cannot honour for some values: each stops with an error
     # where `amp.initialize` was, for those values only (as the O3 guard).
     guards: List["Guard"] = field(default_factory=list)
+    # A run-time `loss_scale` read again in the GradScaler's keywords: where those cannot be
+    # spelled (a scaler made apart from the call), the keywords go and this unsafe reason stays.
+    run_time_scale: Optional[Tuple[Tuple[str, ...], str]] = None
     models: Optional[cst.BaseExpression] = None
     optimizers: Optional[cst.BaseExpression] = None
 
@@ -297,6 +300,10 @@ def scaler_spec(
                 dynamic = f"{given} in (None, {quote}dynamic{quote})"
                 spec.keywords.append(("init_scale", f"65536.0 if {dynamic} else float({given})"))
                 spec.keywords.append(("growth_interval", f"2000 if {dynamic} else {NO_GROWTH_INTERVAL}"))
+                spec.run_time_scale = (
+                    ("init_scale", "growth_interval"),
+                    f"`loss_scale={given}` is only known at run time; the rewrite assumes a dynamic loss scale",
+                )
                 spec.notes.append(
                     f"`loss_scale={given}` is known only at run time: None or \"dynamic\" keep GradScaler's dynamic "
                     "scale, a number becomes `init_scale` with growth disabled as far as GradScaler allows (it still "

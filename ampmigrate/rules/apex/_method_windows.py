@@ -200,6 +200,12 @@ class MethodWindows:
                 f"the scaler on `{self.access.cls.node.name.value}` is always enabled where apex ran, "
                 f"though apex's `{conjunct.code}` (tested in `{self.home.node.name.value}()`) could turn loss scaling off"
             )
+        if self.spec.run_time_scale is not None:
+            # `init_scale=... args.loss_scale ...` reads the builder's locals: assume a dynamic scale
+            names, reason = self.spec.run_time_scale
+            self.spec.keywords = [(k, v) for k, v in self.spec.keywords if k not in names]
+            self.notes[:] = [n for n in self.notes if not n.startswith(reason.split(" is only")[0])]
+            self.unsafe.append(reason)
         for keyword, value in self.spec.keywords:
             try:
                 literal_value(cst.parse_expression(value))

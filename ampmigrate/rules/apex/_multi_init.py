@@ -180,12 +180,22 @@ class MultiInits:
             return self._model_like_call(self.names.parent(parent))
         target = parent.targets[0].target if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
         if isinstance(target, cst.Name):
-            return any(self._load_feeds_a_model(load, hops=1) for load in self._loads_of(target))
+            return self._name_feeds_a_model(target)
         if isinstance(target, cst.Attribute):
             loads = self._self_attribute_loads(target)
             if loads is not None:
-                return any(self._load_feeds_a_model(load, hops=1) for load in loads)
+                return any(self._load_feeds_a_model(load) for load in loads)
         return True  # stored elsewhere, returned or yielded: where it goes is not in sight
+
+    def _name_feeds_a_model(self, target: cst.Name) -> bool:
+        """A read of the name the cast value is assigned to in its function is an argument of a
+        model-like call (a name's references are all its function's loads of it, rebindings
+        included: `phi = phi.half()` then `torch.where(c, phi, x)`)."""
+        for load in self._loads_of(target):
+            arg = self.names.parent(load)
+            if isinstance(arg, cst.Arg) and self._model_like_call(self.names.parent(arg)):
+                return True
+        return False
 
     def _derived_value(self, node: cst.CSTNode) -> cst.CSTNode:
         """The outermost expression computed from `node` alone or with other operands:
@@ -199,11 +209,11 @@ class MultiInits:
             node, parent = parent, self.names.parent(parent)
         return node
 
-    def _load_feeds_a_model(self, load: cst.CSTNode, hops: int) -> bool:
-        """A read of the cast value: an argument of a model-like call, or assigned to a name one
-        of whose reads is (followed `hops` more assignments). A read in a test, a comparison or a
-        statement of its own feeds nothing; one returned, stored or put in a container may
-        (True: out of sight)."""
+    def _load_feeds_a_model(self, load: cst.CSTNode) -> bool:
+        """A read of an instance attribute holding the cast value: an argument of a model-like
+        call, or (what it computes) assigned to a name one of whose reads is. A read in a test, a
+        comparison or a statement of its own feeds nothing; one returned, stored or put in a
+        container may (True: out of sight)."""
         called = self.names.parent(load)
         if isinstance(called, cst.Call) and called.func is load:
             # the cast object run (`self.teacher = self.teacher.half()`, then `self.teacher(x)`): a
@@ -214,9 +224,7 @@ class MultiInits:
         if isinstance(parent, cst.Arg):
             return self._model_like_call(self.names.parent(parent))
         if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
-            if not hops:
-                return True
-            return any(self._load_feeds_a_model(n, hops - 1) for n in self._loads_of(parent.targets[0].target))
+            return self._name_feeds_a_model(parent.targets[0].target)
         return not isinstance(parent, (cst.Comparison, cst.ComparisonTarget, cst.If, cst.While, cst.Expr, cst.IfExp))
 
     def _in_planned_region(self, node: cst.CSTNode) -> bool:
