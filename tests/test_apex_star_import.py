@@ -135,6 +135,42 @@ def test_the_provider_import_stays_while_a_star_user_is_not_migrated(tmp_path):
     assert "amp.initialize" not in (root / "train.py").read_text()
 
 
+FALLBACK_PROVIDER = "import torch\ntry:\n    from apex import amp\nexcept ImportError:\n    amp = None\n"
+
+
+def test_a_none_fallback_in_the_except_of_the_import_leaves_apex_amp(tmp_path):
+    """flair's trainers (ACE): `try: from apex import amp / except ImportError: amp = None`, then
+    `from .trainer import *` in the sibling trainers."""
+    root = _write(tmp_path, {"library.py": FALLBACK_PROVIDER, "train.py": TRAIN})
+    index = ProjectIndex.build(str(root), sorted(str(p) for p in root.rglob("*.py")))
+    assert index.star_bound(str(root / "train.py"))["amp"] == "apex.amp"
+    assert len(_findings(_run(root), "train.py")) == 2
+
+
+def test_another_fallback_in_the_except_leaves_it_unresolved(tmp_path):
+    provider = FALLBACK_PROVIDER.replace("    amp = None\n", "    from torch.cuda import amp\n")
+    _unresolved(tmp_path, {"library.py": provider, "train.py": TRAIN})
+
+
+def test_the_provider_migrates_its_own_uses_and_keeps_the_import_for_a_star_user_left_alone(tmp_path):
+    own = TRAIN.replace("from library import *\n", FALLBACK_PROVIDER)
+    o3 = TRAIN.replace('opt_level="O1"', 'opt_level="O3"')
+    root = _write(tmp_path, {"library.py": own, "eval.py": o3})
+    found = _findings(_run(root), "library.py")
+    assert sorted(f.location.row for f in found) == [3, 9, 13]  # the import, `initialize`, `scale_loss`
+    init = next(f for f in found if f.location.row == 9)
+    assert init.fix is not None and "the apex import stays: other files reach it through `*` imports" in init.fix.message
+    _run(root, "fix")
+    library = (root / "library.py").read_text()
+    assert "amp.initialize" not in library and "scaler.scale(loss).backward()" in library
+    assert FALLBACK_PROVIDER in library  # eval.py still reads `amp` through its star import
+    assert (root / "eval.py").read_text() == o3
+    again = _run(root, "fix")
+    assert not any(r.new_text for r in again.results)
+    (left,) = _findings(again, "library.py")  # the import, with the reason it stays
+    assert left.fix is None and "eval.py uses `amp` through `*` imports and is not migrated" in left.no_fix_reason
+
+
 # ------------------------------------------------------------------------------- unresolved
 def _unresolved(tmp_path, files: Dict[str, str]):
     root = _write(tmp_path, files)

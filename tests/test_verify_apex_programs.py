@@ -65,6 +65,18 @@ def _safe_fix(project: Path) -> dict:
     return fixed
 
 
+def assert_trains_like_the_apex_original(result, data) -> None:
+    """A verify run of an apex program against its safe migration: equivalent, the before on the
+    apex emulation, the after on fp16 autocast and a GradScaler, the same number of steps."""
+    assert result.exit_code == 0, result.output
+    assert data["verdict"] == "equivalent" and not data["reasons"]
+    assert data["baseline"] == "before" and data["apex_emulation"] is True
+    steps = {side: [run["steps"] for run in data["runs"][side]] for side in ("before", "after")}
+    assert steps["before"] == steps["after"], steps
+    for run in data["runs"]["after"]:
+        assert not run["apex_emulation"] and run["precision"] == "fp16 + GradScaler"
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_real_apex_program_migrated_by_the_safe_fix_trains_like_the_original(cli, monkeypatch, tmp_path, case):
     folder, script, script_args, apex_left = CASES[case]

@@ -18,7 +18,8 @@ unresolved ("unknown") when:
   - a star import of a module outside the run (or one the run cannot resolve) comes after the
     module binding it: it may rebind it;
   - a module of the chain binds it to something else (any other import, assignment, `def`, ...),
-    even in one branch, or assigns it in a function (`global`), or `__all__` is not a literal;
+    even in one branch (the `amp = None` of an `except` whose `try` imports it aside: apex not
+    installed), or assigns it in a function (`global`), or `__all__` is not a literal;
   - a file of the chain changed since the index read it, or does not parse.
 The file's own bindings of the name are the resolver's: any binding in scope hides the star.
 """
@@ -142,10 +143,13 @@ class _Module:
             inner = True
         for block in blocks:
             self._walk(block, package, inner)
+        imported = _imported_names(blocks[0]) if handlers else set()
         for handler in handlers:
             if handler.name:
                 self._bind(handler.name, "", True)
-            self._walk(handler.body, package, True)
+            for inner_statement in handler.body:
+                if not _none_fallback(inner_statement, imported):
+                    self._statement(inner_statement, package, True)
         for case in cases:
             self._walk(case.body, package, True)
 
@@ -167,6 +171,29 @@ class _Module:
             self.all_names = frozenset(self.all_names or ()) | frozenset(names)
         else:
             self.all_names = frozenset(names)
+
+
+def _imported_names(body: List[ast.stmt]) -> Set[str]:
+    """Names the statements of a `try` body bind by imports (at that level)."""
+    return {
+        alias.asname or alias.name.split(".")[0]
+        for statement in body
+        if isinstance(statement, (ast.Import, ast.ImportFrom))
+        for alias in statement.names
+    }
+
+
+def _none_fallback(statement: ast.stmt, imported: Set[str]) -> bool:
+    """`amp = None` in the `except` of a `try` that imports `amp`: the "not installed" value,
+    which the resolver also reads as no binding of its own (engine/names.py: a name denotes the
+    union of its bindings, and None denotes nothing). Code reading the name then either checks it
+    for None or runs only with apex installed."""
+    return (
+        isinstance(statement, ast.Assign)
+        and all(isinstance(t, ast.Name) and t.id in imported for t in statement.targets)
+        and isinstance(statement.value, ast.Constant)
+        and statement.value.value is None
+    )
 
 
 def _stored_names(statement: ast.stmt) -> Set[str]:

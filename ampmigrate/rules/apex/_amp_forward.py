@@ -7,6 +7,7 @@ A mixin of the planner (`_amp_migration._Planner`).
 
 from __future__ import annotations
 
+import re
 from typing import List, Tuple
 
 import libcst as cst
@@ -15,6 +16,10 @@ from ampmigrate.analysis.statements import body_of, indent_continuations, walk
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._amp_common import Step, Unfixable
 from ampmigrate.rules.apex._regions import Region, merge
+
+# A method of the model that runs its forward pass by its name: `forward_loss`, `compute_loss`,
+# `loss`, `forward_train`; not `parse_batch`, `zero_grad`, `eval`, `state_dict`.
+_FORWARD_METHOD = re.compile(r"(?:^|_)(?:forward|loss)(?:$|_)")
 
 
 class ForwardRegions:
@@ -65,6 +70,8 @@ class ForwardRegions:
             return False
 
         def is_forward_callee(func: cst.CSTNode) -> bool:
+            if isinstance(func, cst.Attribute) and _FORWARD_METHOD.search(func.attr.value) and is_model(func.value):
+                return True  # `model.forward_loss(batch)`, `model.compute_loss(x, y)` (flair, detectors)
             while isinstance(func, cst.Attribute) and func.attr.value in ("module", "forward") and not is_model(func):
                 func = func.value
             return is_model(func)

@@ -40,7 +40,7 @@ from ampmigrate.api import (
 )
 from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.context import FileContext, FixBuilder
-from ampmigrate.engine.names import Scope
+from ampmigrate.engine.names import Binding, Scope
 from ampmigrate.rules.apex._accumulation_clip import AccumulationClips
 from ampmigrate.rules.apex._amp_carrier import check_stores, emit_stores
 from ampmigrate.rules.apex._amp_common import (
@@ -132,6 +132,7 @@ class _Planner(
         self.removal = Removal(self.names)
         self.notes: List[str] = []
         self.unsafe: List[str] = []
+        self.star_users_keep: Set[Binding] = set()  # module-level apex imports other files still read via `*`
         self._init_windows()
 
     # ------------------------------------------------------------------ entry
@@ -1303,7 +1304,7 @@ class _Planner(
     def _plan_imports(self) -> None:
         handled = set(self.handled)
         for binding in self.usage.import_bindings:
-            if unused_after(self.names, binding, handled):
+            if binding not in self.star_users_keep and unused_after(self.names, binding, handled):
                 self.removal.remove_import_binding(binding)
         # Fallback bindings (`amp = None` in the except branch) are removed with their `try`.
 
@@ -1361,8 +1362,14 @@ class _Planner(
 
         bindings = [b for b in self.usage.import_bindings if b.scope is self.names.module_scope]
         problem = users_problem(self.ctx, [b.name for b in bindings]) if bindings else None
-        if problem is not None:
+        if problem is None:
+            return
+        if not self.refs:
             raise Unfixable(f"other files reach this apex import through `*` imports: {problem}")
+        # This file's own uses migrate; the import stays for the files that still read it (on a
+        # current apex it fails, so a guarded import leaves them their `None`, as before the fix).
+        self.star_users_keep = set(bindings)
+        self._note(f"the apex import stays: other files reach it through `*` imports ({problem})")
 
     def _check_star_refs(self) -> None:
         """A name reached through `from apex.amp import *` has no import the fix could remove."""

@@ -164,14 +164,7 @@ class InitEnclosure:
         elements = [e.value for e in optimizers.elements] if isinstance(optimizers, (cst.List, cst.Tuple)) else [optimizers]
         made: Set[str] = set()
         for statement in preceding(self.names, self.p.init_line):
-            if isinstance(statement, cst.SimpleStatementLine):
-                for small in statement.body:
-                    if not (isinstance(small, (cst.Assign, cst.AnnAssign)) and isinstance(small.value, cst.Call)):
-                        continue  # a new object is made by a call (`optimizer = self.optimizer` is the old one)
-                    for target in _assigned(small):
-                        dotted = _dotted(target)
-                        if dotted is not None:
-                            made.add(dotted)
+            made |= _made_by_calls(statement)
         for optimizer in elements:
             if isinstance(optimizer, cst.Call):
                 continue  # `amp.initialize(model, Adam(...))`: a new one each time
@@ -365,6 +358,29 @@ def _flatten(targets) -> Iterator[cst.CSTNode]:
             yield from _flatten([target.value])
         else:
             yield target
+
+
+def _made_by_calls(statement: cst.CSTNode) -> Set[str]:
+    """Names and attribute chains the statement surely binds to a new object, one a call returns
+    (`optimizer = self.optimizer` is the old one): in an `if`, those every arm binds (an `else`
+    needed)."""
+    made: Set[str] = set()
+    if isinstance(statement, cst.SimpleStatementLine):
+        for small in statement.body:
+            if isinstance(small, (cst.Assign, cst.AnnAssign)) and isinstance(small.value, cst.Call):
+                made.update(d for d in map(_dotted, _assigned(small)) if d is not None)
+    elif isinstance(statement, cst.If) and statement.orelse is not None:
+        arms = [statement.body, statement.orelse.body if isinstance(statement.orelse, cst.Else) else None]
+        sets = []
+        for arm in arms:
+            if arm is None:  # an `elif`: its own arms
+                sets.append(_made_by_calls(statement.orelse))
+            elif isinstance(arm, cst.IndentedBlock):
+                sets.append(set().union(*(_made_by_calls(s) for s in arm.body)))
+            else:
+                return made
+        made = set.intersection(*sets)
+    return made
 
 
 def stores_in(loop: cst.CSTNode) -> Set[str]:

@@ -89,6 +89,9 @@ class ScalerAccess:
                     continue
                 if self._thread(scope, ()):
                     continue
+                owner = self._closure_owner(scope)
+                if owner is not None and owner is not self.home and self._thread(owner, ()):
+                    continue  # ignite's `def update_fn(engine, batch)` inside a trainer factory: it captures the parameter
                 name = getattr(scope.node, "name", None)
                 raise Unfixable(
                     f"`{name.value if name is not None else '?'}()` uses apex.amp but is not only called (directly) "
@@ -150,6 +153,16 @@ class ScalerAccess:
             if binding.node is node:
                 return binding
         return None
+
+    def _closure_owner(self, scope: Scope) -> Optional[Scope]:
+        """The module-level function a nested function (a closure, maybe several levels deep)
+        is defined in; None for a method or a module-level function."""
+        current = scope
+        while current.parent is not None and current.parent.kind == "function":
+            current = current.parent
+        if current is scope or current.parent is not self.names.module_scope:
+            return None
+        return current
 
     def _thread(self, scope: Scope, visiting: Tuple[Scope, ...]) -> bool:
         """Pass the scaler to `scope` as a parameter: it must be a module-level function called
@@ -422,6 +435,15 @@ class ScalerAccess:
         if self.mode == "attribute":
             return {n for n in self.model_names if n.startswith("self.")}
         keys: Set[str] = set()
+        owner = self._closure_owner(function)
+        if owner is not None and owner in self.threaded and depth < 4:
+            # a closure sees its owner's names, unless a scope in between binds them anew
+            shadowed = set()
+            current = function
+            while current is not owner:
+                shadowed |= set(current.bindings)
+                current = current.parent
+            return {k for k in self.model_keys(owner, depth + 1) if k not in shadowed}
         if function in self.threaded and depth < 4:
             binding = self._def_binding(function)
             params = function.node.params
