@@ -45,6 +45,9 @@ class Fix:
     imports: Tuple[str, ...] = ()
     requires: FrozenSet[str] = frozenset()
     edits: Tuple[Edit, ...] = ()
+    # Resolved by another file's fix of the same run, with nothing to change here (a checkpoint
+    # helper whose callers pass it a GradScaler in apex's place): `fix` counts it, edits nothing.
+    elsewhere: bool = False
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)

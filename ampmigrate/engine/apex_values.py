@@ -123,37 +123,43 @@ def apex_state_params(tree: ast.Module) -> Dict[str, List[Tuple[str, int]]]:
     `p.master_params(...)` and in `p is None` / `if p:` tests (at least one such call)."""
     found: Dict[str, List[Tuple[str, int]]] = {}
     for owner, function in top_functions(tree):
-        positional = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
-        keyword_only = [a.arg for a in function.args.kwonlyargs]
-        candidates = set(positional) | set(keyword_only)
-        if owner and positional:
-            candidates.discard(positional[0])  # `self`
-        if not candidates:
-            continue
-        parents: Dict[ast.AST, ast.AST] = {}
-        for node in ast.walk(function):
-            for child in ast.iter_child_nodes(node):
-                parents[child] = node
-        called: Set[str] = set()
-        rejected: Set[str] = set()
-        for node in ast.walk(function):
-            if not (isinstance(node, ast.Name) and node.id in candidates):
-                continue
-            if node.id in rejected:
-                continue
-            use = _state_use(node, parents)
-            if use is None:
-                rejected.add(node.id)
-            elif use:
-                called.add(node.id)
-        params = [
-            (name, positional.index(name) if name in positional else -1)
-            for name in [*positional, *keyword_only]
-            if name in called and name not in rejected
-        ]
+        params = function_state_params(function, method=bool(owner))
         if params:
             found[f"{owner}.{function.name}" if owner else function.name] = params
     return found
+
+
+def function_state_params(function: ast.FunctionDef, method: bool) -> List[Tuple[str, int]]:
+    """`apex_state_params` of one function: (parameter, its position in the `def`, `self`
+    counted, or -1 for keyword-only); a method's first parameter is never one."""
+    positional = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+    keyword_only = [a.arg for a in function.args.kwonlyargs]
+    candidates = set(positional) | set(keyword_only)
+    if method and positional:
+        candidates.discard(positional[0])  # `self`
+    if not candidates:
+        return []
+    parents: Dict[ast.AST, ast.AST] = {}
+    for node in ast.walk(function):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+    called: Set[str] = set()
+    rejected: Set[str] = set()
+    for node in ast.walk(function):
+        if not (isinstance(node, ast.Name) and node.id in candidates):
+            continue
+        if node.id in rejected:
+            continue
+        use = _state_use(node, parents)
+        if use is None:
+            rejected.add(node.id)
+        elif use:
+            called.add(node.id)
+    return [
+        (name, positional.index(name) if name in positional else -1)
+        for name in [*positional, *keyword_only]
+        if name in called and name not in rejected
+    ]
 
 
 def _state_use(node: ast.Name, parents: Dict[ast.AST, ast.AST]) -> Optional[bool]:

@@ -128,15 +128,23 @@ class Engine:
             return result
         current = text
         broken: Set[Tuple[str, Tuple[str, ...]]] = set()
-        for _ in range(MAX_ROUNDS):
+        for round_number in range(MAX_ROUNDS):
             round_result = FileResult(path)
             analysis = self._analyze(current, path, rules, round_result, unsafe=unsafe)
             result.errors.extend(e for e in round_result.errors if e not in result.errors)
             result.parsed = True
             if analysis is None:
                 break
-            result.findings = analysis.findings
-            fixes = [f for f in analysis.fixes if fixer.fix_signature(analysis.module, f) not in broken]
+            # Findings another file's fix of this run resolves (Fix.elsewhere) are fixed as they
+            # stand; counted once, from the file as it was (a later round's may be this fix's own
+            # result: a guarded load that now needs nothing more).
+            resolved = [f for fix in analysis.fixes if fix.elsewhere for f in analysis.members[fix]]
+            if round_number == 0:
+                for finding in resolved:
+                    result.fixed += 1
+                    result.fixed_codes[finding.code] = result.fixed_codes.get(finding.code, 0) + 1
+            result.findings = [f for f in analysis.findings if not any(f is r for r in resolved)]
+            fixes = [f for f in analysis.fixes if not f.elsewhere and fixer.fix_signature(analysis.module, f) not in broken]
             accepted = fixer.select_compatible(fixes, analysis.context.names)
             if not accepted:
                 break

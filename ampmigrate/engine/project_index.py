@@ -34,7 +34,12 @@ from ampmigrate.engine.apex_attrs import apex_attr_loads, apex_attr_stores
 from ampmigrate.engine.apex_attrs import wanted as attr_stores_wanted
 from ampmigrate.engine.apex_star import apex_star_exports, provider_key, star_bound, star_key
 from ampmigrate.engine.apex_threading import summarize_threading, threading_key
-from ampmigrate.engine.apex_values import apex_amp_args, apex_amp_getters, top_functions
+from ampmigrate.engine.apex_values import (
+    apex_amp_args,
+    apex_amp_getters,
+    function_state_params,
+    top_functions,
+)
 from ampmigrate.engine.caller_uses import source_tree
 from ampmigrate.engine.grad_norm_helpers import grad_norm_helpers
 from ampmigrate.engine.state_loaders import state_loaders
@@ -585,6 +590,37 @@ class ProjectIndex:
             if matched:
                 return other, matched
         return None
+
+    def apex_state_param_target(
+        self, path: str, callee: str, position: int, keyword: str
+    ) -> Optional[Tuple[str, str, str]]:
+        """(file, function or "Class.method", parameter): the one function of another file of the
+        run that `path` imports whose parameter, used only for amp's state (engine/apex_values.py
+        `apex_state_params`), takes the argument at `position` (or `keyword`) of a call of
+        `callee` as written (`load_checkpoint`, `state.track_amp_state`, `Model.serialize`); None
+        when no function fits, or several (the name alone cannot tell them apart). A method
+        called on a name (`state.track_amp_state(amp)`) takes positions after `self`; a static
+        method or a class method is matched by keyword only."""
+        absolute = os.path.abspath(path)
+        name = callee.rpartition(".")[2]
+        on_object = "." in callee
+        found: List[Tuple[str, str, str]] = []
+        for other, importers in sorted(self._importers.items()):
+            if other == absolute or absolute not in importers:
+                continue
+            tree = source_tree(self, other)
+            if tree is None:
+                continue
+            for owner, function in top_functions(tree):
+                if function.name != name or bool(owner) != on_object:
+                    continue
+                decorated = any(isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod") for d in function.decorator_list)
+                shift = 1 if owner else 0  # `self` takes the first position of a method
+                for param, index in function_state_params(function, method=bool(owner)):
+                    by_position = not keyword and position >= 0 and index == position + shift and not decorated
+                    if keyword == param or by_position:
+                        found.append((other, f"{owner}.{name}" if owner else name, param))
+        return found[0] if len(found) == 1 else None
 
     def imported_from(self, path: str) -> FrozenSet[str]:
         """Names files of the run import from the module at `path` (`from .x import name` counts)."""

@@ -88,10 +88,25 @@ class ForwardRegions:
         return uses_model
 
     def _forward_like_test(self, function: Scope):
+        # the initialized models' own names (`model` for `self.model` or a local `model`): a held
+        # container's attribute spelled so is the model (`mhop_loss(self._state.model, batch)`)
+        model_names = {n.rpartition(".")[2] for n in getattr(self.access, "model_names", ())}
+
+        def held_model(node: cst.CSTNode) -> bool:
+            return (
+                isinstance(node, cst.Attribute)
+                and node.attr.value in model_names
+                and isinstance(node.value, cst.Attribute)
+                and isinstance(node.value.value, cst.Name)
+                and bool(self.names.self_attribute_bindings(node.value))
+            )
+
         def looks_like_forward(statement: cst.CSTNode) -> bool:
             for node in walk(statement):
                 if not isinstance(node, cst.Call):
                     continue
+                if any(held_model(a.value) for a in node.args):
+                    return True
                 func = node.func
                 while isinstance(func, cst.Subscript):  # `self.encoders[0](x)`: one of the held networks
                     func = func.value
@@ -104,6 +119,13 @@ class ForwardRegions:
                         return True
                     if self._self_method_call(node, function) is not None:
                         return True  # `outputs = self.batch_outputs(batch)`: a method of the class
+                if (
+                    isinstance(func, cst.Attribute)
+                    and isinstance(func.value, cst.Attribute)
+                    and isinstance(func.value.value, cst.Name)
+                    and self.names.self_attribute_bindings(func.value)
+                ):
+                    return True  # `loss = self._state.model(inputs)`: a network a held container keeps
             return False
 
         return looks_like_forward

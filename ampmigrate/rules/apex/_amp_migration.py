@@ -82,7 +82,9 @@ from ampmigrate.rules.apex._presence import (
 from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions
 from ampmigrate.rules.apex._removal import Removal, none_assignments, unused_after
 from ampmigrate.rules.apex._scaler_access import ScalerAccess
+from ampmigrate.rules.apex._state_load_guard import GUARD_NOTE, guard_state_load
 from ampmigrate.rules.apex._state_loader_args import plan_state_loader_arg
+from ampmigrate.rules.apex._state_params_elsewhere import plan_state_param_arg
 from ampmigrate.rules.apex._timm_scaler import timm_scaler_fix
 from ampmigrate.rules.apex._unused_optimizer import optimizer_never_read, optimizers_unused
 from ampmigrate.rules.apex._window_readers import WindowReaders
@@ -141,7 +143,7 @@ class _Planner(
         refs = [r for r in usage.refs if r.api not in APEX_AMP_CAST_ANNOTATIONS]
         plan = AmpPlan()
         for ref in refs:
-            if ref.api in (None, "pass", "carry", "state_arg") or (ref.via_handle and ref.api == "handle"):
+            if ref.api in (None, "pass", "carry", "state_arg", "state_pass") or (ref.via_handle and ref.api == "handle"):
                 continue  # presence tests, the module handed on or stored and the handle are not findings
             api = ref.node.attr.value if ref.api == "unknown" and isinstance(ref.node, cst.Attribute) else ref.api
             plan.sites.append(Site(ref.node, self._code_for(ref), api))
@@ -819,7 +821,7 @@ class _Planner(
         self.fp16_steps = steps
         scaler_scopes = [s.function for s in steps]
         for ref in self.refs:
-            if ref.api in ("state_dict", "load_state_dict", "state_arg") or (ref.api == "_amp_state"):
+            if ref.api in ("state_dict", "load_state_dict", "state_arg", "state_pass") or (ref.api == "_amp_state"):
                 scaler_scopes.append(self._function_scope(ref.node))
         from ampmigrate.rules.apex._checkpoint_threading import (
             helper_calls,
@@ -921,6 +923,8 @@ class _Planner(
                 self.handled.add(ref.node)
             elif ref.api == "state_arg":
                 plan_state_loader_arg(self, ref)
+            elif ref.api == "state_pass":
+                plan_state_param_arg(self, ref)
             elif ref.api == "disable_casts":
                 self._rewrite_disable_casts(ref)
             elif ref.api == "_amp_state":
@@ -928,67 +932,10 @@ class _Planner(
                     self._rewrite_loss_scale_read(ref)
 
     def _guarded_load(self, ref: AmpRef, scaler: str) -> None:
-        """`amp.load_state_dict(state)` -> load it into the scaler only when it has GradScaler's
-        layout (a `scale` key). A checkpoint saved by apex holds `{"loss_scaler0": {"loss_scale",
-        "unskipped"}}`, which `GradScaler.load_state_dict` rejects (KeyError: 'scale'): resuming
-        from it must keep working, with the scaler at its initial scale."""
-        call = ref.call
-        expr = self.names.parent(call)
-        line = self.names.parent(expr) if isinstance(expr, cst.Expr) else None
-        if isinstance(line, cst.SimpleStatementSuite) and self._guarded_load_in_one_line_if(ref, line, scaler):
-            return
-        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1 or len(call.args) != 1 or call.args[0].keyword or call.args[0].star:
-            raise Unfixable(
-                f"`amp.load_state_dict` at line {self._line(ref.node)} is not a statement of its own with one argument; "
-                "a checkpoint saved by apex needs its state checked before it is loaded"
-            )
-        state = call.args[0].value
-        code = self.ctx.code(state).strip()
-        scale = self.ctx.string("scale").value
-        prefix = ""
-        if not _side_effect_free(state):
-            name = "amp_state"
-            if self.names.lookup(name, self.names.scope_of(call)):
-                raise Unfixable(f"`amp.load_state_dict` at line {self._line(ref.node)}: the name `{name}` is taken")
-            prefix, code = f"{name} = {code}\n", name
-        text = f"{prefix}if {scale} in {code}:  # a GradScaler state; apex saved `loss_scaler0` instead\n    {scaler}.load_state_dict({code})\n"
-        statements = list(cst.parse_module(text, config=self.ctx.module.config_for_parsing).body)
-        statements[0] = statements[0].with_changes(leading_lines=line.leading_lines)
-        self.builder.replace(line, cst.FlattenSentinel(statements))
+        """`amp.load_state_dict(state)` -> the scaler's, guarded (_state_load_guard.py)."""
+        guard_state_load(self.ctx, self.builder, ref.call, scaler, "amp.load_state_dict")
         self.handled.add(ref.node)
-        self._note(
-            "the scaler state is loaded only when it has GradScaler's layout: a checkpoint saved by apex "
-            "(`loss_scaler0`) resumes with the scaler at its initial scale"
-        )
-
-    def _guarded_load_in_one_line_if(self, ref: AmpRef, suite: cst.SimpleStatementSuite, scaler: str) -> bool:
-        """`if "amp" in ckpt: amp.load_state_dict(ckpt["amp"])` on one line: the layout check joins
-        the `if`'s test (evaluated after it, as the load was)."""
-        call = ref.call
-        owner = self.names.parent(suite)
-        if not (
-            isinstance(owner, cst.If)
-            and owner.body is suite
-            and owner.orelse is None
-            and len(suite.body) == 1
-            and len(call.args) == 1
-            and not call.args[0].keyword
-            and not call.args[0].star
-            and _side_effect_free(call.args[0].value)
-        ):
-            return False
-        test = self.ctx.code(owner.test).strip()
-        if isinstance(owner.test, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)):
-            test = f"({test})"
-        state = self.ctx.code(call.args[0].value).strip()
-        self.builder.replace(owner.test, self.ctx.parse_expression(f"{test} and {self.ctx.string('scale').value} in {state}"))
-        self.builder.replace(call.func, self.ctx.parse_expression(f"{scaler}.load_state_dict"))
-        self.handled.add(ref.node)
-        self._note(
-            "the scaler state is loaded only when it has GradScaler's layout: a checkpoint saved by apex "
-            "(`loss_scaler0`) resumes with the scaler at its initial scale"
-        )
-        return True
+        self._note(GUARD_NOTE)
 
     def _rewrite_master_params(self, ref: AmpRef) -> None:
         call = ref.call
@@ -1191,10 +1138,10 @@ class _Planner(
         for ref in self.refs:
             if ref.api == "master_params":
                 self._rewrite_master_params(ref)
-            elif ref.api in ("state_dict", "load_state_dict", "_amp_state", "state_arg"):
+            elif ref.api in ("state_dict", "load_state_dict", "_amp_state", "state_arg", "state_pass"):
                 raise Unfixable(
                     f"`amp.{ref.api}` has no fp32 counterpart; remove it from the checkpoint code by hand"
-                    if ref.api != "state_arg" else
+                    if ref.api not in ("state_arg", "state_pass") else
                     f"apex's amp module is handed to a checkpoint loader at line {self._line(ref.node)}, which has no "
                     "fp32 counterpart; remove it from the checkpoint code by hand"
                 )
@@ -1476,22 +1423,6 @@ def _shape_key(node: cst.BaseExpression):
     if isinstance(node, (cst.Tuple, cst.List)):
         return tuple(_shape_key(e.value) for e in node.elements)
     return expression_key(node)
-
-
-def _side_effect_free(node: cst.BaseExpression) -> bool:
-    """A name, attribute or constant-key subscript chain: evaluating it twice reads the same."""
-    while True:
-        if isinstance(node, cst.Name):
-            return True
-        if isinstance(node, cst.Attribute):
-            node = node.value
-        elif isinstance(node, cst.Subscript) and len(node.slice) == 1:
-            index = node.slice[0].slice
-            if not (isinstance(index, cst.Index) and isinstance(index.value, (cst.SimpleString, cst.Integer, cst.Name))):
-                return False
-            node = node.value
-        else:
-            return False
 
 
 def _then(line: cst.SimpleStatementLine, rest: Sequence[cst.BaseStatement]):

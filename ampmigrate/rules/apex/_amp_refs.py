@@ -25,6 +25,7 @@ from ampmigrate.engine.context import FileContext
 from ampmigrate.engine.names import Binding, NameIndex
 from ampmigrate.rules.apex._amp_carrier import Carrier, find_carrier
 from ampmigrate.rules.apex._state_loader_args import mark_state_loader_args
+from ampmigrate.rules.apex._state_params_elsewhere import mark_state_param_args
 
 
 @dataclass(eq=False)
@@ -39,6 +40,9 @@ class AmpRef:
     # `args.amp.scale_loss`: the object carrying apex's module (`args`, _amp_carrier.py); api
     # "carry" marks the module stored on it (`args.amp = amp`).
     carrier: Optional[cst.BaseExpression] = None
+    # api "state_pass": the module handed to a checkpoint helper of another file, (its file, the
+    # function, the parameter) (_state_params_elsewhere.py)
+    elsewhere: Optional[Tuple[str, str, str]] = None
 
 
 @dataclass
@@ -84,6 +88,7 @@ def _collect(ctx: FileContext) -> AmpUsage:
                 refs.append(AmpRef(parent, "unknown", _called(names, parent)))
     slots = _follow_into_functions(ctx, refs)
     mark_state_loader_args(ctx, refs)  # `restart_from_checkpoint(..., amp=apex.amp)` (_state_loader_args.py)
+    mark_state_param_args(ctx, refs)  # `state.track_amp_state(amp)` (_state_params_elsewhere.py)
     carrier = find_carrier(ctx, refs)
     handle_bindings: List[Binding] = []
     for ref in list(refs):

@@ -242,14 +242,20 @@ class StepRewrites:
         return replaced
 
     def _chooses_backward(self, branch: Branch) -> bool:
-        """The other arm of `branch`'s `if` runs a plain backward pass."""
+        """The other arm of `branch`'s `if` runs a plain backward pass, and no scaled one: an `if`
+        with `amp.scale_loss` in both arms (`if chunked: <scaled backward per chunk> else: <scaled
+        backward>`, each with its fp32 path) chooses how, not whether, to scale."""
         statement = branch.statement
         other = statement.orelse if branch.taken else statement.body
         if other is None:
             return False
+        scaled = {id(r.node) for r in self.refs if r.api in ("scale_loss", "handle.scale_loss")}
+        nodes = list(walk(other))
+        if any(id(n) in scaled for n in nodes):
+            return False
         return any(
             isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "backward"
-            for n in walk(other)
+            for n in nodes
         )
 
     def _inactive(self, step: Step, node: cst.CSTNode) -> bool:
@@ -516,6 +522,8 @@ class StepRewrites:
             for reader in found:
                 if reader in masters or any(isinstance(n, cst.Call) and n in masters for n in walk(reader)):
                     continue
+                if self._o2_excluded(reader, spec.opt_level_code):
+                    continue  # `if args.fp16 == "O2": clip(amp.master_params(opt)) else: clip(model.parameters())`
                 clip = isinstance(reader, cst.Call) and bool(self.names.qualified_names(reader.func) & CLIP_GRAD)
                 what = f"`{self.ctx.code(reader.func).strip()}(...)`" if isinstance(reader, cst.Call) else f"`{self.ctx.code(reader).strip()}`"
                 message = (
@@ -526,6 +534,29 @@ class StepRewrites:
                 )
                 if message not in self.unsafe:
                     self.unsafe.append(message)
+
+    def _o2_excluded(self, node: cst.CSTNode, opt_level: Optional[str]) -> bool:
+        """`node` runs only where the run-time opt level is not O2: in the `else` of `if <it> ==
+        "O2"`, or under `if <it> != "O2"` (the opt level spelled as `amp.initialize` got it)."""
+        if opt_level is None:
+            return False
+        child = node
+        for ancestor in self.names.ancestors(node):
+            if isinstance(ancestor, cst.If) and isinstance(ancestor.test, cst.Comparison):
+                test = ancestor.test
+                if (
+                    len(test.comparisons) == 1
+                    and self.ctx.code(test.left).strip() == opt_level
+                    and isinstance(test.comparisons[0].comparator, cst.SimpleString)
+                    and test.comparisons[0].comparator.evaluated_value == "O2"
+                ):
+                    operator = test.comparisons[0].operator
+                    if isinstance(operator, cst.Equal) and child is ancestor.orelse:
+                        return True
+                    if isinstance(operator, cst.NotEqual) and child is ancestor.body:
+                        return True
+            child = ancestor
+        return False
 
     def _master_calls(self) -> Set[cst.Call]:
         return {r.call for r in self.refs if r.api == "master_params" and r.call is not None}

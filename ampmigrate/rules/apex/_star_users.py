@@ -10,16 +10,13 @@ The importer's fix says where its `amp` came from, and whether that import stays
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from typing import Dict, List, Optional
 
-import libcst as cst
-
 from ampmigrate.engine import apex_star
 from ampmigrate.engine.context import FileContext
-from ampmigrate.source import SourceError, SourceFile, read_regular_file
+from ampmigrate.rules.apex._other_files import plan_elsewhere, text_as_indexed
 
 
 def users_problem(ctx: FileContext, names: List[str]) -> Optional[str]:
@@ -55,7 +52,7 @@ def _problem(ctx: FileContext, provider: str, names: List[str]) -> Optional[str]
             continue
         if provider not in apex_star.reached(index, other):
             continue
-        text = _text(index, other)
+        text = text_as_indexed(index, other)
         if text is None:
             return f"{index.relative(other)} reaches it through `*` imports and could not be read again"
         spelled = [n for n in names if re.search(rf"\b{re.escape(n)}\b", text)]
@@ -71,50 +68,9 @@ def _problem(ctx: FileContext, provider: str, names: List[str]) -> Optional[str]
                 f"{index.relative(other)} may use `{unresolved[0]}` through its `*` imports (the name is not "
                 "resolved there), so the import stays"
             )
-        reason = _plan(ctx, other, text)
+        reason = plan_elsewhere(ctx, other, text)
         if reason is not None:
             return f"{index.relative(other)} uses `{spelled[0]}` through `*` imports and is not migrated ({reason})"
-    return None
-
-
-def _text(index, path: str) -> Optional[str]:
-    """The file's text as the index read it (None: changed since, unreadable)."""
-    try:
-        raw = read_regular_file(path, None)
-    except (SourceError, OSError):
-        return None
-    if hashlib.blake2b(raw, digest_size=16).hexdigest() != index.digests.get(path):
-        return None
-    try:
-        return SourceFile.from_bytes(path, raw).text
-    except SourceError:
-        return None
-
-
-def _plan(ctx: FileContext, path: str, text: str) -> Optional[str]:
-    """Why the in-file migration leaves some apex amp use of the file at `path` (None: it
-    migrates every one, with a fix this run applies)."""
-    from ampmigrate.rules.apex._amp_migration import _planner_for
-
-    index = ctx.project_index
-    try:
-        module = cst.parse_module(text)
-        other = FileContext(path, text, module, ctx.settings, index.star_bound(path))
-    except (cst.ParserSyntaxError, RecursionError):
-        return "it does not parse"
-    other.project_index = index
-    other.imported_elsewhere = frozenset(index.imported_from(path))
-    other.imports_scanned = ctx.imports_scanned
-    planner = _planner_for(other)
-    if hasattr(planner, "verify"):
-        planner.verify = False
-    plan = planner.plan()
-    if not plan.sites:
-        return None
-    if plan.fix is None:
-        return plan.reason or "no fix"
-    if planner.unsafe and not ctx.settings.unsafe_fixes:
-        return "its fix is unsafe: " + planner.unsafe[0]
     return None
 
 

@@ -33,17 +33,25 @@ def mark_state_loader_args(ctx: FileContext, refs) -> None:
     if index is None:
         return
     names = ctx.names
-    for ref in refs:
-        if ref.api is not None:
-            continue
-        arg = names.parent(ref.node)
-        call = names.parent(arg) if isinstance(arg, cst.Arg) else None
-        if not (isinstance(call, cst.Call) and arg.keyword is not None and not arg.star and arg.value is ref.node):
+    for ref, arg, call in module_arguments(names, refs):
+        if arg.keyword is None:
             continue
         if not isinstance(call.func, (cst.Name, cst.Attribute)):
             continue
         if any(index.state_loader(q, ctx.path) for q in sorted(names.qualified_names(call.func))):
             ref.api = "state_arg"
+
+
+def module_arguments(names, refs):
+    """(ref, its `cst.Arg`, the call) for each reference to apex's amp module not yet claimed
+    (api None) that is itself an argument of a call (not `*amp`)."""
+    for ref in refs:
+        if ref.api is not None:
+            continue
+        arg = names.parent(ref.node)
+        call = names.parent(arg) if isinstance(arg, cst.Arg) else None
+        if isinstance(call, cst.Call) and arg.value is ref.node and not arg.star:
+            yield ref, arg, call
 
 
 def plan_state_loader_arg(planner, ref) -> None:

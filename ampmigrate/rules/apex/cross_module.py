@@ -15,11 +15,15 @@ is the split migration's (_cross_threading.py, engine/apex_threading.py).
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 
 import libcst as cst
 
 from ampmigrate.engine.apex_values import apex_state_params
+from ampmigrate.rules.apex._amp_common import Unfixable
+from ampmigrate.rules.apex._state_load_guard import GUARD_NOTE, guard_state_load
+from ampmigrate.rules.apex._state_params_elsewhere import group_problem
 from ampmigrate.rules.apex._amp_refs import amp_usage
 from ampmigrate.rules.apex.amp101_apex_amp import _REPLACEMENT as _ALL
 from ampmigrate.rules.base import Rule
@@ -73,6 +77,7 @@ class ApexAmpPassedIn(Rule):
                 continue
             name = f"{owner}.{function.name.value}" if owner else function.name.value
             origin = index.apex_amp_passed_from(ctx.path, name)
+            fix, reason = None, None
             if origin is not None:
                 params = set(index.modules[os.path.abspath(ctx.path)].apex_amp_params[name])
             else:
@@ -82,14 +87,57 @@ class ApexAmpPassedIn(Rule):
                     continue
                 origin, state_params = found
                 params = set(state_params)
+                fix, reason = _state_helper_fix(ctx, name, sorted(params), _amp_calls(function, params))
             where = index.relative(origin)
             for call, api in _amp_calls(function, params):
                 ctx.report(
                     call.func,
                     f"`amp.{api}` (apex's amp passed in from {where}) was removed from apex in May 2025, "
                     f"so this no longer runs; use {_REPLACEMENT[api]}",
-                    no_fix_reason=_REASON.format(origin=where),
+                    fix=fix,
+                    no_fix_reason=None if fix is not None else reason or _REASON.format(origin=where),
                 )
+
+
+def _state_helper_fix(ctx, function: str, params, calls):
+    """(the helper's side of the migration, None) when every file handing apex's module to
+    `params` migrates too (_state_params_elsewhere.py), else (None, why not)."""
+    index = ctx.file.project_index
+    path = os.path.abspath(ctx.path)
+    for param in params:
+        problem = group_problem(ctx.file, (path, function, param))
+        if problem is not None:
+            return None, problem
+    builder = ctx.fix(f"Take the GradScaler the callers pass in apex's place as `{'`, `'.join(params)}`")
+    for call, api in calls:
+        if api == "load_state_dict" and not _guarded(ctx.file, call):  # `p.state_dict()` reads a GradScaler alike
+            try:
+                guard_state_load(ctx.file, builder, call, ctx.file.code(call.func.value).strip(), f"{call.func.value.value}.load_state_dict")
+            except Unfixable as exc:
+                return None, str(exc)
+            builder.message += f" ({GUARD_NOTE})"
+    fix = builder.build()
+    if not fix.changes:
+        fix = dataclasses.replace(fix, elsewhere=True, message=fix.message + " (nothing to change here: the callers' fix passes it)")
+    return fix, None
+
+
+def _guarded(ctx, call: cst.Call) -> bool:
+    """`p.load_state_dict(x)` already under `if "scale" in x:` (an earlier round's guard)."""
+    names = ctx.names
+    line = names.parent(names.parent(call))
+    block = names.parent(line)
+    owner = names.parent(block)
+    if not (isinstance(owner, cst.If) and isinstance(owner.test, cst.Comparison) and len(call.args) == 1):
+        return False
+    test = owner.test
+    return (
+        isinstance(test.left, cst.SimpleString)
+        and test.left.evaluated_value == "scale"
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].operator, cst.In)
+        and ctx.code(test.comparisons[0].comparator).strip() == ctx.code(call.args[0].value).strip()
+    )
 
 
 def _functions(module: cst.Module):

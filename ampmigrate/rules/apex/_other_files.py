@@ -1,0 +1,54 @@
+"""The in-file apex migration of another file of the run, planned from the bytes the project
+index read: both ends of a cross-file shape (a star import's provider and its users, a checkpoint
+helper and the file handing it apex's amp module) decide alike, whichever file is fixed first."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Optional
+
+import libcst as cst
+
+from ampmigrate.engine.context import FileContext
+from ampmigrate.source import SourceError, SourceFile, read_regular_file
+
+
+def text_as_indexed(index, path: str) -> Optional[str]:
+    """The file's text as the index read it (None: changed since, unreadable)."""
+    try:
+        raw = read_regular_file(path, None)
+    except (SourceError, OSError):
+        return None
+    if hashlib.blake2b(raw, digest_size=16).hexdigest() != index.digests.get(path):
+        return None
+    try:
+        return SourceFile.from_bytes(path, raw).text
+    except SourceError:
+        return None
+
+
+def plan_elsewhere(ctx: FileContext, path: str, text: str) -> Optional[str]:
+    """Why the in-file migration leaves some apex amp use of the file at `path` (None: it
+    migrates every one, with a fix this run applies)."""
+    from ampmigrate.rules.apex._amp_migration import _planner_for
+
+    index = ctx.project_index
+    try:
+        module = cst.parse_module(text)
+        other = FileContext(path, text, module, ctx.settings, index.star_bound(path))
+    except (cst.ParserSyntaxError, RecursionError):
+        return "it does not parse"
+    other.project_index = index
+    other.imported_elsewhere = frozenset(index.imported_from(path))
+    other.imports_scanned = ctx.imports_scanned
+    planner = _planner_for(other)
+    if hasattr(planner, "verify"):
+        planner.verify = False
+    plan = planner.plan()
+    if not plan.sites:
+        return None
+    if plan.fix is None:
+        return plan.reason or "no fix"
+    if planner.unsafe and not ctx.settings.unsafe_fixes:
+        return "its fix is unsafe: " + planner.unsafe[0]
+    return None
