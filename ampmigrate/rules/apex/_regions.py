@@ -39,7 +39,19 @@ class NoRegion(Exception):
 
 
 def read_names(names: NameIndex, node: cst.CSTNode) -> Set[str]:
-    return {n.value for n in walk(node) if isinstance(n, cst.Name) and n in names.loads}
+    """The names `node` reads, and the instance attributes (`self.loss_total`) it reads: a loss a
+    trainer keeps on itself is followed like a local one (DG-Net's `gen_update`)."""
+    found = set()
+    for n in walk(node):
+        if isinstance(n, cst.Name) and n in names.loads:
+            found.add(n.value)
+        elif isinstance(n, cst.Attribute) and _on_self(n):
+            found.add(f"self.{n.attr.value}")
+    return found
+
+
+def _on_self(node: cst.Attribute) -> bool:
+    return isinstance(node.value, cst.Name) and node.value.value == "self"
 
 
 def assigned_names(node: cst.CSTNode) -> Set[str]:
@@ -49,6 +61,8 @@ def assigned_names(node: cst.CSTNode) -> Set[str]:
     def targets(target: cst.CSTNode) -> None:
         if isinstance(target, cst.Name):
             found.add(target.value)
+        elif isinstance(target, cst.Attribute) and _on_self(target):
+            found.add(f"self.{target.attr.value}")
         elif isinstance(target, (cst.Tuple, cst.List)):
             for element in target.elements:
                 targets(element.value)
