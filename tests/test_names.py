@@ -41,6 +41,17 @@ def test_import_forms():
     assert found["ac"] == {"torch.cuda.amp.autocast"}
 
 
+def test_apex_bound_nowhere_in_the_file_is_the_apex_package():
+    """GDT's `main_stica.py` calls `apex.amp.initialize` and never imports apex."""
+    assert _names_by_code("def f(m, o):\n    apex.amp.initialize(m, o)\n").get("apex.amp.initialize") == {"apex.amp.initialize"}
+    for code in (
+        "from utils import *\napex.amp.initialize(m, o)\n",  # a `*` import may bind it
+        "def g(apex):\n    pass\napex.amp.initialize(m, o)\n",  # the file binds the name somewhere
+        "apex = load()\napex.amp.initialize(m, o)\n",
+    ):
+        assert not _names_by_code(code).get("apex.amp.initialize"), code
+
+
 def test_dotted_import_binds_its_top_package():
     found = _names_by_code("import torch.cuda.amp\ntorch.nn.Linear\n")
     assert found["torch.nn.Linear"] == {"torch.nn.Linear"}

@@ -110,6 +110,7 @@ class NameIndex:
         self.scope_entries: Dict[cst.CSTNode, Scope] = {}
         self.scopes: List[Scope] = [self.module_scope]
         self.has_star_import = False
+        self._apex_unbound: Optional[bool] = None  # `_apex_free`, worked out once
         # `from M import *` of a module whose names are known (api.STAR_EXPORTS): (scope, M).
         self.star_imports: List[Tuple[Scope, str]] = []
         # `x.attr` nodes: candidates for `self.attr` aliases assigned in methods.
@@ -316,6 +317,8 @@ class NameIndex:
                 result |= self.binding_qualified_names(binding)
             if not bindings and (self.star_imports or self.star_bound) and node in self.loads:
                 result |= self._star_names(node)
+            elif not bindings and node.value == "apex" and node in self.loads and self._apex_free():
+                result.add("apex")  # `apex.amp.initialize(...)` with apex imported nowhere (see `_apex_free`)
             answer = frozenset(result)
             if alone and bindings:
                 self._bindings_qnames[id(bindings)] = answer
@@ -331,6 +334,16 @@ class NameIndex:
                 result |= self.binding_qualified_names(binding)
             return frozenset(result)
         return EMPTY
+
+    def _apex_free(self) -> bool:
+        """The file never binds the name `apex` (no import, assignment, parameter, ... in any
+        scope) and has no `*` import: a load of it can only be the apex package a caller put in
+        the module's globals, or a NameError (facebookresearch/GDT's `main_stica.py` calls
+        `apex.amp.initialize` and never imports apex). Either way it names apex, not something of
+        the file's own."""
+        if self._apex_unbound is None:
+            self._apex_unbound = not self.has_star_import and not any("apex" in scope.bindings for scope in self.scopes)
+        return self._apex_unbound
 
     def _star_names(self, node: cst.Name) -> FrozenSet[str]:
         """A name bound nowhere, in a scope that sees `from M import *` of a module known to

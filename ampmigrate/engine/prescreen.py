@@ -148,6 +148,8 @@ class _Search:
 
     def run(self) -> FrozenSet[str]:
         self._collect_statements()
+        if "apex" not in self.names and _FREE_APEX.search(self.text):
+            self._bind("apex", "apex")  # the resolver's free `apex` (engine/names.py `_apex_free`)
         if len(self.found) == len(self.screen.prefixes) or not (self.names or self.attrs) or self._enough():
             # Nothing imported on the way to a prefix: no expression can get there either.
             return frozenset(self.found)
@@ -295,6 +297,9 @@ class _Search:
             result = _EMPTY
         memo[key] = result
         return result
+
+
+_FREE_APEX = re.compile(r"\bapex\s*\.\s*amp\b")
 
 
 def _imported_module(call: ast.Call) -> Optional[str]:

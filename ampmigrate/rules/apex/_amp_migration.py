@@ -1325,6 +1325,8 @@ class _Planner(
             while isinstance(root, cst.Attribute):
                 root = root.value
             if isinstance(root, cst.Name) and not self.names.bindings_of(root):
+                if root.value == "apex" and self.names.qualified_names(root) == {"apex"}:
+                    continue  # `apex` imported nowhere in the file (NameIndex._apex_free): no import to remove
                 if self.names.star_bound.get(root.value) == "apex.amp":
                     # A star import of a module of the run (engine/apex_star.py): no import here.
                     from ampmigrate.rules.apex._star_users import importer_note
