@@ -32,21 +32,25 @@ class ForwardRegions:
         for region in merged:
             if body_of(region.block) is None:
                 raise Unfixable("the forward pass is on one line with its block header")
-            first = region.statements[0]
-            torch = self._torch(first)
-            dtype = f"{torch}.float16"
-            enabled = self.access.autocast_enabled(first)
-            args = f'{self.ctx.string("cuda").value}, dtype={dtype}' + (f", enabled={enabled}" if enabled else "")
-            header = self.ctx.parse_statement(f"with {torch}.autocast({args}):\n    pass\n")
-            assert isinstance(header, cst.With)
-            indent = self.module.default_indent
-            inner = [indent_continuations(s, indent) for s in [first.with_changes(leading_lines=()), *region.statements[1:]]]
-            with_node = header.with_changes(
-                body=header.body.with_changes(body=inner), leading_lines=first.leading_lines
-            )
-            self.builder.replace(first, with_node)
-            for statement in region.statements[1:]:
-                self.builder.remove(statement)
+            self._emit_region(region)
+
+    def _emit_region(self, region: Region) -> None:
+        """`with torch.autocast("cuda", dtype=torch.float16[, enabled=...]):` around the region."""
+        first = region.statements[0]
+        torch = self._torch(first)
+        dtype = f"{torch}.float16"
+        enabled = self.access.autocast_enabled(first)
+        args = f'{self.ctx.string("cuda").value}, dtype={dtype}' + (f", enabled={enabled}" if enabled else "")
+        header = self.ctx.parse_statement(f"with {torch}.autocast({args}):\n    pass\n")
+        assert isinstance(header, cst.With)
+        indent = self.module.default_indent
+        inner = [indent_continuations(s, indent) for s in [first.with_changes(leading_lines=()), *region.statements[1:]]]
+        with_node = header.with_changes(
+            body=header.body.with_changes(body=inner), leading_lines=first.leading_lines
+        )
+        self.builder.replace(first, with_node)
+        for statement in region.statements[1:]:
+            self.builder.remove(statement)
 
     def _model_test(self, function: Scope):
         """A statement runs the model: calls it (`model(x)`, `model.module(x)`, `model.forward(x)`)

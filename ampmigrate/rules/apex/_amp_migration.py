@@ -463,8 +463,7 @@ class _Planner(
         first_key, other_key = _initialize_key(first.call), _initialize_key(other.call)
         if first_key is None or other_key is None:
             return False
-        options = lambda key: tuple(item for item in key if item[0] not in ("models", "optimizers"))  # noqa: E731
-        if options(first_key) != options(other_key) or "optimizers" not in dict(other_key):
+        if _options(first_key) != _options(other_key) or "optimizers" not in dict(other_key):
             return False
         first_line, other_line = self._init_line(first), self._init_line(other)
         return self.names.parent(first_line) is self.names.parent(other_line)
@@ -1362,6 +1361,22 @@ def _initialize_key(call: cst.Call):
     if bound is None:
         return None
     return tuple(sorted((name, expression_key(arg.value)) for name, arg in bound.items()))
+
+
+# Options two sibling calls may spell differently and still set apex up alike: `verbosity` only
+# printed, and `None` is apex's default for these (its properties then come from the opt level).
+_NONE_DEFAULTS = ("cast_model_type", "patch_torch_functions", "keep_batchnorm_fp32", "master_weights", "loss_scale")
+
+
+def _options(key) -> tuple:
+    """The options of an `_initialize_key`, without the models and optimizers, and without those
+    that do not change the setup (`verbosity`, an explicit `None` default)."""
+    none = expression_key(cst.Name("None"))
+    return tuple(
+        (name, value)
+        for name, value in key
+        if name not in ("models", "optimizers", "verbosity") and not (name in _NONE_DEFAULTS and value == none)
+    )
 
 
 def _initialize_keys(call: cst.Call, small: cst.BaseSmallStatement) -> list:

@@ -375,6 +375,8 @@ def scaler_spec(
             given = object()
         if given is None or (name == "max_loss_scale" and isinstance(given, (int, float)) and given >= 2.0**16):
             continue  # above the initial 2**16, apex's cap only matters after long overflow-free runs
+        if name == "min_loss_scale" and isinstance(given, (int, float)) and not isinstance(given, bool) and given <= 1.0:
+            continue  # at or below 1, apex's floor only matters after 16 halvings: a run diverging, skipping every step
         if name == "max_loss_scale" and isinstance(given, (int, float)) and not any(k == "init_scale" for k, _ in spec.keywords):
             spec.keywords.append(("init_scale", _float_code(float(given))))
             spec.unsafe.append(f"apex started at `max_loss_scale={code(node).strip()}` and never grew past it; GradScaler starts there but cannot cap growth")

@@ -8,10 +8,11 @@
                 scaled_loss.backward()
         self.optimizer.step()
 
-The planner looks for the step after `amp.scale_loss` up to the function's outermost loop (past
-it is usually after training). Here that loop is the accumulation of one step: the function is
-called once per step, from inside its callers' loops, and the step follows the loop directly in the
-function's body. GradScaler's documented accumulation is exactly this: `scaler.scale(loss).backward()`
+The planner looks for the step after `amp.scale_loss` up to the function's outermost loop. Here
+that loop accumulates for one step (over micro-batches, or over losses: DeepPrivacy's `_backward`
+runs each loss function of a list), the step follows it directly in the function's body, and every
+use of the function is a call from a loop or another function: each call accumulates and steps
+once. GradScaler's documented accumulation is exactly this: `scaler.scale(loss).backward()`
 on every micro-batch, `scaler.step(opt)` + `scaler.update()` once after them; apex skipped the
 step when any micro-batch overflowed, and the inf check of the accumulated gradients does the same.
 
@@ -46,18 +47,20 @@ class LoopHelperSteps:
         for statement in body[body.index(loop) + 1 :]:
             calls = [c for c in self._step_calls(statement) if expression_key(c.func.value) == wanted]
             if calls:
-                if not isinstance(statement, cst.SimpleStatementLine) or not self._called_only_in_loops(step.function):
+                if not isinstance(statement, cst.SimpleStatementLine) or not self._only_called(step.function):
                     return []
                 self._note(
-                    f"`{function.name.value}()` accumulates over its loop and steps after it, once per call of its "
-                    "callers' loops: `scaler.step` + `scaler.update()` there, as GradScaler's accumulation does"
+                    f"`{function.name.value}()` accumulates over its loop and steps after it, once per call: "
+                    "`scaler.step` + `scaler.update()` there, as GradScaler's accumulation does"
                 )
                 return calls
         return []
 
-    def _called_only_in_loops(self, scope) -> bool:
-        """Every use of the function's name is a call inside a loop (of the function that makes
-        it), and there is at least one: it runs once per iteration of its callers."""
+    def _only_called(self, scope) -> bool:
+        """Every use of the function's name in the file is a call (a method's through `self`) from
+        a loop or another function, and there is at least one: a helper of a training step, not a
+        script's one run of its training (`train(model, loader)` at module level, whose loop is
+        the epoch: a step after it would be one step after training)."""
         function = scope.node
         name = function.name.value
         method = scope.parent is not None and scope.parent.kind == "class"
@@ -74,15 +77,10 @@ class LoopHelperSteps:
             else:
                 continue
             call = self.names.parent(use)
-            if not (isinstance(call, cst.Call) and call.func is use and self._in_a_loop(call)):
+            if not (isinstance(call, cst.Call) and call.func is use and self._in_loop_or_function(call)):
                 return False
             calls += 1
         return calls > 0
 
-    def _in_a_loop(self, node: cst.CSTNode) -> bool:
-        for ancestor in self.names.ancestors(node):
-            if isinstance(ancestor, (cst.For, cst.While)):
-                return True
-            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-                return False
-        return False
+    def _in_loop_or_function(self, node: cst.CSTNode) -> bool:
+        return any(isinstance(a, (cst.For, cst.While, cst.FunctionDef, cst.Lambda)) for a in self.names.ancestors(node))

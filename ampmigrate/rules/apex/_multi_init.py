@@ -27,7 +27,7 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ampmigrate.analysis.statements import Branch, branches, elif_chain, expression_key, walk
+from ampmigrate.analysis.statements import Branch, branches, containing_block, elif_chain, expression_key, walk
 from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.context import FixBuilder
 from ampmigrate.rules.apex._amp_common import AmpPlan, Step, Unfixable
@@ -38,6 +38,7 @@ from ampmigrate.rules.apex._amp_options import (
 )
 from ampmigrate.rules.apex._amp_refs import AmpRef
 from ampmigrate.rules.apex._init_enclosure import reads_of, stores_in
+from ampmigrate.rules.apex._regions import Region
 
 SCALE_LOSS_PARAMS = ("loss", "optimizers", "loss_id", "model", "delay_unscale", "delay_overflow_check")
 MORE_THAN_ONCE = "`amp.initialize` is called more than once in this file"
@@ -140,6 +141,7 @@ class MultiInits:
         to the training steps. A `.half()` (`.to(torch.float16)`) elsewhere, as an evaluation loop's
         `inputs.half()` for the O2 model, would then meet fp32 weights: the fix stops and says where."""
         homes = {id(step.function.node) for step in steps}
+        feeds: List[cst.SimpleStatementLine] = []
         for node in self._half_casts():
             cast = node if isinstance(node, cst.Call) else self._cast_argument(node)
             if cast is None:
@@ -149,12 +151,74 @@ class MultiInits:
                 continue  # in a training step's function: its forward runs under the new autocast
             if not self._feeds_a_model(cast) or self._follows_model_dtype(cast) or self._cast_in_region(cast):
                 continue
-            where = f"`{scope.node.name.value}()`" if isinstance(scope.node, cst.FunctionDef) else "the module's top level"
-            raise Unfixable(
-                f"line {self._line(node)} casts to half in {where}, outside the training steps the fix puts under "
-                "autocast: apex's fp16 model took such inputs, the migrated fp32 model would not (wrap that code in "
-                '`torch.autocast("cuda", dtype=torch.float16)` or drop the cast, by hand)'
-            )
+            statements = self._half_feed_statements(cast)
+            if statements is None:
+                where = f"`{scope.node.name.value}()`" if isinstance(scope.node, cst.FunctionDef) else "the module's top level"
+                raise Unfixable(
+                    f"line {self._line(node)} casts to half in {where}, outside the training steps the fix puts under "
+                    "autocast: apex's fp16 model took such inputs, the migrated fp32 model would not (wrap that code in "
+                    '`torch.autocast("cuda", dtype=torch.float16)` or drop the cast, by hand)'
+                )
+            feeds.extend(s for s in statements if s not in feeds)
+        self._wrap_half_feeds(feeds)
+
+    def _half_feed_statements(self, cast: cst.Call) -> Optional[List[cst.SimpleStatementLine]]:
+        """The statements where the half value meets a network (`output = model(image)` after
+        `image = batch.half().cuda() / 255` in an evaluation loop), each to run under autocast as
+        apex O1/O2 ran it in fp16: the value an argument of a model-like call there, or assigned to
+        a name whose reads in its function are. None where it goes elsewhere (stored on an object,
+        returned) or such a statement cannot take a `with` of its own (on one line with its block's
+        header, in a region already planned, or where the scaler the `enabled=` reads is not in
+        reach)."""
+        node = self._derived_value(cast)
+        parent = self.names.parent(node)
+        calls: List[cst.Call] = []
+        if isinstance(parent, cst.Arg) and self._model_like_call(self.names.parent(parent)):
+            calls.append(self.names.parent(parent))
+        else:
+            target = parent.targets[0].target if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
+            if not isinstance(target, cst.Name):
+                return None
+            for load in self._loads_of(target):
+                arg = self.names.parent(load)
+                if isinstance(arg, cst.Arg) and self._model_like_call(self.names.parent(arg)):
+                    calls.append(self.names.parent(arg))
+        statements: List[cst.SimpleStatementLine] = []
+        for call in calls:
+            line = next((a for a in self.names.ancestors(call) if isinstance(a, cst.BaseStatement)), None)
+            if not isinstance(line, cst.SimpleStatementLine) or not isinstance(self.names.parent(line), cst.IndentedBlock):
+                return None
+            if self._in_planned_region(line) or not self._enabled_spellable(line):
+                return None
+            statements.append(line)
+        return statements or None
+
+    def _enabled_spellable(self, at: cst.CSTNode) -> bool:
+        """The new region's `enabled=` (the scaler's) can be written at `at`: none is needed, or
+        the scaler is a local of the function setting apex up (read there, in a function nested
+        in it, or as a module global) or an attribute of the class whose method reads it."""
+        access = getattr(self, "access", None)
+        if access is None or not hasattr(access, "conditions"):
+            return False  # timm's shape (_timm_scaler.py) plans no scaler of its own
+        if not access.conditions and access.default_init is None and access.carried(at) is None:
+            return True
+        scope = self._function_scope(at)
+        if access.mode == "local":
+            return scope is access.home or access._nested_in(scope, access.home) or access.home.kind == "module"
+        return access.mode == "attribute" and scope.parent is access.cls
+
+    def _wrap_half_feeds(self, statements: List[cst.SimpleStatementLine]) -> None:
+        """One autocast region per statement (_amp_forward.py), as the training steps get."""
+        if not statements:
+            return
+        for line in statements:
+            region = Region(containing_block(self.names, line), [line])
+            self._emit_region(region)
+            self.planned_regions = [*getattr(self, "planned_regions", ()), region]
+        self._note(
+            f"{len(statements)} evaluation statement{'s' if len(statements) > 1 else ''} feeding half inputs to a "
+            "network outside the training steps run under autocast, as apex ran them in fp16"
+        )
 
     def _cast_argument(self, node: cst.CSTNode) -> Optional[cst.Call]:
         """`x.to(torch.float16)`, `x.type(torch.HalfTensor)`: the call where the dtype converts a value."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ampmigrate.analysis.statements import condition_code, elif_chain, is_pure, walk
+from ampmigrate.analysis.statements import Branch, condition_code, elif_chain, is_pure, walk
 from ampmigrate.engine.context import rebuild_args
 from ampmigrate.engine.names import Binding, Scope
 from ampmigrate.rules.apex._amp_carrier import CARRIED_NAME, carried_autocast_enabled, carrier_scopes
@@ -254,6 +254,37 @@ class ScalerAccess:
         return self.expression(self.p.init_line)
 
     # ---- enabled
+    def _enter_defining_ifs(self, conditions: List[Branch], use_scopes: List[Scope]) -> List[Branch]:
+        """The scaler is made before the outermost `if` of `conditions`, so every test's names must
+        be bound there. Where an outer `if`'s arm binds a name an inner test reads (`if __name__ ==
+        "__main__":` holding a script's settings, then `if not IS_CHECK_RESULT:` around
+        `amp.initialize`), the scaler is made inside that arm instead, its test no condition of the
+        scaler: only when every use of the scaler lies in that arm too; else the fix refuses."""
+        while len(conditions) > 1:
+            outer = conditions[0]
+            arm = outer.statement.body if outer.taken else outer.statement.orelse
+            inner_reads = {n.value for b in conditions[1:] for n in walk(b.test) if isinstance(n, cst.Name) and n in self.names.loads}
+            # a name every binding of which is in the arm: unbound where the scaler would be made
+            bound_inside = set()
+            for name in inner_reads:
+                bindings = [b for scope in self.names.scopes for b in scope.bindings.get(name, [])]
+                if arm is not None and bindings and all(self._within(b.node, arm) for b in bindings):
+                    bound_inside.add(name)
+            if not bound_inside:
+                break
+            uses = [r.node for r in self.p.refs] + [scope.node for scope in use_scopes if scope is not self.home]
+            if arm is None or not all(self._within(node, arm) for node in uses):
+                raise Unfixable(
+                    f"`amp.initialize` runs under `if {self.p.ctx.code(conditions[1].test).strip()}`, whose "
+                    f"`{sorted(bound_inside)[0]}` is set inside the `if` at line {self.p._line(outer.statement)}, and the "
+                    "scaler is used outside that `if`: there is no place to make it that every use sees"
+                )
+            conditions = conditions[1:]
+        return conditions
+
+    def _within(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+        return node is container or any(a is container for a in self.names.ancestors(node))
+
     def _plan_enabled(self, use_scopes: List[Scope]) -> None:
         """Which `if`s around `amp.initialize` become the scaler's `enabled`, and where it goes."""
         spec = self.p.spec
@@ -284,7 +315,7 @@ class ScalerAccess:
                     else:
                         break
                 common = min(common, shared)
-        conditions = path[common:]
+        conditions = self._enter_defining_ifs(path[common:], use_scopes)
         # Two `amp.initialize` alternatives in the arms of one `if` (_multi_init.py): apex was set
         # up in either arm, so that `if` is no condition of the scaler; it is created before it.
         alternatives_if = getattr(self.p, "alternatives_if", None)
