@@ -151,7 +151,8 @@ class MultiInits:
                 continue  # in a training step's function: its forward runs under the new autocast
             if not self._feeds_a_model(cast) or self._follows_model_dtype(cast) or self._cast_in_region(cast):
                 continue
-            statements = self._half_feed_statements(cast)
+            network_calls = self._network_cast(cast)
+            statements = self._statements_of(network_calls) if network_calls else self._half_feed_statements(cast)
             if statements is None:
                 where = f"`{scope.node.name.value}()`" if isinstance(scope.node, cst.FunctionDef) else "the module's top level"
                 raise Unfixable(
@@ -161,6 +162,42 @@ class MultiInits:
                 )
             feeds.extend(s for s in statements if s not in feeds)
         self._wrap_half_feeds(feeds)
+
+    def _network_cast(self, cast: cst.Call) -> List[cst.Call]:
+        """`self.teacher = self.teacher.half()`, `self.coarse_model = self.coarse_model.half()`: the
+        value cast is the one it replaces, and the code calls it. The calls of that fp16 network
+        (empty: not such a cast): each outside the training steps' regions goes under autocast,
+        which takes whatever inputs the code gives it as apex's patched functions did."""
+        if not (isinstance(cast.func, cst.Attribute) and cast.func.attr.value == "half" and not cast.args):
+            return []
+        node = self._derived_value(cast)
+        assign = self.names.parent(node)
+        if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and assign.value is node):
+            return []
+        target = assign.targets[0].target
+        if expression_key(target) != expression_key(cast.func.value):
+            return []
+        if isinstance(target, cst.Name):
+            loads = self._loads_of(target)
+        elif isinstance(target, cst.Attribute):
+            loads = self._self_attribute_loads(target) or []
+        else:
+            return []
+        calls = [self.names.parent(load) for load in loads]
+        calls = [c for c in calls if isinstance(c, cst.Call) and any(c.func is load for load in loads)]
+        return [c for c in calls if not self._in_planned_region(c)] if calls else []
+
+    def _statements_of(self, calls: List[cst.Call]) -> Optional[List[cst.SimpleStatementLine]]:
+        """The statement of each call, where each can take a `with` of its own (see below)."""
+        statements: List[cst.SimpleStatementLine] = []
+        for call in calls:
+            line = next((a for a in self.names.ancestors(call) if isinstance(a, cst.BaseStatement)), None)
+            if not isinstance(line, cst.SimpleStatementLine) or not isinstance(self.names.parent(line), cst.IndentedBlock):
+                return None
+            if self._in_planned_region(line) or not self._enabled_spellable(line):
+                return None
+            statements.append(line)
+        return statements
 
     def _half_feed_statements(self, cast: cst.Call) -> Optional[List[cst.SimpleStatementLine]]:
         """The statements where the half value meets a network (`output = model(image)` after
@@ -172,6 +209,8 @@ class MultiInits:
         reach)."""
         node = self._derived_value(cast)
         parent = self.names.parent(node)
+        while isinstance(parent, cst.IfExp) and node is not parent.test:  # `x.half() if fp16 else x`
+            node, parent = parent, self.names.parent(parent)
         calls: List[cst.Call] = []
         if isinstance(parent, cst.Arg) and self._model_like_call(self.names.parent(parent)):
             calls.append(self.names.parent(parent))
@@ -180,18 +219,10 @@ class MultiInits:
             if not isinstance(target, cst.Name):
                 return None
             for load in self._loads_of(target):
-                arg = self.names.parent(load)
+                arg = self.names.parent(self._derived_value(load))  # `model(image.cuda())`
                 if isinstance(arg, cst.Arg) and self._model_like_call(self.names.parent(arg)):
                     calls.append(self.names.parent(arg))
-        statements: List[cst.SimpleStatementLine] = []
-        for call in calls:
-            line = next((a for a in self.names.ancestors(call) if isinstance(a, cst.BaseStatement)), None)
-            if not isinstance(line, cst.SimpleStatementLine) or not isinstance(self.names.parent(line), cst.IndentedBlock):
-                return None
-            if self._in_planned_region(line) or not self._enabled_spellable(line):
-                return None
-            statements.append(line)
-        return statements or None
+        return self._statements_of(calls) or None
 
     def _enabled_spellable(self, at: cst.CSTNode) -> bool:
         """The new region's `enabled=` (the scaler's) can be written at `at`: none is needed, or
