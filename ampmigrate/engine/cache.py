@@ -322,6 +322,7 @@ def encode_result(findings: List[Finding], errors: List[FileError], parsed: bool
                 "imports": list(fix.imports),
                 "requires": sorted(fix.requires),
                 "edits": [[e.location.row, e.location.column, e.end_location.row, e.end_location.column, e.content] for e in fix.edits],
+                "elsewhere": fix.elsewhere,
             }
             for fix in fixes
         ],
@@ -338,6 +339,7 @@ def decode_result(path: str, data: Dict[str, Any]):
             imports=tuple(raw["imports"]),
             requires=frozenset(raw["requires"]),
             edits=tuple(Edit(Location(a, b), Location(c, d), content) for a, b, c, d, content in raw["edits"]),
+            elsewhere=bool(raw.get("elsewhere", False)),
         )
         for raw in data["fixes"]
     ]
