@@ -230,9 +230,22 @@ def expression_key(expression: cst.CSTNode) -> str:
 _PURE_LEAVES = (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString)
 
 
+def _mapping_get(expression: cst.CSTNode) -> bool:
+    """`<pure>.get("key")` or `<pure>.get("key", <literal>)`: a dict's (or a config object's)
+    lookup by a string key. A string key keeps out `queue.get(True)` and the like."""
+    if not (isinstance(expression, cst.Call) and isinstance(expression.func, cst.Attribute) and expression.func.attr.value == "get"):
+        return False
+    args = expression.args
+    if not 1 <= len(args) <= 2 or any(a.keyword is not None or a.star for a in args):
+        return False
+    if not isinstance(args[0].value, (cst.SimpleString, cst.ConcatenatedString)):
+        return False
+    return (len(args) == 1 or isinstance(args[1].value, _PURE_LEAVES)) and is_pure(expression.func.value)
+
+
 def is_pure(expression: cst.CSTNode) -> bool:
     """True when evaluating `expression` again has no side effects and (barring reassignment)
-    gives the same value: names, attributes, literals, subscripts with literal keys,
+    gives the same value: names, attributes, literals, subscripts with literal keys and `.get("key")` lookups,
     comparisons, `not`, `and`/`or`, and tuple, list and set displays of such values (the
     `("O1", "O2")` of `opt_level in ("O1", "O2")`)."""
     if isinstance(expression, _PURE_LEAVES):
@@ -254,6 +267,8 @@ def is_pure(expression: cst.CSTNode) -> bool:
         return is_pure(expression.left) and is_pure(expression.right)
     if isinstance(expression, cst.IfExp):
         return is_pure(expression.test) and is_pure(expression.body) and is_pure(expression.orelse)
+    if _mapping_get(expression):  # `cfg.train.get("use_fp16")`: a lookup, as `cfg.train["use_fp16"]`
+        return True
     if (
         isinstance(expression, cst.BinaryOperation) and isinstance(expression.operator, cst.Modulo)
         and isinstance(expression.left, (cst.SimpleString, cst.ConcatenatedString))
@@ -278,7 +293,9 @@ def condition_code(module: cst.Module, path: Sequence[Branch]) -> Optional[str]:
             return None
         code = module.code_for_node(branch.test).strip()
         atomic = isinstance(branch.test, (cst.Name, cst.Attribute, cst.Subscript, cst.Call))
-        if branch.taken:
+        if branch.taken and _mapping_get(branch.test):
+            parts.append(f"bool({code})")  # `.get` may give None or a string: `enabled=` must be a bool
+        elif branch.taken:
             parts.append(code if atomic or len(path) == 1 or not isinstance(branch.test, cst.BooleanOperation) else f"({code})")
         else:
             parts.append(f"not {code}" if atomic else f"not ({code})")

@@ -1,0 +1,38 @@
+"""analysis/statements.py `is_pure`: what a migration may evaluate again (a scaler's `enabled=`, a
+step's guard) without changing what the program does."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from ampmigrate.analysis.statements import is_pure
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "args.fp16",
+        'cfg["train"]["use_fp16"]',
+        'self.config.train.get("use_fp16")',  # CreamFL: a config lookup, as a subscript
+        'cfg.get("amp", False) and not args.cpu',
+        'args.opt_level in ("O1", "O2")',
+    ],
+)
+def test_pure(code):
+    assert is_pure(cst.parse_expression(code))
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "queue.get(True)",  # Queue.get(block=True): takes an item
+        "queue.get()",
+        'cfg.get(next(keys))',
+        'cfg.get("amp", make_default())',
+        'load().get("fp16")',
+        "torch.cuda.is_available()",
+    ],
+)
+def test_not_pure(code):
+    assert not is_pure(cst.parse_expression(code))
