@@ -381,6 +381,7 @@ class ScalerAccess:
                 continue
             seen.add(key)
             codes.append(code)
+        codes = _strings_as_bools(codes)
         if len(codes) > 1:
             codes = [f"({c})" if _binds_looser_than_and(c) else c for c in codes]
         return " and ".join(codes) if codes else None
@@ -627,3 +628,32 @@ def _binds_looser_than_and(code: str) -> bool:
     if isinstance(expression, cst.BooleanOperation):
         return isinstance(expression.operator, cst.Or)
     return isinstance(expression, (cst.IfExp, cst.Lambda, cst.NamedExpr))
+
+
+def _strings_as_bools(codes: List[str]) -> List[str]:
+    """`args.fp16 and args.fp16 != "O0"`, where `--fp16` is an opt level string ("" for fp32, as
+    in HF's transfer-learning-conv-ai): the truthiness test of a value another conjunct compares
+    with a string gives that string (`""`) to `enabled=`, which `torch.autocast` rejects (it must
+    be a bool). Such a test becomes `bool(args.fp16)`."""
+    compared = set()
+    for code in codes:
+        try:
+            node = cst.parse_expression(code)
+        except cst.ParserSyntaxError:
+            continue
+        if isinstance(node, cst.Comparison) and all(
+            isinstance(c.comparator, cst.SimpleString)
+            or (isinstance(c.comparator, (cst.Tuple, cst.List, cst.Set)) and all(isinstance(e.value, cst.SimpleString) for e in c.comparator.elements))
+            for c in node.comparisons
+        ):
+            compared.add(cst.Module([]).code_for_node(node.left).strip())
+    result = []
+    for code in codes:
+        try:
+            node = cst.parse_expression(code)
+        except cst.ParserSyntaxError:
+            result.append(code)
+            continue
+        atomic = isinstance(node, (cst.Name, cst.Attribute, cst.Subscript))
+        result.append(f"bool({code})" if atomic and code in compared else code)
+    return result
