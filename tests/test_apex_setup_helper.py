@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import shutil
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -543,3 +544,43 @@ def test_the_training_arm_may_come_first(tmp_path):
     _fix(project)
     assert "amp.initialize" not in (project / "model_setup.py").read_text()
     _compiles_and_is_stable(project)
+
+
+def test_a_helper_handed_apex_module_refuses(tmp_path):
+    """QG-unilm's run_seq2seq.py: `prepare_for_training(..., amp=amp)` tests `if amp:` and loads
+    apex's state; the fix once passed `scaler=scaler` before creating it and left `enabled=amp`
+    reading the `amp` it removed."""
+    text = textwrap.dedent("""
+        import torch
+
+
+        def prepare(args, model, ckpt, amp):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            if amp:
+                model, optimizer = amp.initialize(model, optimizer, opt_level=args.level)
+                if ckpt:
+                    amp.load_state_dict(ckpt["amp"])
+            return model, optimizer
+
+
+        def train(args, model, data):
+            if args.fp16:
+                try:
+                    from apex import amp
+                except ImportError:
+                    raise ImportError("need apex")
+            else:
+                amp = None
+            model, optimizer = prepare(args, model, None, amp=amp)
+            for x in data:
+                loss = model(x)
+                if args.fp16:
+                    with amp.scale_loss(loss, optimizer) as scaled:
+                        scaled.backward()
+                else:
+                    loss.backward()
+                optimizer.step()
+    """)
+    (tmp_path / "run.py").write_text(text)
+    reasons = _refused(tmp_path)
+    assert "`prepare()` is handed apex's amp module at line 22" in reasons["run.py"]

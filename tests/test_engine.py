@@ -143,3 +143,21 @@ def test_edits_for_json_are_minimal_and_reproduce_the_fix():
 def test_quote_style_follows_the_file():
     text = "import torch\nname = 'x'\nwith torch.cuda.amp.autocast():\n    pass\n"
     assert "torch.amp.autocast('cuda')" in fix(text)
+
+
+class _UnboundFix(LegacyAutocast):
+    """Reports every legacy autocast with a fix that reads `scaler` before the line binding it."""
+
+    def check(self, ctx):
+        for ref, _ in ctx.names.find({"torch.cuda.amp.autocast"}):
+            statement = ctx.names.statement_of(ref)
+            uses = cst.parse_statement("scaler.update()\n")
+            made = cst.parse_statement("scaler = None\n")
+            ctx.report(ref, "unbound", fix=ctx.fix("read first").replace(statement, cst.FlattenSentinel([uses, made])).build())
+
+
+def test_a_fix_that_reads_a_name_before_binding_it_is_dropped_and_reported():
+    text = "import torch\n\n\ndef f():\n    x = torch.cuda.amp.autocast()\n"
+    result = Engine(make_settings(), rules=[_UnboundFix()]).fix_text(text, "x.py")
+    assert result.new_text is None
+    assert any("would read `scaler` in `f()`" in e.message and "AMP201" in e.message for e in result.errors)

@@ -15,6 +15,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tup
 import libcst as cst
 
 from ampmigrate.config import Settings
+from ampmigrate.analysis.unbound import introduced
 from ampmigrate.diagnostics import UNSAFE, FileError, Finding, Fix, Location
 from ampmigrate.engine import collector, fixer, prescreen
 from ampmigrate.engine.context import FileContext, RuleContext
@@ -152,7 +153,7 @@ class Engine:
             if new_text is None:
                 result.errors.append(FileError(path, UNSPLICEABLE))
                 break
-            if not self._valid(new_text, current):
+            if self._problem(new_text, current) is not None:
                 accepted, new_text = self._isolate_broken(analysis, accepted, current, broken, result)
                 if not accepted:
                     continue
@@ -218,22 +219,34 @@ class Engine:
         """Codes of the rules that report nothing on a file at `path` whatever it holds."""
         return frozenset(rule.code for rule in self.rules if not rule.applies_to(path, self.settings))
 
-    def _valid(self, new_text: str, old_text: str) -> bool:
+    def _problem(self, new_text: str, old_text: str) -> Optional[str]:
+        """Why the fixed text must not be written, or None: it does not parse or compile (where
+        the original did), or it reads a name before any binding on some path where the original
+        did not (analysis/unbound.py: a scaler created after a call that passes it, a read of
+        `amp` whose import went)."""
         if not fixer.parses(new_text):
-            return False
+            return "produced invalid code"
         # Only hold CPython's parser against the fix if it accepted the original.
-        return fixer.compiles(new_text) or not fixer.compiles(old_text)
+        if not fixer.compiles(new_text) and fixer.compiles(old_text):
+            return "produced invalid code"
+        unbound = introduced(old_text, new_text)
+        if unbound:
+            scope, name = unbound[0]
+            where = "at the top level" if scope == "<module>" else f"in `{scope}()`"
+            return f"would read `{name}` {where} where some path has not bound it"
+        return None
 
     def _isolate_broken(self, analysis, accepted, current, broken, result):
         """A round produced invalid code: keep the first fix that is valid alone, mark the rest."""
         for fix in accepted:
             alone = analysis.apply([fix])
-            if alone is not None and self._valid(alone, current):
+            problem = "produced invalid code" if alone is None else self._problem(alone, current)
+            if problem is None:
                 return [fix], alone
             broken.add(fixer.fix_signature(analysis.module, fix))
             codes = ", ".join(sorted({f.code for f in analysis.members[fix]}))
             result.errors.append(
-                FileError(result.path, f"internal error: the {codes} fix ({fix.message}) produced invalid code; not applied")
+                FileError(result.path, f"internal error: the {codes} fix ({fix.message}) {problem}; not applied")
             )
         return [], current
 

@@ -1204,6 +1204,9 @@ class _Planner(
         """The test of `if test: from apex import amp ... else: amp = None`, for this import binding."""
         child: cst.CSTNode = binding.node
         for ancestor in self.names.ancestors(binding.node):
+            if isinstance(ancestor, cst.Try) and child is ancestor.body and _handlers_raise(ancestor):
+                child = ancestor  # `try: from apex import amp` / `except ImportError: raise ...`: binds or leaves
+                continue
             if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Try)):
                 return None
             if isinstance(ancestor, cst.If) and child is ancestor.body and isinstance(ancestor.orelse, cst.Else):
@@ -1479,3 +1482,16 @@ _MODEL_BOOKKEEPING = frozenset(
         "state_dict", "load_state_dict", "requires_grad_", "zero_grad", "register_buffer", "apply",
     }
 )
+
+
+def _handlers_raise(node: cst.Try) -> bool:
+    """A `try` with no `else:`/`finally:` whose every handler ends by raising."""
+    if node.orelse is not None or node.finalbody is not None or not node.handlers:
+        return False
+    for handler in node.handlers:
+        block = handler.body
+        if isinstance(block, cst.IndentedBlock):
+            block = block.body[-1] if block.body else None
+        if not (isinstance(block, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) and isinstance(block.body[-1], cst.Raise)):
+            return False
+    return True

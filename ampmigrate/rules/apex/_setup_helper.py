@@ -372,6 +372,14 @@ class _CallerSide(_Planner):
             self.unsafe.extend(u for u in unsafe if u not in self.unsafe)
         _check_min_torch(self)
         call, line, target = self._the_call()
+        handed = [r for r in self.refs if r.api in (None, "pass") and any(a is call for a in self.names.ancestors(r.node))]
+        if handed:
+            # The helper tests or uses the module beyond `amp.initialize` (`if amp:`, its state): the
+            # GradScaler made after the call reaches neither, and the caller's `amp` goes with apex.
+            raise Unfixable(
+                f"`{self.helper.name}()` is handed apex's amp module at line {self._line(handed[0].node)}, which it uses "
+                "beyond `amp.initialize`: the GradScaler made after the call cannot stand in for it there"
+            )
         self.home = self._function_scope(call)
         owner = self.home.parent
         if owner is not None and owner.kind == "class":  # a method of a top-level class: `self.scaler`

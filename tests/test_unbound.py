@@ -1,0 +1,123 @@
+"""analysis/unbound.py: reads a fix made possibly unbound (the engine's check before writing)."""
+
+import ast
+import textwrap
+
+from ampmigrate.analysis.unbound import introduced, possibly_unbound
+
+
+def unbound(code: str):
+    return possibly_unbound(ast.parse(textwrap.dedent(code)))
+
+
+def test_a_read_before_the_binding_in_straight_code():
+    assert unbound("""
+        def train(args):
+            prepare(scaler=scaler)
+            scaler = make()
+    """) == {("train", "scaler")}
+
+
+def test_a_name_bound_in_one_arm_only():
+    assert unbound("""
+        def train(args):
+            if args.fp16:
+                pass
+            else:
+                amp = None
+            use(amp)
+    """) == {("train", "amp")}
+
+
+def test_bound_in_every_arm_or_the_other_arm_leaves():
+    assert unbound("""
+        def f(a):
+            if a:
+                x = 1
+            elif a is None:
+                raise ValueError
+            else:
+                x = 2
+            try:
+                from apex import amp
+            except ImportError:
+                raise SystemExit(1)
+            return x, amp
+    """) == set()
+
+
+def test_loops_try_with_and_comprehensions():
+    assert unbound("""
+        def f(items):
+            for item in items:
+                last = item
+            print(last)                    # the loop may not run
+            while True:
+                found = 1
+                break
+            with open("f") as handle:
+                data = handle.read()
+            squares = [v * v for v in data]
+            try:
+                value = int(data)
+            except ValueError:
+                value = 0
+            return found, squares, value
+    """) == {("f", "last"), ("f", "found")}
+
+
+def test_globals_nested_functions_methods_and_lambdas():
+    assert unbound("""
+        counter = 0
+        def bump():
+            global counter
+            counter += 1
+        def outer():
+            def inner():
+                return later           # runs after `later` is bound
+            later = 1
+            key = lambda: lazy
+            lazy = 2
+            return inner, key
+        class Trainer:
+            def step(self):
+                if self.fp16:
+                    scaler = self.scaler
+                scaler.update()
+    """) == {("Trainer.step", "scaler")}
+
+
+def test_introduced_counts_only_what_the_fix_added():
+    old = textwrap.dedent("""
+        def train(args, data):
+            if args.fp16:
+                from apex import amp
+            for x in data:
+                if args.fp16:
+                    with amp.scale_loss(x, opt) as s:
+                        s.backward()
+    """)
+    same = old.replace("s.backward()", "s.backward(retain_graph=True)")
+    assert introduced(old, same) == []
+    broken = old.replace("from apex import amp", "pass").replace(
+        "    for x in data:", "    run(scaler)\n    scaler = make()\n    for x in data:"
+    )
+    assert introduced(old, broken) == [("train", "scaler")]
+    assert introduced(old, "def broken(:\n") == []  # the compile check judges that
+
+
+
+def test_a_handler_that_exits_leaves():
+    assert unbound("""
+        import sys
+        def f():
+            try:
+                scaler = make()
+            except RuntimeError:
+                sys.exit(1)
+            try:
+                other = make()
+            except RuntimeError:
+                print("no")
+            return scaler, other
+    """) == {("f", "other")}
