@@ -25,7 +25,7 @@ def test_guarded_alternatives_become_one_scaler_before_the_outer_if():
     assert "amp.initialize" not in migrated and "apex" not in migrated
     assert migrated.count("GradScaler(") == 1
     before, after = migrated.split("    if torch.cuda.device_count() > 1:")
-    assert 'scaler = torch.amp.GradScaler("cuda", enabled=use_amp)' in before
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=bool(use_amp))' in before
     assert "if use_amp:\n            net" not in after  # both inner `if`s went with their calls
     compile(migrated, "migrated.py", "exec")
 

@@ -64,7 +64,7 @@ def test_fix_threads_the_scaler_into_the_class(tmp_path):
     a = (project / "train.py").read_text()
     b = (project / "common" / "saving.py").read_text()
     assert "from apex" not in a and "from apex" not in b
-    assert '    scaler = torch.amp.GradScaler("cuda", enabled=opts.fp16)\n' in a
+    assert '    scaler = torch.amp.GradScaler("cuda", enabled=bool(opts.fp16))\n' in a
     assert "    resumer = TrainingResumer(opts, model, optimizer, scaler=scaler)\n" in a
     assert a.index("scaler = torch.amp.GradScaler") < a.index("resumer = TrainingResumer")
     assert (

@@ -389,7 +389,7 @@ def test_a_trainer_class_calling_the_helper_keeps_the_scaler_as_an_attribute(tmp
     assert _apex_free(text + (project / "model_setup.py").read_text())
     assert (
         "        net, opt = prepare(net, opt, cfg.device, fp16=cfg.fp16)\n"
-        '        self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.fp16)\n'
+        '        self.scaler = torch.amp.GradScaler("cuda", enabled=bool(cfg.fp16))\n'
     ) in text
     assert '        with torch.autocast("cuda", dtype=torch.float16, enabled=self.scaler.is_enabled()):\n' in text
     assert "            self.scaler.unscale_(self.optimizer)\n" in text
@@ -509,7 +509,7 @@ def test_fix_drops_both_arms_and_the_trainer_makes_the_scaler(tmp_path):
     ) in helper
     assert (
         '        net, opt = prepare(net, opt, "cuda", fp16=fp16)\n'
-        '        self.scaler = torch.amp.GradScaler("cuda", enabled=fp16)\n'
+        '        self.scaler = torch.amp.GradScaler("cuda", enabled=bool(fp16))\n'
     ) in trainer
     assert "                self.scaler.step(self.optimizer)\n                self.scaler.update()\n" in trainer
     assert (project / "evaluate.py").read_text() == evaluate  # inference: nothing to change there

@@ -65,7 +65,7 @@ def test_fix_hands_the_scaler_to_the_loader_under_a_new_key(tmp_path):
     _fix(project)
     main = (project / "main.py").read_text()
     assert "apex" not in main
-    assert '    scaler = torch.amp.GradScaler("cuda", enabled=args.use_fp16)\n' in main
+    assert '    scaler = torch.amp.GradScaler("cuda", enabled=bool(args.use_fp16))\n' in main
     assert "        optimizer=optimizer,\n        scaler=scaler,\n    )\n" in main
     assert '            save_dict["scaler"] = scaler.state_dict()\n' in main
     assert (project / "utils.py").read_text() == utils_before

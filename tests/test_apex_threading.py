@@ -273,7 +273,7 @@ def test_conditional_apex_a_local_import_and_a_clip_of_master_params(tmp_path):
     main = (project / "main.py").read_text()
     engine = (project / "pkg" / "engine.py").read_text()
     assert "apex" not in main and "apex" not in engine
-    assert 'scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)' in main  # hoisted out of the `if`
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=bool(args.fp16))' in main  # hoisted out of the `if`
     assert "fp16=args.fp16, clip=args.clip, scaler=scaler)" in main
     assert "def train_epoch(model, loader, optimizer, fp16=False, clip=0.0, *, scaler):" in engine
     assert "            scaler.scale(loss).backward()\n        else:\n            loss.backward()\n" in engine

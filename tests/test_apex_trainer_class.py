@@ -61,7 +61,9 @@ def test_fix_threads_the_scaler_into_the_constructor(tmp_path):
     a = (project / "run.py").read_text()
     b = (project / "training" / "trainer.py").read_text()
     assert "import apex" not in a + b and "from apex" not in a + b
-    assert '    scaler = torch.amp.GradScaler("cuda", enabled=args.fp16 and args.fp16_opt_level != "O0")\n' in a
+    assert (
+        '    scaler = torch.amp.GradScaler(\n        "cuda",\n        enabled=bool(args.fp16) and args.fp16_opt_level != "O0",\n    )\n'
+    ) in a
     assert "grad_clip=args.grad_clip, scaler=scaler)\n" in a
     assert (
         "    def __init__(self, model, optimizer, epochs=1, fp16=False, grad_clip=0.0, *, scaler):\n"

@@ -70,7 +70,7 @@ def test_kfold_script_keeps_the_flag_per_fold():
 def test_try_whose_handler_gives_up_goes_with_the_import():
     migrated = _migrated(_read("tryloop_try_handler_returns"))
     assert "try:" not in migrated and "from apex" not in migrated
-    assert 'scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)' in migrated
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=bool(args.fp16))' in migrated
 
 
 @pytest.mark.parametrize(
@@ -273,3 +273,43 @@ def test_a_repeat_in_a_loop_the_first_call_is_not_in_is_refused():
         "        for x, y in loader:\n", "    for loader in loaders:\n        for x, y in loader:\n"
     )
     assert "amp.initialize" not in fix(after, select=["AMP1"])
+
+
+_SEARCH_CLASS = '''
+import torch
+from apex import amp
+
+
+class Trainer:
+    def __init__(self, config):
+        self.config = config
+
+    def train(self):
+        for trial in range(self.config["trials"]):
+            self.model = torch.nn.Linear(4, 2)
+            self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+            {setup}
+            self.execute()
+
+    def execute(self):
+        for x in self.config["data"]:
+            loss = self.model(x).sum()
+            with amp.scale_loss(loss, self.opt) as scaled:
+                scaled.backward()
+            self.opt.step()
+'''
+
+
+def test_a_scaler_attribute_is_made_at_each_iteration_of_a_method_loop():
+    """intra_batch's search loop: `self.scaler` made where `amp.initialize` was, at each trial,
+    with a disabled default in `__init__`."""
+    migrated = _migrated(_SEARCH_CLASS.format(setup='self.model, self.opt = amp.initialize(self.model, self.opt, opt_level="O1")'))
+    assert '        self.scaler = torch.amp.GradScaler("cuda", enabled=False)\n' in migrated
+    trial = migrated.split("        for trial in range(self.config[\"trials\"]):\n")[1]
+    assert trial.index('self.scaler = torch.amp.GradScaler("cuda")') < trial.index("self.execute()")
+
+
+def test_a_scaler_attribute_set_up_in_a_try_that_falls_through_refuses():
+    setup = 'try:\n                self.model, self.opt = amp.initialize(self.model, self.opt, opt_level="O1")\n' \
+        '            except RuntimeError:\n                print("no apex")'
+    _refused(_SEARCH_CLASS.format(setup=setup), "the scaler would live on an object whose methods may run apart from it")

@@ -1,7 +1,7 @@
 """Issue 12, at run time: apex's opt level given as a string option, empty for fp32 (HF's
 transfer-learning-conv-ai and its descendants): `if args.fp16:` tests the string. The scaler's
 `enabled=` becomes `bool(args.fp16) and args.fp16 != "O0"` (rules/apex/_scaler_access.py
-`_strings_as_bools`): `args.fp16 and ...` would hand `""` to `torch.autocast(enabled=...)`, which
+`_as_bools`): `args.fp16 and ...` would hand `""` to `torch.autocast(enabled=...)`, which
 raises on the default fp32 path. The project tests/verify_projects/apex_opt_level_flag (written for
 these tests) trains like the original with `--fp16 O1` and on the default path."""
 

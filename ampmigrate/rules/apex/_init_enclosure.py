@@ -109,11 +109,28 @@ class InitEnclosure:
 
     def _check_access(self) -> None:
         access = self.access
+        if self._attribute_per_iteration():
+            return
         if access.mode != "local" or getattr(access, "detached_init", None) is not None or hasattr(access, "constructions"):
             raise Unfixable(
                 f"`amp.initialize` runs inside a {self._what()}, and the scaler would live on an object whose methods "
                 "may run apart from it"
             )
+
+    def _attribute_per_iteration(self) -> bool:
+        """`self.scaler` made at each iteration of the loops around `amp.initialize` in a method
+        (intra_batch's hyperparameter search: a new optimizer, `amp.initialize`, then
+        `self.execute()` trains): apex's loss scalers were global and the last call's, as the
+        attribute is the last one assigned, whichever method reads it and when; before the first
+        call the disabled default of `__init__` is apex not yet set up. Only loops (a `try` may
+        fall through), with the scaler made inside every one of them."""
+        access = self.access
+        if access.mode != "attribute" or getattr(access, "detached_init", None) is not None or hasattr(access, "constructions"):
+            return False
+        if getattr(access, "default_init", None) is None or len(self.loops) != len(self.found):
+            return False
+        creation = self.creation_point()
+        return all(self._inside(creation, loop.body) for loop in self.loops)
 
     def creation_point(self) -> cst.CSTNode:
         return self.access.hoist_before if self.access.hoist_before is not None else self.p.init_line

@@ -12,10 +12,11 @@ keeps working, and autocast is enabled exactly when the scaler is.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from ampmigrate.analysis.bool_flags import bool_names, is_bool
 from ampmigrate.analysis.statements import Branch, condition_code, elif_chain, is_pure, walk
 from ampmigrate.engine.context import rebuild_args
 from ampmigrate.engine.names import Binding, Scope
@@ -260,27 +261,87 @@ class ScalerAccess:
         "__main__":` holding a script's settings, then `if not IS_CHECK_RESULT:` around
         `amp.initialize`), the scaler is made inside that arm instead, its test no condition of the
         scaler: only when every use of the scaler lies in that arm too; else the fix refuses."""
-        while len(conditions) > 1:
+        # The creation's keywords read names too (`init_scale=... float(args.loss_scale)`).
+        keyword_reads = set()
+        for _, code in getattr(self.p.spec, "keywords", ()):
+            try:
+                keyword_reads |= {n.value for n in walk(cst.parse_expression(code)) if isinstance(n, cst.Name)}
+            except cst.ParserSyntaxError:
+                continue
+        while conditions:
             outer = conditions[0]
             arm = outer.statement.body if outer.taken else outer.statement.orelse
             inner_reads = {n.value for b in conditions[1:] for n in walk(b.test) if isinstance(n, cst.Name) and n in self.names.loads}
-            # a name every binding of which is in the arm: unbound where the scaler would be made
+            # a name every binding of which (where the scaler is made) is in the arm: unbound there
             bound_inside = set()
-            for name in inner_reads:
-                bindings = [b for scope in self.names.scopes for b in scope.bindings.get(name, [])]
+            for name in inner_reads | keyword_reads:
+                bindings = self.home.bindings.get(name, [])
                 if arm is not None and bindings and all(self._within(b.node, arm) for b in bindings):
                     bound_inside.add(name)
             if not bound_inside:
                 break
             uses = [r.node for r in self.p.refs] + [scope.node for scope in use_scopes if scope is not self.home]
-            if arm is None or not all(self._within(node, arm) for node in uses):
+            if arm is None or not (
+                all(self._within(node, arm) for node in uses) or self._only_run_in_arm(arm, conditions[1:], use_scopes)
+            ):
+                reader = next((b for b in conditions[1:] if any(
+                    isinstance(n, cst.Name) and n.value in bound_inside for n in walk(b.test))), None)
+                what = f"`if {self.p.ctx.code(reader.test).strip()}`, whose" if reader is not None else "options whose"
                 raise Unfixable(
-                    f"`amp.initialize` runs under `if {self.p.ctx.code(conditions[1].test).strip()}`, whose "
-                    f"`{sorted(bound_inside)[0]}` is set inside the `if` at line {self.p._line(outer.statement)}, and the "
-                    "scaler is used outside that `if`: there is no place to make it that every use sees"
+                    f"`amp.initialize` runs under {what} `{sorted(bound_inside)[0]}` is set inside the `if` at line "
+                    f"{self.p._line(outer.statement)}, and the scaler is used outside that `if`: there is no place to "
+                    "make it that every use sees"
                 )
             conditions = conditions[1:]
         return conditions
+
+    def _only_run_in_arm(self, arm: cst.CSTNode, rest: List[Branch], use_scopes: List[Scope]) -> bool:
+        """A script's `if __name__ == "__main__":` binding `args` and setting apex up, its training
+        in module-level functions reading the global scaler (cascade-stereo's `train_sample()`):
+        the scaler made in the arm serves them when they run only from the arm, after it. The
+        creation (before the first remaining `if`, else where `amp.initialize` was) must be a
+        statement of the arm itself, and every reference to a function using the scaler a call
+        from a later statement of the arm or from another such function."""
+        if self.home.kind != "module" or not isinstance(arm, cst.IndentedBlock):
+            return False
+        creation = rest[0].statement if rest else self.p.init_line
+        while isinstance(self.names.parent(creation), cst.If) and self.names.parent(creation).orelse is creation:
+            creation = self.names.parent(creation)  # an `elif`: before its chain
+        body = list(arm.body)
+        if not any(statement is creation for statement in body):
+            return False
+        start = next(i for i, statement in enumerate(body) if statement is creation)
+        later = body[start + 1:] if rest or creation is not self.p.init_line else body[start + 1:]
+        for ref in self.p.refs:
+            scope = self.p._function_scope(ref.node)
+            if scope is self.home and not self._within(ref.node, arm):
+                return False
+        pending = [s for s in use_scopes if s is not self.home]
+        seen: Set[int] = set()
+        while pending:
+            scope = pending.pop()
+            if id(scope) in seen:
+                continue
+            seen.add(id(scope))
+            binding = self._def_binding(scope)
+            if binding is None or scope.parent is not self.names.module_scope or len(self.home.bindings.get(binding.name, [])) != 1:
+                return False
+            refs = self.names.references(binding)
+            if not refs:
+                return False
+            for ref in refs:
+                call = self.names.parent(ref)
+                if not (isinstance(call, cst.Call) and call.func is ref):
+                    return False
+                caller = self.p._function_scope(call)
+                if caller is self.home:
+                    if not any(self._within(call, statement) for statement in later):
+                        return False
+                elif caller.kind == "function" and caller.parent is self.names.module_scope:
+                    pending.append(caller)
+                else:
+                    return False
+        return True
 
     def _within(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
         return node is container or any(a is container for a in self.names.ancestors(node))
@@ -381,7 +442,8 @@ class ScalerAccess:
                 continue
             seen.add(key)
             codes.append(code)
-        codes = _strings_as_bools(codes)
+        ctx = self.p.ctx
+        codes = _as_bools(codes, ctx.shared("apex.bool_names", lambda: bool_names(ctx.text)))
         if len(codes) > 1:
             codes = [f"({c})" if _binds_looser_than_and(c) else c for c in codes]
         return " and ".join(codes) if codes else None
@@ -630,17 +692,20 @@ def _binds_looser_than_and(code: str) -> bool:
     return isinstance(expression, (cst.IfExp, cst.Lambda, cst.NamedExpr))
 
 
-def _strings_as_bools(codes: List[str]) -> List[str]:
-    """`args.fp16 and args.fp16 != "O0"`, where `--fp16` is an opt level string ("" for fp32, as
-    in HF's transfer-learning-conv-ai): the truthiness test of a value another conjunct compares
-    with a string gives that string (`""`) to `enabled=`, which `torch.autocast` rejects (it must
-    be a bool). Such a test becomes `bool(args.fp16)`."""
+def _as_bools(codes: List[str], names: FrozenSet[str]) -> List[str]:
+    """Each conjunct of `enabled=` as a bool (analysis/bool_flags.py: `torch.autocast` rejects
+    anything else, and the scaler's `is_enabled()` hands on what it was given): `bool(args.amp)`
+    where the file does not show `args.amp` to be one. A truth test of a value another conjunct
+    compares with strings is wrapped whatever the evidence (`args.fp16 and args.fp16 != "O0"`,
+    HF's transfer-learning-conv-ai, where `--fp16` is an opt level string, "" for fp32)."""
     compared = set()
+    parsed: List[Optional[cst.BaseExpression]] = []
     for code in codes:
         try:
             node = cst.parse_expression(code)
         except cst.ParserSyntaxError:
-            continue
+            node = None
+        parsed.append(node)
         if isinstance(node, cst.Comparison) and all(
             isinstance(c.comparator, cst.SimpleString)
             or (isinstance(c.comparator, (cst.Tuple, cst.List, cst.Set)) and all(isinstance(e.value, cst.SimpleString) for e in c.comparator.elements))
@@ -648,12 +713,11 @@ def _strings_as_bools(codes: List[str]) -> List[str]:
         ):
             compared.add(cst.Module([]).code_for_node(node.left).strip())
     result = []
-    for code in codes:
-        try:
-            node = cst.parse_expression(code)
-        except cst.ParserSyntaxError:
+    for code, node in zip(codes, parsed):
+        if node is None or (is_bool(node, names) and code not in compared):
             result.append(code)
-            continue
-        atomic = isinstance(node, (cst.Name, cst.Attribute, cst.Subscript))
-        result.append(f"bool({code})" if atomic and code in compared else code)
+        elif node.lpar:
+            result.append(f"bool{code}")
+        else:
+            result.append(f"bool({code})")
     return result

@@ -1,0 +1,39 @@
+"""apex set up under `if __name__ == "__main__":`, whose block binds the names the scaler's
+`enabled=` reads (rules/apex/_scaler_access.py `_enter_defining_ifs`, `_only_run_in_arm`): the
+scaler is made in that block, where the module-level functions reading it run from. Before,
+the scaler went above the block and read `args` before any binding (cascade-stereo and
+TransMVSNet, corpus N: a NameError at start; analysis/unbound.py now stops such a fix too)."""
+
+from __future__ import annotations
+
+from conftest import FIXTURES, check, fix
+
+SCRIPT = (FIXTURES / "AMP101" / "main_guard_script_functions.py").read_text()
+
+
+def _reasons(code: str):
+    return {f.no_fix_reason for f in check(code, select=["AMP1"]) if f.code == "AMP101"}
+
+
+def test_the_scaler_is_made_in_the_main_block_before_the_setup():
+    migrated = fix(SCRIPT, select=["AMP1"])
+    main = migrated.split('if __name__ == "__main__":\n')[1]
+    assert main.index('    scaler = torch.amp.GradScaler("cuda", enabled=args.fp16 and args.opt_level != "O0")\n') < main.index(
+        "    if args.fp16:\n"
+    )
+    assert migrated.split('if __name__ == "__main__":\n')[0].count("GradScaler(") == 0
+    assert fix(migrated, select=["AMP1"]) == migrated
+
+
+def test_a_function_using_the_scaler_called_before_it_is_made_refuses():
+    code = SCRIPT.replace(
+        "    model = nn.Linear(4, 2).cuda()\n",
+        "    model = nn.Linear(4, 2).cuda()\n    train(model, torch.optim.SGD(model.parameters(), lr=0.1), [], args)\n",
+    )
+    reasons = _reasons(code)
+    assert reasons and all("`args` is set inside the `if` at line 33" in r for r in reasons), reasons
+
+
+def test_a_function_called_outside_the_main_block_refuses():
+    code = SCRIPT + "\n\ndef main_again(model, optimizer, args):\n    train(model, optimizer, [], args)\n\n\nmain_again(None, None, None)\n"
+    assert all(r and "there is no place to make it that every use sees" in r for r in _reasons(code))
