@@ -37,3 +37,17 @@ def test_a_function_using_the_scaler_called_before_it_is_made_refuses():
 def test_a_function_called_outside_the_main_block_refuses():
     code = SCRIPT + "\n\ndef main_again(model, optimizer, args):\n    train(model, optimizer, [], args)\n\n\nmain_again(None, None, None)\n"
     assert all(r and "there is no place to make it that every use sees" in r for r in _reasons(code))
+
+
+HALF_EVAL = (FIXTURES / "AMP101" / "half_own_eval_network.py").read_text()
+
+
+def test_an_evaluation_network_built_and_halved_in_place_does_not_stop_the_migration():
+    migrated = fix(HALF_EVAL, select=["AMP1"])
+    assert "amp.initialize(" not in migrated.split('"""')[2] and "        net.half()\n" in migrated
+
+
+def test_the_network_apex_set_up_halved_elsewhere_still_stops_it():
+    code = HALF_EVAL.replace("def evaluate(cfg, loader):\n    net = build_network(cfg).cuda()\n", "def evaluate(cfg, loader, net):\n")
+    reasons = _reasons(code)
+    assert reasons and all(r and "casts to half in `evaluate()`" in r for r in reasons), reasons

@@ -151,6 +151,8 @@ class MultiInits:
                 continue  # in a training step's function: its forward runs under the new autocast
             if not self._feeds_a_model(cast) or self._follows_model_dtype(cast) or self._cast_in_region(cast):
                 continue
+            if self._own_half_network(cast):
+                continue
             network_calls = self._network_cast(cast)
             statements = self._statements_of(network_calls) if network_calls else self._half_feed_statements(cast)
             if statements is None:
@@ -186,6 +188,25 @@ class MultiInits:
         calls = [self.names.parent(load) for load in loads]
         calls = [c for c in calls if isinstance(c, cst.Call) and any(c.func is load for load in loads)]
         return [c for c in calls if not self._in_planned_region(c)] if calls else []
+
+    def _own_half_network(self, cast: cst.Call) -> bool:
+        """`net.half()` as a statement on a network the function builds itself (second.pytorch's
+        evaluation: `net = build_network(...)`, then `if cfg.enable_mixed_precision: net.half()`):
+        `Module.half()` converts in place, so that network is fp16 by the program's own choice, not
+        apex's (none of `amp.initialize`'s models), and takes half inputs as it did."""
+        statement = self.names.parent(cast)
+        value = cast.func.value if isinstance(cast.func, cst.Attribute) else None
+        if not (isinstance(statement, cst.Expr) and statement.value is cast and isinstance(value, cst.Name) and not cast.args):
+            return False
+        bindings = self.names.bindings_of(value)
+        if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].scope is not self.names.scope_of(value):
+            return False
+        built = bindings[0].value
+        while isinstance(built, cst.Call) and isinstance(built.func, cst.Attribute) and built.func.attr.value in ("to", "cuda", "eval"):
+            built = built.func.value  # `build_network(cfg).to(device)`
+        if not isinstance(built, cst.Call):
+            return False
+        return self._function_scope(value) is not getattr(self, "home", None)  # a fresh local: not apex's model
 
     def _statements_of(self, calls: List[cst.Call]) -> Optional[List[cst.SimpleStatementLine]]:
         """The statement of each call, where each can take a `with` of its own (see below)."""
