@@ -37,3 +37,25 @@ def test_a_copy_bound_otherwise_too_is_another_object():
         "    step_optimizer = optimizer\n", "    step_optimizer = optimizer\n    if fp16 is None:\n        step_optimizer = make()\n"
     )
     assert "amp.initialize" in fix(code, select=["AMP1"])
+
+
+SELF_STORE = (DIR / "self_attribute_module_store.py").read_text()
+
+
+def test_a_self_attribute_holding_apex_only_for_its_calls_goes_with_the_import():
+    migrated = fix(SELF_STORE, select=["AMP1"])
+    code = migrated.split('"""')[2]
+    assert "self.amp = amp" not in code and "from apex" not in code and "del scaled_loss" not in code
+    assert "        self.scaler = torch.amp.GradScaler(\"cuda\")\n" in code
+
+
+def test_a_self_attribute_read_otherwise_still_refuses():
+    code = SELF_STORE.replace("        self.optimizer.zero_grad()\n", "        self.optimizer.zero_grad()\n        assert self.amp is not None\n")
+    reasons = _reasons(code)
+    assert reasons and all(r and "apex.amp is used as a value at line 21" in r for r in reasons), reasons
+
+
+def test_the_scaled_loss_read_after_its_block_refuses():
+    code = SELF_STORE.replace("        del scaled_loss\n", "        print(scaled_loss.item())\n")
+    reasons = _reasons(code)
+    assert reasons and all(r and "`scaled_loss`, the scaled loss of the `with` at line 30, is read at line 33" in r for r in reasons), reasons

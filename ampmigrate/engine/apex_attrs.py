@@ -29,8 +29,9 @@ from ampmigrate.engine.ast_nodes import walk_order
 _AMP_ATTR_STORE = re.compile(rb"\.[ \t]*\w*amp\w*[ \t]*(?:=(?!=)|,|\)|\])")
 
 
-# `<x>.<attr named like amp>.<apex.amp function>` read anywhere in a file's bytes (comments and
-# strings too: a spurious record only makes a migration more careful).
+# `<x>.<attr named like amp>.<apex.amp function>` read anywhere in a file's bytes but a comment
+# (strings too: a spurious record only makes a migration more careful; commented-out code, as
+# RetinaNet's `# with self.amp.scale_loss(...)`, never runs).
 _AMP_ATTR_LOAD = re.compile(
     rb"\.[ \t]*(\w*amp\w*)[ \t]*\.[ \t]*(?:scale_loss|master_params|state_dict|load_state_dict|initialize|_amp_state)\b"
 )
@@ -38,7 +39,12 @@ _AMP_ATTR_LOAD = re.compile(
 
 def apex_attr_loads(raw: bytes) -> List[str]:
     """The attributes named like amp that the file reads an apex.amp function from."""
-    return sorted({match.group(1).decode("ascii", "replace") for match in _AMP_ATTR_LOAD.finditer(raw)})
+    found = set()
+    for match in _AMP_ATTR_LOAD.finditer(raw):
+        line_start = raw.rfind(b"\n", 0, match.start()) + 1
+        if b"#" not in raw[line_start : match.start()]:
+            found.add(match.group(1).decode("ascii", "replace"))
+    return sorted(found)
 
 
 def wanted(raw: bytes) -> bool:

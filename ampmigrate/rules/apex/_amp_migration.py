@@ -20,6 +20,7 @@ reported without a fix.
 
 from __future__ import annotations
 
+import os
 from typing import List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
@@ -668,6 +669,7 @@ class _Planner(
         if with_node.asynchronous is not None or item.asname is None or not isinstance(item.asname.name, cst.Name):
             raise Unfixable(f"`with amp.scale_loss(...)` at line {self._line(call)} does not bind the scaled loss to a name")
         scaled = item.asname.name.value
+        self._drop_scaled_dels(with_node, scaled)
         backward_args = self._backward_args(with_node, scaled)
         rest = self._rest_of_body(with_node, scaled)
         branched: Sequence[cst.Call] = ()
@@ -713,6 +715,43 @@ class _Planner(
         step.rest = rest
         step.backward_calls = branched
         return step
+
+    def _drop_scaled_dels(self, with_node: cst.With, scaled: str) -> None:
+        """The scaled loss is no longer bound once the `with` goes: `del scaled_loss` after it
+        (RetinaNet's `train_batch`) goes too, where every binding of the name in the function is a
+        `with amp.scale_loss(...) as <name>`; any other read of it outside the block refuses."""
+        function = self._function_scope(with_node)
+        inside = {id(n) for n in walk(with_node)}
+        reads = [
+            n for n in walk(function.node)
+            if isinstance(n, cst.Name) and n.value == scaled and id(n) not in inside
+            and (n in self.names.loads or isinstance(self.names.parent(n), cst.Del))
+        ]
+        if not reads:
+            return
+        withs = {id(r.call) for r in self.refs if r.api == "scale_loss" and r.call is not None}
+        for binding in self.names.lookup(scaled, function):
+            statement = binding.statement
+            items = statement.items if isinstance(statement, cst.With) else ()
+            if not any(id(i.item) in withs and i.asname is not None and i.asname.name is binding.node for i in items):
+                raise Unfixable(
+                    f"`{scaled}` is bound otherwise than by `with amp.scale_loss(...)` in the function of line "
+                    f"{self._line(with_node)}, and read outside that block"
+                )
+        for name in reads:
+            target = self.names.parent(name)
+            line = self.names.parent(target) if isinstance(target, cst.Del) else None
+            if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and target.target is name:
+                self.removal.remove_statement(line)
+                self.handled.add(line)
+                continue
+            if any(isinstance(a, cst.With) and id(a) != id(with_node) and any(id(i.item) in withs for i in a.items)
+                   for a in self.names.ancestors(name)):
+                continue  # inside another scaled block: its own step judges it
+            raise Unfixable(
+                f"`{scaled}`, the scaled loss of the `with` at line {self._line(with_node)}, is read at line "
+                f"{self._line(name)}, outside the block: the migration no longer binds it"
+            )
 
     def _branched_backwards(self, with_node: cst.With, scaled: str, call: cst.Call) -> Sequence[cst.Call]:
         """The `scaled.backward(...)` statements of a body that does not start with one, when the
@@ -795,6 +834,7 @@ class _Planner(
         return rest
 
     def _check_other_refs(self) -> None:
+        self._drop_self_stores()
         presence = self.presence_refs
         for ref in self.refs:
             if ref.api is None:
@@ -814,6 +854,74 @@ class _Planner(
                 if ref.api == "handle":
                     raise Unfixable(f"the amp handle is used as a value at line {self._line(ref.node)}")
                 raise Unfixable(f"`{self.ctx.code(ref.node)}` of the old handle API has no automatic rewrite")
+
+    def _drop_self_stores(self) -> None:
+        """`self.amp = amp` in a method, every other use of `self.amp` in the file an apex call the
+        name pass resolves through it (`self.amp.initialize(...)`, `self.amp.scale_loss(...)`: MINet,
+        RetinaNet trainers) or a store of None: the attribute only names apex for those calls,
+        which the migration rewrites, so the store goes with the import. Not where another file of
+        the run stores or reads that attribute (engine/apex_attrs.py)."""
+        calls = {id(r.node) for r in self.refs if r.api is not None}
+        dropped = []
+        for ref in self.refs:
+            if ref.api is not None:
+                continue
+            assign = self.names.parent(ref.node)
+            if not (isinstance(assign, cst.Assign) and assign.value is ref.node and len(assign.targets) == 1):
+                continue
+            target = assign.targets[0].target
+            line = self.names.parent(assign)
+            if not (
+                isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
+                and self.names.method_class_scope(target.value) is not None
+                and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
+            ):
+                continue
+            if self._attribute_only_calls_apex(target, calls):
+                dropped.append((ref, line))
+        for ref, line in dropped:
+            self.removal.remove_statement(line)
+            self.handled.add(line)
+        if dropped:
+            gone = {id(ref) for ref, _ in dropped}
+            self.refs = [r for r in self.refs if id(r) not in gone]
+
+    def _attribute_only_calls_apex(self, target: cst.Attribute, calls: Set[int]) -> bool:
+        attr = target.attr.value
+        for node in self.names.nodes_of_type(cst.Attribute):
+            if node.attr.value != attr or node is target:
+                continue
+            parent = self.names.parent(node)
+            if node in self.names.store_attributes:
+                if not self._stores_none(node):
+                    return False
+                continue
+            if not (isinstance(parent, cst.Attribute) and parent.value is node and id(parent) in calls):
+                return False
+        index = self.ctx.project_index
+        if index is not None:
+            here = os.path.abspath(self.ctx.path)
+            if any(other != here for other in index.apex_attr_files(attr)):
+                return False
+        return True
+
+    def _stores_none(self, node: cst.Attribute) -> bool:
+        """`self.amp = None`, or `self.model, self.amp = [None, None]`: the store gives it None."""
+        parent = self.names.parent(node)
+        if isinstance(parent, cst.AssignTarget):
+            assign = self.names.parent(parent)
+            return isinstance(assign, cst.Assign) and isinstance(assign.value, cst.Name) and assign.value.value == "None"
+        element, sequence = parent, self.names.parent(parent)
+        if not (isinstance(element, cst.Element) and isinstance(sequence, (cst.Tuple, cst.List))):
+            return False
+        target, assign = self.names.parent(sequence), self.names.parent(self.names.parent(sequence))
+        if not (isinstance(target, cst.AssignTarget) and isinstance(assign, cst.Assign)):
+            return False
+        values = assign.value
+        if not isinstance(values, (cst.Tuple, cst.List)) or len(values.elements) != len(sequence.elements):
+            return False
+        value = values.elements[list(sequence.elements).index(element)].value
+        return isinstance(value, cst.Name) and value.value == "None"
 
     # ------------------------------------------------------------------ fp16 (O1/O2, amp.init)
     def _plan_fp16(self, steps: List[Step]) -> None:
