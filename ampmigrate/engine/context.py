@@ -150,7 +150,7 @@ class FileContext:
             found = self.names.lookup(name, scope)
             return bool(found) and all(
                 b.kind in ("import", "from-import") and b.qname == module for b in found
-            )
+            ) and (found[0].scope.kind != "function" or any(self._runs_before(b.statement, at) for b in found))
 
         top = module.split(".")[0]
         if module == top and denotes(top):
@@ -165,6 +165,22 @@ class FileContext:
         if module == top and self._star_bound_by_use(top, scope, at):
             return top, False
         return None, False
+
+    def _runs_before(self, statement: Optional[cst.CSTNode], at: cst.CSTNode) -> bool:
+        """A function's local import runs before `at` on every path: its line is in a block that
+        holds `at`, before it (Swin's `build_model()` imports `torch.nn as nn` only in the `else:`
+        of the `if` whose body the fix writes `nn.LayerNorm` in: not there)."""
+        names = self.names
+        line = names.parent(statement) if statement is not None else None
+        block = names.parent(line) if line is not None else None
+        if not isinstance(block, cst.IndentedBlock):
+            return False
+        body = list(block.body)
+        for ancestor in (at, *names.ancestors(at)):
+            parent = names.parent(ancestor)
+            if parent is block:
+                return ancestor in body and line in body and body.index(line) < body.index(ancestor)
+        return False
 
     def _star_bound_by_use(self, name: str, scope, at: cst.CSTNode) -> bool:
         """`from utils import *` binds `torch`, and the file shows it: the name is bound nowhere in

@@ -257,7 +257,20 @@ class MultiInits:
         scope = self._function_scope(at)
         if access.mode == "local":
             return scope is access.home or access._nested_in(scope, access.home) or access.home.kind == "module"
-        return access.mode == "attribute" and scope.parent is access.cls
+        if access.mode != "attribute" or scope.parent is None:
+            return False
+        return scope.parent is access.cls or self._subclass_of(scope.parent, access.cls)
+
+    def _subclass_of(self, cls, base) -> bool:
+        """`cls` names `base`, a top-level class of this file, among its bases: its methods see
+        `self.<scaler>` too (CodeGen's `EncDecTrainer(Trainer)`)."""
+        if cls.kind != "class" or base.parent is not self.names.module_scope:
+            return False
+        name = base.node.name.value
+        bindings = self.names.module_scope.bindings.get(name, [])
+        if len(bindings) != 1 or bindings[0].node is not base.node:
+            return False
+        return any(isinstance(b.value, cst.Name) and b.value.value == name and b.keyword is None for b in cls.node.bases)
 
     def _wrap_half_feeds(self, statements: List[cst.SimpleStatementLine]) -> None:
         """One autocast region per statement (_amp_forward.py), as the training steps get."""
