@@ -51,3 +51,18 @@ def test_the_network_apex_set_up_halved_elsewhere_still_stops_it():
     code = HALF_EVAL.replace("def evaluate(cfg, loader):\n    net = build_network(cfg).cuda()\n", "def evaluate(cfg, loader, net):\n")
     reasons = _reasons(code)
     assert reasons and all(r and "casts to half in `evaluate()`" in r for r in reasons), reasons
+
+
+OPTIONS_IN_ARM = (FIXTURES / "AMP101" / "options_bound_in_setup_arm.py").read_text()
+
+
+def test_options_bound_in_the_setup_arm_make_the_scaler_there_with_a_disabled_else():
+    migrated = fix(OPTIONS_IN_ARM, select=["AMP1"])
+    assert '    else:\n        scaler = torch.amp.GradScaler("cuda", enabled=False)\n' in migrated
+    assert 'enabled=scaler.is_enabled()' in migrated and fix(migrated, select=["AMP1"]) == migrated
+
+
+def test_an_arm_with_an_else_of_its_own_still_refuses():
+    code = OPTIONS_IN_ARM.replace("    for x, y in loader:\n", "    else:\n        print('fp32')\n    for x, y in loader:\n", 1)
+    reasons = _reasons(code)
+    assert reasons and all(r and "`loss_scale` is set inside the `if` at line 10" in r for r in reasons), reasons

@@ -1164,6 +1164,25 @@ class _Planner(
             ) + ")"
         self._place_home(creation)
         self._disabled_default(torch)
+        self._else_default(torch)
+
+    def _else_default(self, torch: str) -> None:
+        """`else: scaler = GradScaler("cuda", enabled=False)` for the `if` the scaler is made in
+        (_scaler_access `_else_default_fits`): every later use finds a scaler, disabled where apex
+        was not set up, as autocast then is (`enabled=scaler.is_enabled()`)."""
+        statement = getattr(self.access, "else_default", None)
+        if statement is None:
+            return
+        default = self.ctx.parse_statement(
+            f"{self.access.home_expression()} = {torch}.amp.GradScaler({self.ctx.string('cuda').value}, enabled=False)\n"
+        )
+        indent = statement.body.indent if isinstance(statement.body, cst.IndentedBlock) else None
+
+        def with_else(updated: cst.If) -> cst.If:
+            return updated.with_changes(orelse=cst.Else(body=cst.IndentedBlock([default], indent=indent)))
+
+        self.builder.replace(statement, with_else)
+        self._note("the scaler is made where apex was set up, and disabled in a new `else:` of that `if`")
 
     def _indentation(self, statement: cst.CSTNode) -> str:
         """The whitespace before `statement`'s line: its blocks' indents, outermost first."""

@@ -281,6 +281,12 @@ class ScalerAccess:
             if not bound_inside:
                 break
             uses = [r.node for r in self.p.refs] + [scope.node for scope in use_scopes if scope is not self.home]
+            if arm is not None and not all(self._within(node, arm) for node in uses) and self._else_default_fits(outer):
+                # NVIDIA retinanet-examples: `if with_apex: loss_scale = ...; amp.initialize(...,
+                # loss_scale=loss_scale)`: made in that arm, with a disabled scaler in a new `else:`
+                self.else_default = outer.statement
+                conditions = conditions[1:]
+                continue
             if arm is None or not (
                 all(self._within(node, arm) for node in uses) or self._only_run_in_arm(arm, conditions[1:], use_scopes)
             ):
@@ -294,6 +300,22 @@ class ScalerAccess:
                 )
             conditions = conditions[1:]
         return conditions
+
+    else_default: Optional[cst.If] = None  # an `if` that gains `else: <scaler> = GradScaler(enabled=False)`
+
+    def _else_default_fits(self, outer: Branch) -> bool:
+        """The scaler can be made in the arm of `outer` with a disabled one in a new `else:` of it:
+        a plain `if` (no `else`/`elif`) whose body holds `amp.initialize`, a local scaler of a
+        function, every use after that `if` in the function's own block."""
+        statement = outer.statement
+        if not outer.taken or statement.orelse is not None or isinstance(self.names.parent(statement), cst.If):
+            return False
+        if self.mode != "local" or self.home.kind != "function" or self.threaded or self.detached_init is not None:
+            return False
+        block = self.names.parent(statement)
+        if not isinstance(block, cst.IndentedBlock) or block is not self.home.node.body:
+            return False
+        return True
 
     def _only_run_in_arm(self, arm: cst.CSTNode, rest: List[Branch], use_scopes: List[Scope]) -> bool:
         """A script's `if __name__ == "__main__":` binding `args` and setting apex up, its training
@@ -450,6 +472,8 @@ class ScalerAccess:
 
     def autocast_enabled(self, at: cst.CSTNode) -> Optional[str]:
         """autocast is on exactly when apex was: when the scaler is enabled."""
+        if self.else_default is not None:
+            return f"{self.expression(at)}.is_enabled()"  # the `if` that set apex up is no condition of it
         if self.carried(at) is not None:
             return carried_autocast_enabled(self.p, at)  # under the test that chose apex there
         if self.default_init is not None and (self.in_place or self.p._function_scope(at) is not self.home):
