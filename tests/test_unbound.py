@@ -6,8 +6,11 @@ import textwrap
 from ampmigrate.analysis.unbound import introduced, possibly_unbound
 
 
+HELPERS = "make = prepare = use = run = opt = None\n"  # what the snippets call, bound at the top
+
+
 def unbound(code: str):
-    return possibly_unbound(ast.parse(textwrap.dedent(code)))
+    return possibly_unbound(ast.parse(HELPERS + textwrap.dedent(code)))
 
 
 def test_a_read_before_the_binding_in_straight_code():
@@ -88,7 +91,7 @@ def test_globals_nested_functions_methods_and_lambdas():
 
 
 def test_introduced_counts_only_what_the_fix_added():
-    old = textwrap.dedent("""
+    old = HELPERS + textwrap.dedent("""
         def train(args, data):
             if args.fp16:
                 from apex import amp
@@ -121,3 +124,21 @@ def test_a_handler_that_exits_leaves():
                 print("no")
             return scaler, other
     """) == {("f", "other")}
+
+
+def test_a_read_of_a_name_bound_nowhere_after_the_fix():
+    """HatefulMemes' `amp_scale = scaled_loss.item() // loss.item()` after its block: with the
+    `with ... as scaled_loss` gone, the name is bound nowhere in the file (a NameError)."""
+    old = textwrap.dedent("""
+        from apex import amp
+        def step(loss, optimizer):
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            return scaled_loss.item() / loss.item(), len(__name__)
+    """)
+    new = old.replace("from apex import amp\n", "").replace(
+        "    with amp.scale_loss(loss, optimizer) as scaled_loss:\n        scaled_loss.backward()\n",
+        "    scaler.scale(loss).backward()\n",
+    ).replace("def step(", "scaler = None\ndef step(")
+    assert introduced(old, new) == [("step", "scaled_loss")]
+    assert introduced(old, "from x import *\n" + new) == []  # a `*` import may bind anything

@@ -18,6 +18,7 @@ counts against it.
 from __future__ import annotations
 
 import ast
+import builtins
 from typing import FrozenSet, Iterable, List, Optional, Set, Tuple
 
 # The state of a path that has left (return, raise, break, continue): every name, for the
@@ -41,11 +42,15 @@ def introduced(old_text: str, new_text: str) -> List[Tuple[str, str]]:
 
 
 def possibly_unbound(tree: ast.Module) -> Set[Tuple[str, str]]:
-    """Every (scope, name): a read of the scope's own `name` that some path reaches unbound.
-    The scope is the dotted name of a function (`Trainer.fit`, `main.<locals>.step`) or
-    `<module>`."""
+    """Every (scope, name): a read of the scope's own `name` that some path reaches unbound, or a
+    read of a name bound nowhere (no scope around it, no builtin: a `NameError` whenever it runs;
+    not judged in a module with a `*` import). The scope is the dotted name of a function
+    (`Trainer.fit`, `main.<locals>.step`) or `<module>`."""
     found: Set[Tuple[str, str]] = set()
-    _Scope("<module>", tree.body, (), found).run()
+    star = any(isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in ast.walk(tree))
+    module = _Scope("<module>", tree.body, (), found)
+    module.free_checked = not star
+    module.run()
     return found
 
 
@@ -96,13 +101,27 @@ def _meet(a: State, b: State) -> State:
     return a & b
 
 
+_MODULE_NAMES = frozenset(dir(builtins)) | {
+    "__file__", "__name__", "__doc__", "__spec__", "__loader__", "__package__", "__path__", "__builtins__",
+    "__annotations__", "__class__",
+}
+
+
 class _Scope:
-    def __init__(self, name: str, body: List[ast.stmt], params: Tuple[str, ...], found: Set[Tuple[str, str]]) -> None:
+    free_checked = False  # whether reads of names bound nowhere are judged (no `*` import)
+
+    def __init__(
+        self, name: str, body: List[ast.stmt], params: Tuple[str, ...], found: Set[Tuple[str, str]],
+        outer: Optional["_Scope"] = None,
+    ) -> None:
         self.name = name
         self.body = body
         self.params = params
         self.found = found
-        self.locals, _ = _own_bindings(body, params)
+        self.locals, self.declared = _own_bindings(body, params)
+        self.outer = outer
+        if outer is not None:
+            self.free_checked = outer.free_checked
 
     class_body = False  # a class's body: its methods are named `Class.method`
 
@@ -129,12 +148,12 @@ class _Scope:
             args = node.args
             params = tuple(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
             params += tuple(a.arg for a in (args.vararg, args.kwarg) if a is not None)
-            _Scope(self.inner(node.name), node.body, params, self.found).run()
+            _Scope(self.inner(node.name), node.body, params, self.found, self.enclosing()).run()
             return state | {node.name}
         if isinstance(node, ast.ClassDef):
             for expr in (*node.decorator_list, *node.bases, *(k.value for k in node.keywords)):
                 self.reads(expr, state)
-            body = _Scope(self.inner(node.name), [], (), self.found)
+            body = _Scope(self.inner(node.name), [], (), self.found, self.enclosing())
             body.class_body = True
             for inner in node.body:  # methods are scopes of their own; the class body is not judged
                 if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -269,6 +288,23 @@ class _Scope:
     def read(self, name: str, state: FrozenSet[str]) -> None:
         if name in self.locals and name not in state:
             self.found.add((self.name, name))
+        elif name not in self.locals and self.free_checked and not self._bound_around(name):
+            self.found.add((self.name, name))
+
+    def enclosing(self) -> "_Scope":
+        """The scope a function defined here sees around it: a class body is skipped, as Python
+        skips it."""
+        return self.outer if self.class_body and self.outer is not None else self
+
+    def _bound_around(self, name: str) -> bool:
+        if name in _MODULE_NAMES:
+            return True
+        scope = self.outer
+        while scope is not None:
+            if name in scope.locals or name in scope.declared:
+                return True
+            scope = scope.outer
+        return name in self.declared and self.outer is not None  # `global x` bound elsewhere at run time
 
     def walrus_bindings(self, node: ast.AST, state: FrozenSet[str]) -> FrozenSet[str]:
         names = {n.target.id for n in ast.walk(node) if isinstance(n, ast.NamedExpr)}
