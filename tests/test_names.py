@@ -109,6 +109,27 @@ def test_comprehension_and_lambda_scopes():
     assert found["amp.GradScaler"] == {"torch.cuda.amp.GradScaler"}
 
 
+def test_a_comprehension_that_is_another_comprehensions_first_iterable_leaves_every_scope_it_entered():
+    # The inner comprehension enters two scopes at once (the outer one's iterable is evaluated
+    # outside it, and its own): leaving only one left later module-level code in the class scope
+    # (a transformers model file with `{t: f(t) for t in {l.kind for l in self.layers}}`).
+    code = (
+        "class Model:\n"
+        "    def forward(self):\n"
+        "        return {t: self.f(t) for t in {layer.kind for layer in self.layers}}\n"
+        "from torch import cuda as tc\n"
+        "scaler = tc.amp.GradScaler()\n"
+        "names = [[y for y in x] for x in [[z for z in w] for w in ws]]\n"
+        "ac = tc.amp.autocast\n"
+    )
+    found = _names_by_code(code)
+    assert found["tc.amp.GradScaler"] == {"torch.cuda.amp.GradScaler"}
+    assert found["tc.amp.autocast"] == {"torch.cuda.amp.autocast"}
+    _module, index = _index(code)
+    assert "tc" in index.module_scope.bindings
+    assert [s.kind for s in index.scopes].count("class") == 1
+
+
 def test_default_values_and_decorators_are_evaluated_outside():
     found = _names_by_code(
         "from torch.cuda import amp\n"

@@ -558,7 +558,6 @@ class _Indexer(cst.CSTVisitor):
         self.not_loads: Set[cst.Name] = set()
         self.skip_names = 0  # > 0 inside import / global / nonlocal / del statements
         self.param_scopes: Dict[cst.Parameters, Scope] = {}
-        self.entered: Optional[Scope] = None  # the scope the node being visited enters
         self.visitor_hooks: Dict[type, Tuple[object, object]] = {}
 
     def run(self, module: cst.Module) -> None:
@@ -577,12 +576,14 @@ class _Indexer(cst.CSTVisitor):
         if stack:
             self.ix.parents[node] = stack[-1]
         stack.append(node)
+        scopes = self.scopes
+        # The scopes this node enters: its block's (a def's body), and a comprehension's, which its
+        # hook pushes itself; a comprehension that is another's first iterable enters both.
+        depth = len(scopes)
         scope = self.ix.scope_entries.get(node)
         if scope is not None:
-            self.scopes.append(scope)
-        self.entered = scope
+            scopes.append(scope)
         descend = visit is None or visit(self, node) is not False
-        scope = self.entered  # a comprehension's hook enters its scope itself
         if descend:
             kinds = KINDS
             # cst_walk._walk's loop over the children, inline (a call per node costs 10% of this pass)
@@ -602,10 +603,11 @@ class _Indexer(cst.CSTVisitor):
                             self._walk(item)
         if leave is not None:
             leave(self, node)
-        if scope is not None:
-            self.scopes.pop()
-            if scope.global_names or scope.nonlocal_names:
-                self._rebind_declared(scope)
+        if len(scopes) > depth:
+            for scope in scopes[depth:]:
+                if scope.global_names or scope.nonlocal_names:
+                    self._rebind_declared(scope)
+            del scopes[depth:]
         stack.pop()
 
     def _rebind_declared(self, scope: Scope) -> None:
@@ -868,7 +870,6 @@ class _Indexer(cst.CSTVisitor):
         self.ix.scope_entries[node.for_in.iter] = outer
         self.ix.scope_entries[node] = scope
         self.scopes.append(scope)
-        self.entered = scope
 
     visit_ListComp = _enter_comprehension
     visit_SetComp = _enter_comprehension
