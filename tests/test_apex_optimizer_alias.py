@@ -55,7 +55,18 @@ def test_a_self_attribute_read_otherwise_still_refuses():
     assert reasons and all(r and "apex.amp is used as a value at line 21" in r for r in reasons), reasons
 
 
-def test_the_scaled_loss_read_after_its_block_refuses():
+def test_the_scaled_loss_read_after_its_block_stays_bound():
+    # `with ... as scaled_loss` leaves the name bound after the block; `scaler.scale(loss)` binds it.
     code = SELF_STORE.replace("        del scaled_loss\n", "        print(scaled_loss.item())\n")
+    assert _reasons(code) == {None}
+    migrated = fix(code, select=["AMP1"]).split('"""')[2]
+    assert "        scaled_loss = self.scaler.scale(loss)\n        scaled_loss.backward()\n" in migrated
+    assert "        print(scaled_loss.item())\n" in migrated
+
+
+def test_the_scaled_loss_read_after_a_block_that_may_leave_early_refuses():
+    code = SELF_STORE.replace("        del scaled_loss\n", "        print(scaled_loss.item())\n").replace(
+        "            scaled_loss.backward()\n", "            scaled_loss.backward()\n            if x is None:\n                return None\n"
+    )
     reasons = _reasons(code)
-    assert reasons and all(r and "`scaled_loss`, the scaled loss of the `with` at line 30, is read at line 33" in r for r in reasons), reasons
+    assert reasons and all(r and "uses `scaled_loss` or apex, or leaves the block early" in r for r in reasons), reasons

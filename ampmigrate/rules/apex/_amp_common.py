@@ -57,3 +57,7 @@ class Step:
     # model.no_sync(): scaled_loss.backward()`), when it does not start with one: each becomes
     # `scaler.scale(loss).backward(...)` where it is, and the body replaces the `with`.
     backward_calls: Sequence[cst.Call] = ()
+    # The body uses the scaled loss for more than its backward (`torch.autograd.grad(scaled_loss,
+    # x)`, logging it, reading it after the block): `<name> = scaler.scale(loss)` binds it, as the
+    # `with` did, and the whole body follows unchanged.
+    binds_scaled: Optional[str] = None

@@ -669,7 +669,6 @@ class _Planner(
         if with_node.asynchronous is not None or item.asname is None or not isinstance(item.asname.name, cst.Name):
             raise Unfixable(f"`with amp.scale_loss(...)` at line {self._line(call)} does not bind the scaled loss to a name")
         scaled = item.asname.name.value
-        self._drop_scaled_dels(with_node, scaled)
         backward_args = self._backward_args(with_node, scaled)
         rest = self._rest_of_body(with_node, scaled)
         branched: Sequence[cst.Call] = ()
@@ -677,6 +676,16 @@ class _Planner(
             branched = self._branched_backwards(with_node, scaled, call)
             if branched:
                 backward_args, rest = (), list(with_node.body.body)
+        bound_body = self._bound_body(with_node, scaled)
+        if backward_args is not None and rest is not None:
+            try:
+                self._drop_scaled_dels(with_node, scaled)
+                bound_body = None  # the scaled loss needs no name of its own
+            except Unfixable:
+                if bound_body is None:
+                    raise
+        if bound_body is not None:
+            backward_args, rest, branched = (), bound_body, ()
         if backward_args is None:
             raise Unfixable(
                 f"the body of `with amp.scale_loss(...)` at line {self._line(call)} does not start with "
@@ -714,7 +723,28 @@ class _Planner(
         )
         step.rest = rest
         step.backward_calls = branched
+        step.binds_scaled = scaled if bound_body is not None else None
         return step
+
+    def _bound_body(self, with_node: cst.With, scaled: str) -> Optional[Sequence[cst.BaseStatement]]:
+        """The whole body, when it can follow `<scaled> = scaler.scale(loss)` unchanged: it never
+        leaves the block early (apex unscales at the block's exit, which a `return` would still run,
+        but GradScaler's unscale waits for the step), never rebinds the scaled loss, and names apex
+        only in `amp.master_params(...)` (rewritten with the others). In apex the body runs on the
+        scaled loss and still-scaled gradients; so it does after the binding. None otherwise."""
+        body = with_node.body
+        statements = list(body.body) if isinstance(body, cst.IndentedBlock) else [cst.SimpleStatementLine(body=body.body)]
+        for node in walk(body):
+            if isinstance(node, (cst.Return, cst.Break, cst.Continue, cst.Raise, cst.Yield, cst.Await)):
+                return None
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Global, cst.Nonlocal)):
+                return None
+            if isinstance(node, cst.Name) and node.value == scaled and node not in self.names.loads:
+                return None  # stored or deleted in the body
+        inside = {id(n) for n in walk(body)}
+        if any(id(ref.node) in inside and not (ref.api == "master_params" and ref.call is not None) for ref in self.refs):
+            return None
+        return statements
 
     def _drop_scaled_dels(self, with_node: cst.With, scaled: str) -> None:
         """The scaled loss is no longer bound once the `with` goes: `del scaled_loss` after it
@@ -993,11 +1023,25 @@ class _Planner(
     def _scaled_backward(self, step: Step):
         scaler = self.access.expression(step.with_node)
         loss_code = self.ctx.code(step.loss).strip()
+        if step.binds_scaled is not None:
+            return self._bind_scaled(step, f"{scaler}.scale({loss_code})")
         if step.backward_calls:
             return self._unwrap_branched(step, f"{scaler}.scale({loss_code})")
         args = ", ".join(self.ctx.code(a).strip().rstrip(",") for a in step.backward_args)
         line = self.ctx.parse_statement(f"{scaler}.scale({loss_code}).backward({args})\n")
         return _then(line.with_changes(leading_lines=step.with_node.leading_lines), step.rest)
+
+    def _bind_scaled(self, step: Step, value: str):
+        """`<scaled> = <value>` in place of the `with` line, its body one level out after it."""
+        line = self.ctx.parse_statement(f"{step.binds_scaled} = {value}\n")
+        line = line.with_changes(leading_lines=step.with_node.leading_lines)
+
+        def replacement(updated: cst.CSTNode) -> cst.CSTNode:
+            body = updated.body
+            statements = list(body.body) if isinstance(body, cst.IndentedBlock) else [cst.SimpleStatementLine(body=body.body)]
+            return cst.FlattenSentinel([line, *statements])
+
+        return replacement
 
     def _unwrap_branched(self, step: Step, scaled: str):
         """Each `scaled_loss.backward(...)` of the body becomes `<scaled>.backward(...)`, and the
@@ -1253,6 +1297,10 @@ class _Planner(
             loss_code = self.ctx.code(step.loss).strip()
             if not isinstance(step.loss, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
                 loss_code = f"({loss_code})"
+            if step.binds_scaled is not None:
+                self.builder.replace(step.with_node, self._bind_scaled(step, loss_code))
+                self.handled.add(step.with_node)
+                continue
             if step.backward_calls:
                 self.builder.replace(step.with_node, self._unwrap_branched(step, loss_code))
                 self.handled.add(step.with_node)
