@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SPLIT = FIXTURES / "AMP101" / "amp_split_init_and_step.project"
 
 
-def _copy(tmp_path: Path) -> Path:
+def _copy(tmp_path: Path, source: Path = SPLIT) -> Path:
     project = tmp_path / "p"
-    shutil.copytree(SPLIT, project)
+    shutil.copytree(source, project)
     return project
 
 
@@ -201,11 +201,31 @@ def test_an_unsafe_side_makes_every_fix_of_the_group_unsafe(tmp_path):
     assert "scaler.scale(losses).backward()" in (project / "trainer.py").read_text()
 
 
-def test_a_body_that_does_more_than_backward_makes_both_refuse(tmp_path):
+def test_a_body_that_uses_the_scaled_loss_again_migrates_on_both_sides(tmp_path):
     project = _copy(tmp_path)
-    _edit(project / "trainer.py", "scaled_losses.backward()\n", "scaled_losses.backward()\n            logger.info('scaled')\n")
+    _edit(project / "trainer.py", "scaled_losses.backward()\n", "scaled_losses.backward()\n            logger.info(scaled_losses.item())\n")
+    _fix(project)
+    trainer = (project / "trainer.py").read_text()
+    assert "        scaled_losses = scaler.scale(losses)\n        scaled_losses.backward()\n        logger.info(scaled_losses.item())\n" in trainer
+    assert "scaler = torch.amp.GradScaler(" in (project / "train_net.py").read_text()
+    _compiles_and_is_stable(project)
+
+
+def test_a_body_that_may_leave_early_makes_both_refuse(tmp_path):
+    project = _copy(tmp_path)
+    _edit(project / "trainer.py", "scaled_losses.backward()\n", "scaled_losses.backward()\n            if not losses:\n                break\n")
     reasons = _refused(project)
-    assert "does more than `scaled_loss.backward()`" in reasons["train_net.py"]
+    assert "may leave the block early" in reasons["train_net.py"]
+
+
+def test_the_trainer_may_import_apex_amp_as_a_module(tmp_path):
+    # `import apex.amp as amp` binds the same module as `from apex import amp`.
+    project = _copy(tmp_path)
+    _edit(project / "trainer.py", "from apex import amp\n", "import apex.amp as amp\n")
+    _fix(project)
+    assert "amp" not in (project / "trainer.py").read_text().replace("torch.amp", "")
+    assert "scaler = torch.amp.GradScaler(" in (project / "train_net.py").read_text()
+    _compiles_and_is_stable(project)
 
 
 def test_no_caller_leaves_the_trainer_alone(tmp_path):
@@ -400,3 +420,55 @@ def test_a_file_handing_the_unused_import_on_still_stops_the_group(tmp_path):
     )
     reasons = _refused(project)
     assert "explain.py imports `do_train()` and has no `amp.initialize`" in reasons["trainer.py"]
+
+
+RELAY = FIXTURES / "AMP101" / "amp_split_relay.project"
+
+
+def test_the_index_records_the_function_relaying_the_optimizer():
+    summary = summarize((RELAY / "engine.py").read_bytes(), "")
+    assert summary.apex_step_relays == {"train_one_epoch": "fit"}
+    assert summary.apex_step_functions["fit"] == (["model", "optimizer", "loader", "epochs"], "optimizer", "scaler", "")
+    assert summary.apex_step_functions["train_one_epoch"][3] == ""
+
+
+def test_the_scaler_threads_through_the_relaying_function(tmp_path):
+    project = _copy(tmp_path, RELAY)
+    _fix(project)
+    engine = (project / "engine.py").read_text()
+    assert "def fit(model, optimizer, loader, epochs=10, *, scaler):\n" in engine
+    assert "        last = train_one_epoch(model, optimizer, loader, scaler=scaler)\n" in engine
+    assert "def train_one_epoch(model, optimizer, loader, clip=1.0, *, scaler):\n" in engine
+    assert "amp" not in engine.replace("torch.amp", "")
+    assert "    fit(model, optimizer, loader, epochs=args.epochs, scaler=scaler)\n" in (project / "train.py").read_text()
+    _compiles_and_is_stable(project)
+
+
+def test_another_file_calling_the_step_function_itself_makes_both_refuse(tmp_path):
+    project = _copy(tmp_path, RELAY)
+    (project / "evaluate.py").write_text("from engine import train_one_epoch\n\ntrain_one_epoch(None, None, [])\n")
+    assert "evaluate.py uses `train_one_epoch()` of engine.py, which only `fit()` there" in _refused(project)["train.py"]
+
+
+def test_a_relay_used_in_its_own_file_or_given_another_optimizer_refuses(tmp_path):
+    project = _copy(tmp_path, RELAY)
+    _edit(project / "engine.py", "        print(f\"epoch", "        fit(model, optimizer, loader, 0)\n        print(f\"epoch")
+    assert "`train_one_epoch()` is also used in its own file" in _refused(project)["engine.py"]
+    project = _copy(tmp_path / "b", RELAY)
+    _edit(project / "engine.py", "train_one_epoch(model, optimizer, loader)", "train_one_epoch(model, make(), loader)")
+    assert "`train_one_epoch()` is also used in its own file" in _refused(project)["engine.py"]
+
+
+def test_accumulation_with_delay_unscale_migrates_across_files(tmp_path):
+    project = _copy(tmp_path, RELAY)
+    _edit(
+        project / "engine.py",
+        "        with amp.scale_loss(loss, optimizer) as scaled_loss:\n            scaled_loss.backward()\n        optimizer.step()\n",
+        "        with amp.scale_loss(loss, optimizer, delay_unscale=len(loader) > 1) as scaled_loss:\n"
+        "            scaled_loss.backward()\n        optimizer.step()\n",
+    )
+    _fix(project)
+    engine = (project / "engine.py").read_text()
+    assert "        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n" in engine
+    assert "delay_unscale" not in engine
+    _compiles_and_is_stable(project)

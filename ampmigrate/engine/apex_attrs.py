@@ -105,13 +105,13 @@ def _scopes(tree: ast.Module, everything: List[ast.AST]):
         for node in everything
     ):
         return []
-    if any(_imports_apex_amp(node) for node in everything):
+    if any(imports_apex_amp(node) for node in everything):
         return name_scopes(tree)
     functions = [node for node in everything if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
     return [(list(_own_nodes(scope)), _no_kinds) for scope in (tree, *functions)]
 
 
-def _imports_apex_amp(node: ast.AST) -> bool:
+def imports_apex_amp(node: ast.AST) -> bool:
     """An import `binding_kinds` reads as binding apex's amp module."""
     if isinstance(node, ast.ImportFrom):
         return node.module == "apex" and not node.level and any(alias.name == "amp" for alias in node.names)

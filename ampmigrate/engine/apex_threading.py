@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
+from ampmigrate.engine.apex_attrs import imports_apex_amp
 from ampmigrate.engine.caller_uses import dotted as _callee
 from ampmigrate.engine.caller_uses import uses
 from ampmigrate.engine.import_resolution import importers, resolve
@@ -192,7 +193,7 @@ def _step_functions(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[s
     taken |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in [*n.posonlyargs, *n.args, *n.kwonlyargs]}
     scaler = next((name for name in SCALER_NAMES if name not in taken), "")
     module_level_import = any(
-        isinstance(node, ast.ImportFrom) and node.module == "apex"
+        imports_apex_amp(node)
         for statement in tree.body
         for node in ([statement] if not isinstance(statement, ast.Try) else statement.body)
     )
@@ -206,6 +207,14 @@ def _step_functions(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[s
         problem, optimizer = _step_problem(tree, function, scales, uses, amp_names, module_level_import)
         if not problem and not scaler:
             problem = "every usual name for the scaler is taken in this file"
+        if not problem and _loaded(tree, function.name):
+            relay = _relay(tree, function, optimizer, amp_names)
+            if relay is None:
+                problem = f"`{function.name}()` is also used in its own file, where no GradScaler is made"
+            else:
+                caller, carried = relay
+                summary.apex_step_relays[function.name] = caller.name
+                summary.apex_step_functions[caller.name] = (_params(caller), carried, scaler, "")
         summary.apex_step_functions[function.name] = (positional, optimizer, scaler, problem)
     outside = [n for n in uses if n.attr == "scale_loss" and _enclosing_top_function(tree, n) is None]
     if outside:
@@ -218,27 +227,32 @@ def _step_functions(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[s
 
 
 def _step_problem(tree, function: ast.FunctionDef, scales, uses, amp_names, module_level_import) -> Tuple[str, str]:
-    local_import = any(isinstance(n, ast.ImportFrom) and n.module == "apex" for n in ast.walk(function))
+    local_import = any(imports_apex_amp(n) for n in ast.walk(function))
     if not (module_level_import or local_import):
         return "apex's amp is not imported at the top of this file nor in the function", ""
     inside = {id(n) for n in ast.walk(function)}
     stray = sorted({n.attr for n in uses if n.attr != "scale_loss" and not (n.attr == "master_params" and id(n) in inside)})
     if stray:
         return f"the file also uses `amp.{stray[0]}`, which the split migration does not rewrite", ""
-    if len(scales) != 1:
-        return f"`{function.name}()` calls `amp.scale_loss` more than once", ""
-    attribute = scales[0]
-    call = _parent_call(function, attribute)
-    problem = scaled_with_problem(function, call)
-    if problem:
-        return problem, ""
-    optimizer_node = call.args[1] if len(call.args) >= 2 else next(
-        (k.value for k in call.keywords if k.arg == "optimizers"), None
-    )
     positional = _params(function)
-    if not (isinstance(optimizer_node, ast.Name) and optimizer_node.id in positional):
-        return "the optimizer passed to `amp.scale_loss` is not a parameter of the function", ""
-    optimizer = optimizer_node.id
+    given: Set[str] = set()
+    calls = []
+    for attribute in scales:  # several scaled losses (an attack's input gradient, then the step)
+        call = _parent_call(function, attribute)
+        problem = scaled_with_problem(function, call)
+        if problem:
+            return problem, ""
+        calls.append(call)
+        optimizer_node = call.args[1] if len(call.args) >= 2 else next(
+            (k.value for k in call.keywords if k.arg == "optimizers"), None
+        )
+        if not (isinstance(optimizer_node, ast.Name) and optimizer_node.id in positional):
+            return "the optimizer passed to `amp.scale_loss` is not a parameter of the function", ""
+        given.add(optimizer_node.id)
+    if len(given) != 1:
+        return f"`{function.name}()` scales losses for more than one optimizer", ""
+    optimizer = given.pop()
+    call = min(calls, key=lambda c: (c.lineno, c.col_offset))
     if any(isinstance(n, (ast.Assign, ast.AugAssign)) and any(
         isinstance(t, ast.Name) and t.id == optimizer for t in ast.walk(n) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)
     ) for n in ast.walk(function)):
@@ -259,12 +273,48 @@ def _step_problem(tree, function: ast.FunctionDef, scales, uses, amp_names, modu
         for n in ast.walk(function)
     ):
         return "no call of a model parameter (the forward pass) comes before the loss is scaled", ""
-    called_here = any(
-        isinstance(n, ast.Name) and n.id == function.name and isinstance(n.ctx, ast.Load) for n in ast.walk(tree)
-    )
-    if called_here:
-        return f"`{function.name}()` is also used in its own file, where no GradScaler is made", ""
     return "", optimizer
+
+
+def _loaded(tree: ast.Module, name: str) -> List[ast.Name]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+
+
+def _relay(tree: ast.Module, function: ast.FunctionDef, optimizer: str, amp_names: Set[str]):
+    """`def train(model, optimizer, ...): for epoch ...: train_epoch(model, optimizer, ...)`
+    beside the step function `train_epoch`, and the other files call `train` with the optimizer
+    of `amp.initialize`: (the relaying top-level function, its parameter carrying the optimizer),
+    when every use of the step function in its file is such a call from that one function, which
+    names no apex and is itself not used in the file. The scaler then threads through both."""
+    loads = _loaded(tree, function.name)
+    callers = {id(_enclosing_top_function(tree, n)): _enclosing_top_function(tree, n) for n in loads}
+    if len(callers) != 1:
+        return None
+    caller = next(iter(callers.values()))
+    if caller is None or caller is function or _loaded(tree, caller.name):
+        return None
+    if any(isinstance(n, ast.Name) and n.id in amp_names for n in ast.walk(caller)):
+        return None
+    calls = [n for n in ast.walk(caller) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == function.name]
+    if len(calls) != len(loads):
+        return None  # the step function is used in it otherwise than called
+    params, position = _params(function), _params(function).index(optimizer)
+    carried = set()
+    for call in calls:
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            return None
+        given = call.args[position] if position < len(call.args) else next(
+            (k.value for k in call.keywords if k.arg == optimizer), None
+        )
+        if not isinstance(given, ast.Name):
+            return None
+        carried.add(given.id)
+    if len(carried) != 1 or not carried <= set(_params(caller)):
+        return None
+    (name,) = carried
+    if any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) for n in ast.walk(caller)):
+        return None  # rebound in the relaying function
+    return caller, name
 
 
 def scaled_with_problem(root: ast.AST, call: Optional[ast.Call]) -> str:
@@ -277,20 +327,20 @@ def scaled_with_problem(root: ast.AST, call: Optional[ast.Call]) -> str:
     if call is None or with_node is None:
         return "`amp.scale_loss` is not the only item of a `with` statement"
     target = with_node.items[0].optional_vars
-    body = with_node.body
-    if not (
-        isinstance(target, ast.Name)
-        and len(body) == 1
-        and isinstance(body[0], ast.Expr)
-        and isinstance(body[0].value, ast.Call)
-        and isinstance(body[0].value.func, ast.Attribute)
-        and body[0].value.func.attr == "backward"
-        and isinstance(body[0].value.func.value, ast.Name)
-        and body[0].value.func.value.id == target.id
-    ):
-        return "the body of `with amp.scale_loss(...)` does more than `scaled_loss.backward()`"
-    if len(call.args) > 2 or any(k.arg not in ("optimizers",) for k in call.keywords):
-        return "`amp.scale_loss` is given more than the loss and the optimizer"
+    if not isinstance(target, ast.Name):
+        return "`with amp.scale_loss(...)` does not bind the scaled loss to a name"
+    # The planner keeps a body that does more (an all-reduce, logging, `scaled = scaler.scale(loss)`
+    # where the scaled loss is used again) when it never leaves the block early nor rebinds the
+    # scaled loss; each side's own plan has the last word (rules/apex/_cross_threading.py).
+    for node in (n for statement in with_node.body for n in ast.walk(statement)):
+        if isinstance(node, (ast.Return, ast.Break, ast.Continue, ast.Raise, ast.Yield, ast.YieldFrom, ast.Await,
+                             ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.Global, ast.Nonlocal)):
+            return "the body of `with amp.scale_loss(...)` may leave the block early"
+        if isinstance(node, ast.Name) and node.id == target.id and not isinstance(node.ctx, ast.Load):
+            return "the body of `with amp.scale_loss(...)` rebinds the scaled loss"
+    # `delay_unscale=` (accumulation) is the planner's to judge, as in a file of its own.
+    if len(call.args) > 2 or any(k.arg not in ("optimizers", "delay_unscale") for k in call.keywords):
+        return "`amp.scale_loss` is given more than the loss, the optimizer and `delay_unscale`"
     return ""
 
 
@@ -311,6 +361,18 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
     get the same answer (rules/apex/_cross_threading.group_check then plans every side)."""
     absolute = os.path.abspath(path)
     summary = index.modules.get(absolute)
+    if summary is not None and function in summary.apex_step_relays:
+        # Called only by the function that relays the optimizer to it: both take the scaler, and
+        # no other file may call it (it would miss the new parameter).
+        caller = summary.apex_step_relays[function]
+        for other, how in importers(index, absolute):
+            found = uses(index, other, absolute, function) if (function in how.names or how.module or how.star) else None
+            if function in how.names or how.ambiguity(function) or (found is not None and (found.calls or found.other or found.escapes)):
+                return Decision(
+                    False, f"{index.relative(other)} uses `{function}()` of {index.relative(absolute)}, which only "
+                    f"`{caller}()` there should call once it takes the GradScaler"
+                )
+        return decide(index, path, caller)
     record = summary.apex_step_functions.get(function) if summary is not None else None
     here = index.relative(absolute)
     if record is None:

@@ -23,6 +23,7 @@ import ast
 from typing import Dict, List, Optional, Set, Tuple
 
 from ampmigrate.engine.apex_checkpoint import _class_record, class_init, name_loads, state_class
+from ampmigrate.engine.apex_attrs import imports_apex_amp
 from ampmigrate.engine.apex_threading import _own_nodes, _parent_call, scaled_with_problem
 
 
@@ -73,7 +74,7 @@ def _class_problem(tree, cls: ast.ClassDef, scales, uses, module_level_import) -
     for node in scales:
         method = next(m for m in methods if any(inner is node for inner in _own_nodes(m)))
         instance = method.args.args[0].arg
-        local_import = any(isinstance(n, ast.ImportFrom) and n.module == "apex" for n in ast.walk(method))
+        local_import = any(imports_apex_amp(n) for n in ast.walk(method))
         if not (module_level_import or local_import):
             return (
                 f"apex's amp is not imported at the top of this file nor in `{cls.name}.{method.name}()` "

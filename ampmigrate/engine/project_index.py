@@ -48,7 +48,7 @@ from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 19
+_FORMAT = 20
 
 
 @dataclass
@@ -109,6 +109,9 @@ class ModuleSummary:
     # module's apex import: (positional parameters, the optimizer parameter, the name of the
     # scaler parameter to add, why the split migration cannot take it or "").
     apex_step_functions: Dict[str, Tuple[List[str], str, str, str]] = field(default_factory=dict)
+    # {step function: the top-level function of the same file that calls it, relaying the
+    # optimizer it is given (itself among `apex_step_functions`, called by the A sides)}.
+    apex_step_relays: Dict[str, str] = field(default_factory=dict)
     # --- apex.amp checkpoint helpers in another file (engine/apex_checkpoint.py) ---
     # A helper's file (apex's amp used only for `state_dict`/`load_state_dict`): its top-level
     # functions using it: (positional parameters, the scaler parameter to add, problem or "").
@@ -173,6 +176,7 @@ def _as_data(summary: ModuleSummary) -> dict:
             name: (list(positional), optimizer, scaler, problem)
             for name, (positional, optimizer, scaler, problem) in summary.apex_step_functions.items()
         },
+        "apex_step_relays": dict(summary.apex_step_relays),
         "apex_state_functions": {
             name: (list(positional), scaler, problem)
             for name, (positional, scaler, problem) in summary.apex_state_functions.items()

@@ -163,7 +163,8 @@ class _StepSide(_Planner):
         callers = sorted({c for d in self.decisions.values() for c in d.callers})
         stored = f" (stored as `self.{self.access.name}`)" if self.trainer_classes else ""
         return self._finish(
-            f"Migrate apex.amp to torch.autocast fp16 and torch.amp.GradScaler: {names} takes the GradScaler "
+            f"Migrate apex.amp to torch.autocast fp16 and torch.amp.GradScaler: {names} "
+            f"{'take' if len(self.decisions) > 1 else 'takes'} the GradScaler "
             f"that {', '.join(callers)} creates where `amp.initialize` was, as a new `{self.access.name}` parameter"
             f"{stored}; autocast is enabled when the scaler is"
         )
@@ -222,6 +223,26 @@ class _ParameterAccess:
         for scope in self.scopes:
             func = scope.node
             self.p.builder.replace(func.params, add_parameter(func.params, self.name))
+        self._emit_relays()
+
+    def _emit_relays(self) -> None:
+        """A function relaying the optimizer to a step function (engine/apex_threading._relay)
+        takes the scaler too, and hands it on in each call: `train_epoch(..., scaler=scaler)`."""
+        facts = self.p.ctx.project_index.modules[os.path.abspath(self.p.ctx.path)]
+        functions = {s.name.value: s for s in self.p.module.body if isinstance(s, cst.FunctionDef)}
+        for callee, caller in facts.apex_step_relays.items():
+            if caller not in self.p.decisions or caller not in functions:
+                raise Unfixable(f"`{caller}()`, which hands the optimizer to `{callee}()`, is not a top-level function here")
+            func = functions[caller]
+            self.p.builder.replace(func.params, add_parameter(func.params, self.name))
+            for call in walk(func.body):
+                if isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value == callee:
+                    arg = cst.Arg(
+                        cst.Name(self.name),
+                        keyword=cst.Name(self.name),
+                        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+                    )
+                    self.p.builder.replace(call, rebuild_args(call, [*call.args, arg]))
 
 
 # ---------------------------------------------------------------------------------- A
