@@ -57,3 +57,10 @@ def cli():
         return runner.invoke(main, list(args), input=input, catch_exceptions=False)
 
     return invoke
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under `pytest -n` (pytest-xdist), the `slow` tests first: the long runs start at once and
+    the short tests fill in behind them, instead of a few long ones ending the run alone."""
+    if getattr(config.option, "numprocesses", None):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)

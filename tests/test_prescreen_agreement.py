@@ -86,11 +86,15 @@ def test_screen_and_resolver_agree_on_a_sample_of_torch():
     assert {path: found for path in sample if (found := disagreement(path))} == {}
 
 
+SHARDS = 6  # the whole trees in interleaved shards, so that `pytest -n` runs them side by side
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not TORCH_FILES and not OTHER_TREES, reason="no real tree")
-def test_screen_and_resolver_agree_on_whole_trees():
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_screen_and_resolver_agree_on_whole_trees(shard):
     files = TORCH_FILES + [f for tree in OTHER_TREES for f in tree_files(tree)]
-    assert {path: found for path in files if (found := disagreement(path))} == {}
+    assert {path: found for path in files[shard::SHARDS] if (found := disagreement(path))} == {}
 
 
 def test_the_property_fails_where_the_screen_misses_a_way_of_reaching_a_name(monkeypatch):

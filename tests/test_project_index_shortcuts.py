@@ -63,11 +63,15 @@ def test_a_sample_of_torch_summarizes_the_same():
     assert differences(sample) == []
 
 
+SHARDS = 4  # the whole trees in interleaved shards, so that `pytest -n` runs them side by side
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not TORCH_FILES and not OTHER_TREES, reason="no real tree")
-def test_whole_trees_summarize_the_same():
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_whole_trees_summarize_the_same(shard):
     files = TORCH_FILES + [str(p) for tree in OTHER_TREES for p in sorted(tree.rglob("*.py")) if p.is_file()]
-    assert differences(files) == []
+    assert differences(files[shard::SHARDS]) == []
 
 
 # Shapes at the edge of each byte test: each must be recorded (or not) as the long way says,

@@ -46,7 +46,7 @@ from ampmigrate.config import Settings
 from ampmigrate.engine.runner import Job, RunResult, run_files, write_changes
 from ampmigrate.rules import rule_classes
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("roundtrip_sweep")]
 
 # Variants (CRLF, BOM) are made of changed files up to this size, to bound the sweep's time.
 VARIANT_MAX_BYTES = 256 * 1024
