@@ -135,11 +135,14 @@ class ForwardRegions:
         return looks_like_forward
 
     def _is_barrier(self, statement: cst.CSTNode) -> bool:
+        """A statement no forward region reaches across: a backward, a step, a scaled loss, and
+        the apex setup itself (`model, opt = amp.initialize(model, opt)` passes the model: in a
+        straight-line script the region would otherwise start there, where the scaler goes)."""
         for node in walk(statement):
             if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
                 if node.func.attr.value in ("backward", "step"):
                     return True
-            if any(node is r.node for r in self.refs if r.api in ("scale_loss", "handle.scale_loss")):
+            if any(node is r.node for r in self.refs if r.api in ("scale_loss", "handle.scale_loss", "initialize", "init")):
                 return True
         return False
 
