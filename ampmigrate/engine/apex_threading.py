@@ -469,7 +469,7 @@ def _use_refusal(index: "ProjectIndex", other: str, target: str, function: str, 
     return ""
 
 
-def _step_spellings(index: "ProjectIndex", absolute: str) -> Dict[str, Tuple[str, str]]:
+def step_spellings(index: "ProjectIndex", absolute: str) -> Dict[str, Tuple[str, str]]:
     """{a step function as the file at `absolute` spells it (`do_train`, `trainer.do_train`):
     (B path, function)} for the step functions of files it imports (by name, as a module, `*`)."""
     found: Dict[str, Tuple[str, str]] = {}
@@ -491,7 +491,7 @@ def _targets(index: "ProjectIndex", absolute: str) -> Tuple[List[Tuple[str, str]
     file of the run that scales a loss with apex), and a reason when one is no threadable function."""
     facts = index.modules[absolute]
     imported = {name: module for module, name in facts.from_imports}
-    spelled = _step_spellings(index, absolute) if facts.apex_init_calls else {}
+    spelled = step_spellings(index, absolute) if facts.apex_init_calls else {}
     targets: List[Tuple[str, str]] = []
     callees = [callee for callee, *_ in facts.apex_init_calls]
     for name in facts.apex_name_uses:  # also one not called with the optimizer: `decide` says why

@@ -55,6 +55,8 @@ from ampmigrate.rules.apex._amp_common import (
     Unfixable,
 )
 from ampmigrate.rules.apex._amp_forward import ForwardRegions
+from ampmigrate.engine.apex_threading import step_spellings
+from ampmigrate.rules.apex._keyword_dict import expanded as expanded_keywords
 from ampmigrate.rules.apex._amp_options import (
     INITIALIZE_PARAMS,
     Guard,
@@ -192,6 +194,7 @@ class _Planner(
         early = None if steps else self._fix_without_steps(plan)
         if early is not None:
             return early
+        self._check_scaled_elsewhere()
         if self.fp32:
             self._plan_fp32(steps)
         else:
@@ -202,6 +205,48 @@ class _Planner(
         self._check_nesting()
         kind = "fp32 (O0)" if self.fp32 else "torch.autocast fp16 and torch.amp.GradScaler"
         return self._finish(f"Migrate apex.amp to {kind}")
+
+    def _check_scaled_elsewhere(self) -> None:
+        """A call handing the optimizer `amp.initialize` returned to a function of another file
+        that scales a loss with apex's amp with it (engine/apex_threading.py's B side: fast
+        adversarial training's `attack_pgd(..., opt)` of utils.py): without `amp.initialize`
+        that `amp.scale_loss` raises, so this file cannot migrate before that one takes a
+        GradScaler (the split migration takes only a file that scales no loss itself)."""
+        index = self.ctx.project_index
+        if index is None:
+            return
+        spelled = step_spellings(index, os.path.abspath(self.ctx.path))
+        optimizers = self._initialized_optimizers()
+        if not spelled or not optimizers:
+            return
+        for call in self.names.nodes_of_type(cst.Call):
+            target = spelled.get(_dotted(call.func))
+            if target is None or not any(
+                isinstance(arg.value, cst.Name) and arg.value.value in optimizers for arg in call.args
+            ):
+                continue
+            other, function = target
+            problem = index.modules[other].apex_step_functions[function][3]
+            raise Unfixable(
+                f"line {self._line(call)} hands the optimizer to `{function}()` of {index.relative(other)}, which "
+                "scales a loss with apex's amp: it must take the GradScaler made here, and files that scale a loss "
+                f"themselves are not threaded to another file{f' (there: {problem})' if problem else ''}"
+            )
+
+    def _initialized_optimizers(self) -> Set[str]:
+        """The names the `amp.initialize` calls of the file bind their optimizer to (`model, opt = ...`)."""
+        found: Set[str] = set()
+        for ref in self.refs:
+            if ref.api != "initialize" or ref.call is None:
+                continue
+            assign = self.names.parent(ref.call)
+            if isinstance(assign, cst.Assign) and assign.value is ref.call:
+                for target in assign.targets:
+                    if isinstance(target.target, (cst.Tuple, cst.List)) and len(target.target.elements) > 1:
+                        last = target.target.elements[-1].value
+                        if isinstance(last, cst.Name):
+                            found.add(last.value)
+        return found
 
     def _check_shape(self) -> None:
         """Uses of apex's amp the fix cannot follow stop the plan first."""
@@ -1252,6 +1297,10 @@ class _Planner(
         else:
             self.removal.remove_statement(self.init_line)
         self.handled.add(self.init_line)
+        keyword_dict = expanded_keywords(self.init.call)
+        for statement in keyword_dict.statements if keyword_dict is not None else ():
+            self.removal.remove_statement(statement)  # `amp_args = dict(...)`: only the call read it
+            self.handled.add(statement)
         in_arm = creation if creation and hoist is None and getattr(self.access, "detached_init", None) is None else None
         self._place_alternative_lines(in_arm)  # _multi_init.py
         if hoist is not None:
@@ -1531,6 +1580,16 @@ class _Planner(
 
     def _line(self, node: cst.CSTNode) -> int:
         return self.ctx.position(node).start.line
+
+
+def _dotted(node: cst.BaseExpression) -> str:
+    """`f` or `module.f` as spelled, else ""."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr.value}" if base else ""
+    return ""
 
 
 def _initialize_key(call: cst.Call):

@@ -16,6 +16,7 @@ import libcst as cst
 
 from ampmigrate.analysis.statements import expression_key, is_pure
 from ampmigrate.engine.names import NameIndex
+from ampmigrate.rules.apex._keyword_dict import expanded
 
 # amp.initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model_type=None, ...)
 INITIALIZE_PARAMS = (
@@ -117,10 +118,12 @@ def literal_value(node: Optional[cst.CSTNode]):
 
 
 def bound_arguments(call: cst.Call, params: Tuple[str, ...]) -> Optional[Dict[str, cst.Arg]]:
-    """{parameter: Arg} for a call, or None when it uses `*args`/`**kwargs` or unknown names."""
+    """{parameter: Arg} for a call, or None when it uses `*args`/`**kwargs` or unknown names
+    (a `**amp_args` dict built right before is read as its keywords: _keyword_dict.py)."""
     bound: Dict[str, cst.Arg] = {}
     position = 0
-    for arg in call.args:
+    found = expanded(call) if any(arg.star for arg in call.args) else None
+    for arg in found.arguments if found is not None else call.args:
         if arg.star:
             return None
         if arg.keyword is None:
@@ -224,6 +227,12 @@ def scaler_spec(
     spec = ScalerSpec(levels=set())
     if bound is None:
         spec.error = "its arguments are passed with `*`/`**` or do not match apex's signature"
+        double = next((a for a in call.args if a.star == "**"), None)
+        if double is not None and isinstance(double.value, cst.Name):
+            spec.error = (
+                f"its keywords come from `**{double.value.value}`, which the fix reads only when it is a dict "
+                "(`dict(k=v)` or `{\"k\": v}`) built right before the call, stored into only there and read by nothing else"
+            )
         return spec
     code = module.code_for_node
 
@@ -343,11 +352,11 @@ def scaler_spec(
             given = literal_value(node)
         except ValueError:
             spec.unsafe.append(f"`{name}={code(node).strip()}` is only known at run time")
-            if name in _RUN_TIME_GUARDS and _reread(node):
+            if name in _RUN_TIME_GUARDS:
                 accepted, message = _RUN_TIME_GUARDS[name]
-                spec.guards.append(
-                    Guard(f"{code(node).strip()} not in {accepted.format(q=quote)}", message, spec.unsafe[-1])
-                )
+                test = _outside_test(node, accepted.format(q=quote), code)
+                if test is not None:
+                    spec.guards.append(Guard(test, message, spec.unsafe[-1]))
             continue
         if spec.levels == {"O1"} and name in ("keep_batchnorm_fp32", "master_weights") and given is not None:
             # apex's Properties.__setattr__ (frontend.py) raises RuntimeError for these under O1
@@ -399,6 +408,23 @@ _RUN_TIME_GUARDS = {
         "apex master_weights=False (no fp32 master weights) has no torch.amp equivalent",
     ),
 }
+
+
+def _outside_test(node: cst.BaseExpression, accepted: str, code) -> Optional[str]:
+    """A test of `node`'s value lying outside `accepted` (a tuple display holding None), read
+    again where `amp.initialize` was: `v not in accepted`, and for `v if test else None` (a
+    keyword set only under a test, _keyword_dict.py) `test and v not in accepted`."""
+    if _reread(node):
+        return f"{code(node).strip()} not in {accepted}"
+    if (
+        isinstance(node, cst.IfExp) and isinstance(node.orelse, cst.Name) and node.orelse.value == "None"
+        and _reread(node.body) and is_pure(node.test)
+    ):
+        test = code(node.test).strip()
+        if isinstance(node.test, (cst.BooleanOperation, cst.IfExp)):
+            test = f"({test})"
+        return f"{test} and {code(node.body).strip()} not in {accepted}"
+    return None
 
 
 def _reread(node: cst.BaseExpression) -> bool:

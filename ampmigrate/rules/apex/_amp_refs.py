@@ -24,6 +24,8 @@ from ampmigrate.api import APEX_AMP_API, APEX_AMP_MODULE
 from ampmigrate.engine.context import FileContext
 from ampmigrate.engine.names import Binding, NameIndex
 from ampmigrate.rules.apex._amp_carrier import Carrier, find_carrier
+from ampmigrate.rules.apex._amp_options import INITIALIZE_PARAMS
+from ampmigrate.rules.apex._keyword_dict import register as register_keyword_dict
 from ampmigrate.rules.apex._state_loader_args import mark_state_loader_args
 from ampmigrate.rules.apex._state_params_elsewhere import mark_state_param_args
 
@@ -86,6 +88,9 @@ def _collect(ctx: FileContext) -> AmpUsage:
         if isinstance(parent, cst.Attribute) and parent.value is node and parent not in seen:
             if f"{APEX_AMP_MODULE}.{parent.attr.value}" not in APEX_AMP_API:
                 refs.append(AmpRef(parent, "unknown", _called(names, parent)))
+    for ref in refs:
+        if ref.api == "initialize" and ref.call is not None and any(arg.star for arg in ref.call.args):
+            register_keyword_dict(names, ref.call, INITIALIZE_PARAMS)  # `**amp_args` (_keyword_dict.py)
     slots = _follow_into_functions(ctx, refs)
     mark_state_loader_args(ctx, refs)  # `restart_from_checkpoint(..., amp=apex.amp)` (_state_loader_args.py)
     mark_state_param_args(ctx, refs)  # `state.track_amp_state(amp)` (_state_params_elsewhere.py)
