@@ -129,7 +129,8 @@ def measure_repo(annotation: RepoAnnotation, original: Path, work: Path, args, e
     result = RepoResult(annotation.repo, len(annotation.sites))
     if work.exists():
         shutil.rmtree(work)
-    shutil.copytree(original, work)
+    # a link into a part of the repository outside `scope` (determined's test fixtures) is left out
+    shutil.copytree(original, work, ignore_dangling_symlinks=True)
     before = snapshot(work)
     fixed = run_fix(args.python, args.src, work, args.config, extra, args.jobs)
     result.exit_code = fixed.returncode
