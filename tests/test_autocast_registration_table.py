@@ -10,8 +10,6 @@ import pytest
 
 from ampmigrate.api import AUTOCAST_CUDA_FLOAT_OPS, AUTOCAST_CUDA_HALF_OPS
 
-# Its module-scoped fixture is built once: `pytest -n auto --dist loadgroup` keeps the module on one worker.
-pytestmark = pytest.mark.xdist_group("autocast_registration_table")
 
 CHECK = Path(__file__).resolve().parents[1] / "bench" / "gpu" / "autocast_registrations.py"
 ENTRIES = sorted(

@@ -27,8 +27,6 @@ from conftest import FIXTURES, make_settings
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from big_amp_file import big_file  # noqa: E402
 
-# Its module-scoped fixture is built once: `pytest -n auto --dist loadgroup` keeps the module on one worker.
-pytestmark = pytest.mark.xdist_group("linear_stages")
 
 SOURCES = sorted(p for p in FIXTURES.rglob("*.py") if p.is_file())
 

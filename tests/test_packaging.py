@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging")]  # builds a wheel and a fresh virtual environment
+pytestmark = pytest.mark.slow  # builds a wheel and a fresh virtual environment
 
 LEGACY = "import torch\nwith torch.cuda.amp.autocast():\n    pass\n"
 

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import ROOT
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("precommit")]
+pytestmark = pytest.mark.slow
 
 # What `pip install .` of the hook repository needs.
 PACKAGE_FILES = (".pre-commit-hooks.yaml", "pyproject.toml", "README.md", "ampmigrate", "rules")

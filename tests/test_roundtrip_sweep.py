@@ -46,7 +46,7 @@ from ampmigrate.config import Settings
 from ampmigrate.engine.runner import Job, RunResult, run_files, write_changes
 from ampmigrate.rules import rule_classes
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("roundtrip_sweep")]
+pytestmark = pytest.mark.slow
 
 # Variants (CRLF, BOM) are made of changed files up to this size, to bound the sweep's time.
 VARIANT_MAX_BYTES = 256 * 1024
@@ -145,7 +145,7 @@ def sweep(tmp_path_factory) -> Sweep:
     return Sweep(corpus, originals, result, write_errors, seconds)
 
 
-def test_sweep_summary(sweep):
+def _sweep_summary(sweep):
     result = sweep.result
     changed = result.changed
     print(
@@ -161,7 +161,7 @@ def test_sweep_summary(sweep):
     assert not sweep.write_errors
 
 
-def test_no_internal_errors_and_only_genuine_parse_errors(sweep):
+def _no_internal_errors_and_only_genuine_parse_errors(sweep):
     for error in sweep.result.all_errors:
         message = error.message
         assert "internal error" not in message and "cannot fix" not in message, str(error)
@@ -175,7 +175,7 @@ def test_no_internal_errors_and_only_genuine_parse_errors(sweep):
             assert not _cpython_parses(data), f"{error}: CPython parses this file"
 
 
-def test_files_not_fixed_are_byte_identical(sweep):
+def _files_not_fixed_are_byte_identical(sweep):
     changed = {outcome.path for outcome in sweep.result.changed}
     for outcome in sweep.result.results:
         if outcome.path in changed:
@@ -185,7 +185,7 @@ def test_files_not_fixed_are_byte_identical(sweep):
         assert copy.read_bytes() == sweep.original_bytes(copy), f"{copy} changed though nothing was fixed"
 
 
-def test_changed_files_keep_encoding_line_endings_and_parse(sweep):
+def _changed_files_keep_encoding_line_endings_and_parse(sweep):
     for outcome in sweep.result.changed:
         copy = Path(outcome.path)
         old, new = sweep.original_bytes(copy), copy.read_bytes()
@@ -227,7 +227,7 @@ def second_round(sweep, tmp_path_factory):
     return result, write_errors, expected
 
 
-def test_fixing_again_changes_nothing(sweep, second_round):
+def _fixing_again_changes_nothing(sweep, second_round):
     result, write_errors, expected = second_round
     assert not write_errors
     again = {outcome.path: outcome for outcome in result.results if outcome.path not in expected}
@@ -237,7 +237,7 @@ def test_fixing_again_changes_nothing(sweep, second_round):
         assert outcome.new_text is None, f"{path}: a second fix changed it again (not idempotent)"
 
 
-def test_crlf_and_bom_variants_get_the_same_fix(second_round):
+def _crlf_and_bom_variants_get_the_same_fix(second_round):
     result, _write_errors, expected = second_round
     by_path = {outcome.path: outcome for outcome in result.results}
     for path, want in expected.items():
@@ -311,7 +311,7 @@ def _split_at_probe(text: str):
     return head, tail
 
 
-def test_planted_legacy_code_is_fixed_and_the_rest_kept(probe):
+def _planted_legacy_code_is_fixed_and_the_rest_kept(probe):
     planted, first, _second = probe
     assert len(planted) > 50
     assert all(sum(p.encoding == enc and p.newline == nl for p in planted.values()) > 5 for enc, nl in PLANT_STYLES)
@@ -355,8 +355,25 @@ def test_planted_legacy_code_is_fixed_and_the_rest_kept(probe):
     assert refused < len(planted) / 10
 
 
-def test_planted_fixes_are_idempotent(probe):
+def _planted_fixes_are_idempotent(probe):
     _planted, _first, second = probe
     for outcome in second.results:
         assert not outcome.errors, outcome.errors
         assert outcome.new_text is None, f"{outcome.path}: a second fix changed it again"
+
+
+# One test per expensive fixture: under `pytest -n` (pytest-xdist's load scheduling) the tests of
+# a module may go to different workers, and each would build the module's fixtures again (the
+# sweep alone takes about a minute).
+def test_sweep_of_the_installed_files(sweep, second_round):
+    _sweep_summary(sweep)
+    _no_internal_errors_and_only_genuine_parse_errors(sweep)
+    _files_not_fixed_are_byte_identical(sweep)
+    _changed_files_keep_encoding_line_endings_and_parse(sweep)
+    _fixing_again_changes_nothing(sweep, second_round)
+    _crlf_and_bom_variants_get_the_same_fix(second_round)
+
+
+def test_planted_legacy_code(probe):
+    _planted_legacy_code_is_fixed_and_the_rest_kept(probe)
+    _planted_fixes_are_idempotent(probe)
