@@ -219,15 +219,14 @@ def _run(
     if not found.files and not found.errors:
         click.echo("warning: No Python files found under the given path(s)", err=True)
     project = None
-    root = None
+    root = _project_root(settings, paths)
     if job.mode == "fix":
         # Fixes must not break other modules that import a rewritten name (see engine/project.py).
-        root = _project_root(settings)
         scope = [root] if root else list(paths) or ["."]
         project_files = discover(scope, settings).files
         project = ProjectImports.scan(root or settings.root, [*project_files, *found.files], settings.max_file_size * READ_LIMIT_FACTOR)
     # What each file of the run does for training, for rules that look across files.
-    index_root = root or _project_root(settings) or settings.root
+    index_root = _naming_root(settings, paths, root)
     index_cache = cache.index_path if cache is not None else None
     if index_cache is None or not os.path.exists(index_cache):
         # A cold run: the engine will be needed; a child builds the index while this process
@@ -252,11 +251,47 @@ def _run(
     return result
 
 
-def _project_root(settings: Settings) -> Optional[str]:
-    """The configuration's directory, else the enclosing git repository, else None."""
-    if settings.config_path:
-        return settings.root
-    current = os.path.abspath(os.getcwd())
+def _project_root(settings: Settings, paths: Sequence[str] = ()) -> Optional[str]:
+    """The project of the run, whose files `fix` must not break: the configuration's directory,
+    else the git repository enclosing the working directory, else None. A run from elsewhere
+    (`ampmigrate fix ~/src/project` in another repository or none) takes the git repository
+    enclosing its paths instead, else None."""
+    root = settings.root if settings.config_path else _git_root(os.getcwd())
+    outside = _outside(paths, root or settings.root)
+    if not outside:
+        return root
+    return _git_root(os.path.commonpath(outside))
+
+
+def _naming_root(settings: Settings, paths: Sequence[str], project: Optional[str]) -> str:
+    """The folder the run's dotted module names start from (the project index): the project,
+    else the folder the paths share when they lie outside the working directory, else it.
+    Outside this root a file has no dotted name but its own, so `from pkg.utils import setup`
+    would name no file of the run."""
+    if project is not None:
+        return project
+    outside = _outside(paths, settings.root)
+    return os.path.commonpath(outside) if outside else settings.root
+
+
+def _outside(paths: Sequence[str], folder: str) -> List[str]:
+    """The folders of the `paths` (a file's own folder) that are not in `folder`; devices, pipes
+    and missing paths aside."""
+    folder = os.path.abspath(folder)
+    found = []
+    for path in map(os.path.abspath, paths):
+        if os.path.isfile(path):
+            path = os.path.dirname(path)
+        elif not os.path.isdir(path):
+            continue
+        if path != folder and not path.startswith(folder.rstrip(os.sep) + os.sep):
+            found.append(path)
+    return found
+
+
+def _git_root(start: str) -> Optional[str]:
+    """The nearest folder at or above `start` holding `.git`, else None."""
+    current = os.path.abspath(start)
     while True:
         if os.path.exists(os.path.join(current, ".git")):
             return current
