@@ -117,8 +117,22 @@ def _run(project: Path, *args: str) -> str:
     return done.stdout + done.stderr
 
 
+# The attack scaling with a required optimizer, unguarded: no input gradient's helper that takes
+# an optional scaler (engine/apex_input_gradients.py; the optional, guarded one migrates with
+# the script: tests/test_apex_input_gradient.py).
+REQUIRED = {
+    "utils.py": PROJECT["utils.py"].replace("def attack(model, x, y, opt=None):", "def attack(model, x, y, opt):").replace(
+        "    if opt is not None:\n        with amp.scale_loss(loss, opt) as scaled_loss:\n            scaled_loss.backward()\n"
+        "    else:\n        loss.backward()\n",
+        "    with amp.scale_loss(loss, opt) as scaled_loss:\n        scaled_loss.backward()\n",
+    ),
+    "train.py": PROJECT["train.py"],
+}
+
+
 def test_a_script_handing_its_optimizer_to_another_files_scaled_backward_is_not_migrated_alone(tmp_path):
-    for name, text in PROJECT.items():
+    assert REQUIRED["utils.py"] != PROJECT["utils.py"] and "if opt" not in REQUIRED["utils.py"]
+    for name, text in REQUIRED.items():
         (tmp_path / name).write_text(text)
     report = _run(tmp_path, "check", "--select", "AMP1")
     assert "line 18 hands the optimizer to `attack()` of utils.py, which scales a loss with apex's amp" in report
@@ -136,8 +150,8 @@ def test_without_the_optimizer_handed_on_the_script_migrates(tmp_path):
 
 def test_a_cached_verdict_follows_the_other_file_imported_as_a_module(tmp_path):
     project = {
-        "utils.py": PROJECT["utils.py"],
-        "train.py": PROJECT["train.py"].replace("from utils import attack\n", "import utils\n").replace(
+        "utils.py": REQUIRED["utils.py"],
+        "train.py": REQUIRED["train.py"].replace("from utils import attack\n", "import utils\n").replace(
             "return attack(", "return utils.attack("
         ),
     }
@@ -154,8 +168,8 @@ def test_a_cached_verdict_follows_the_other_file_imported_as_a_module(tmp_path):
     assert "hands the optimizer to `attack()` of utils.py" in check()
     # utils.attack no longer scales with apex: the cached verdict on train.py must not stand
     (tmp_path / "utils.py").write_text(
-        PROJECT["utils.py"].replace("from apex import amp\n", "").replace(
-            "        with amp.scale_loss(loss, opt) as scaled_loss:\n            scaled_loss.backward()\n", "        loss.backward()\n"
+        REQUIRED["utils.py"].replace("from apex import amp\n", "").replace(
+            "    with amp.scale_loss(loss, opt) as scaled_loss:\n        scaled_loss.backward()\n", "    loss.backward()\n"
         )
     )
     assert "hands the optimizer" not in check()

@@ -67,6 +67,26 @@ def summarize_threading(tree: ast.Module, summary: "ModuleSummary") -> None:
         _initializer(tree, summary, amp_names, uses)
     elif "scale_loss" in apis and not inits:
         _step_functions(tree, summary, amp_names, uses)
+    elif len(inits) == 1:
+        _gradient_calls(tree, summary, amp_names, inits[0])
+
+
+def _gradient_calls(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[str], init: ast.Attribute) -> None:
+    """A file that sets apex up and scales its own losses: the calls after its `amp.initialize`
+    passing the optimizer it returns (to an input-gradient function of another file,
+    engine/apex_input_gradients.py)."""
+    from ampmigrate.engine.apex_input_gradients import optimizer_calls
+
+    function = _enclosing_top_function(tree, init)
+    if function is None and not any(n is init for n in _own_nodes(tree)):
+        return
+    scope = function if function is not None else tree
+    call = _parent_call(scope, init)
+    assign = next((s for s in ast.walk(scope) if isinstance(s, ast.Assign) and s.value is call), None) if call else None
+    target = assign.targets[0] if assign is not None and len(assign.targets) == 1 else None
+    if not (isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2 and isinstance(target.elts[1], ast.Name)):
+        return
+    summary.apex_gradient_calls = optimizer_calls(scope, call.lineno, target.elts[1].id, amp_names)
 
 
 def _apex_amp_names(tree: ast.Module) -> Set[str]:
@@ -205,9 +225,17 @@ def _step_functions(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[s
             continue
         positional = _params(function)
         problem, optimizer = _step_problem(tree, function, scales, uses, amp_names, module_level_import)
+        if problem == _NO_STEP and optimizer:  # an input gradient's helper? (engine/apex_input_gradients.py)
+            from ampmigrate.engine.apex_input_gradients import input_gradient_problem
+
+            problem = input_gradient_problem(tree, function, optimizer, scales)
+            if not problem:
+                summary.apex_gradient_functions.append(function.name)
+        elif problem == _NO_STEP:
+            problem = f"`{optimizer}.step()` is not called in `{function.name}()`"
         if not problem and not scaler:
             problem = "every usual name for the scaler is taken in this file"
-        if not problem and _loaded(tree, function.name):
+        if not problem and function.name not in summary.apex_gradient_functions and _loaded(tree, function.name):
             relay = _relay(tree, function, optimizer, amp_names)
             if relay is None:
                 problem = f"`{function.name}()` is also used in its own file, where no GradScaler is made"
@@ -224,6 +252,9 @@ def _step_functions(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[s
         summary.apex_step_functions.update(classes)
     if outside:
         summary.apex_step_functions["<other>"] = ([], "", "", "`amp.scale_loss` is used outside a top-level function")
+
+
+_NO_STEP = "no step"  # `_step_problem`'s answer for a function that never steps its optimizer
 
 
 def _step_problem(tree, function: ast.FunctionDef, scales, uses, amp_names, module_level_import) -> Tuple[str, str]:
@@ -267,7 +298,7 @@ def _step_problem(tree, function: ast.FunctionDef, scales, uses, amp_names, modu
         and n.func.value.id == optimizer
     ]
     if not steps:
-        return f"`{optimizer}.step()` is not called in `{function.name}()`", ""
+        return _NO_STEP, optimizer
     if not any(
         isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in positional and n.lineno < call.lineno
         for n in ast.walk(function)
@@ -373,6 +404,10 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
                     f"`{caller}()` there should call once it takes the GradScaler"
                 )
         return decide(index, path, caller)
+    if summary is not None and function in summary.apex_gradient_functions:
+        from ampmigrate.engine.apex_input_gradients import decide_input_gradient
+
+        return decide_input_gradient(index, path, function)
     record = summary.apex_step_functions.get(function) if summary is not None else None
     here = index.relative(absolute)
     if record is None:
@@ -543,7 +578,7 @@ def threading_key(index: "ProjectIndex", path: str) -> str:
     facts = index.modules.get(absolute)
     if facts is None:
         return ""
-    involved = bool(facts.apex_step_functions or facts.apex_init_function)
+    involved = bool(facts.apex_step_functions or facts.apex_init_function or facts.apex_gradient_calls)
     step_names = index.__dict__.get("_apex_step_names")
     if step_names is None:
         step_names = index.__dict__["_apex_step_names"] = frozenset(
@@ -566,11 +601,11 @@ def threading_key(index: "ProjectIndex", path: str) -> str:
         spelled = {name for p in step_files for name in index.module_names(p)}
         parts = [resolution_key(index, step_files)]
         for other, summary in sorted(index.modules.items()):
-            if summary.apex_step_functions or summary.apex_init_function:
+            if summary.apex_step_functions or summary.apex_init_function or summary.apex_gradient_calls:
                 parts.append(
                     repr((other, sorted(summary.apex_step_functions.items()), summary.apex_init_function,
-                          summary.apex_init_problem, summary.apex_init_calls,
-                          index.apex_sources.get(other, ("",))[0]))
+                          summary.apex_init_problem, summary.apex_init_calls, summary.apex_gradient_functions,
+                          summary.apex_gradient_calls, index.apex_sources.get(other, ("",))[0]))
                 )
             imported = [(m, n) for m, n in summary.from_imports if n in steps or f"{m}.{n}" in spelled]
             plain = [m for m in (*summary.module_imports, *summary.star_imports) if m in spelled]

@@ -48,7 +48,7 @@ from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 20
+_FORMAT = 21
 
 
 @dataclass
@@ -112,6 +112,12 @@ class ModuleSummary:
     # {step function: the top-level function of the same file that calls it, relaying the
     # optimizer it is given (itself among `apex_step_functions`, called by the A sides)}.
     apex_step_relays: Dict[str, str] = field(default_factory=dict)
+    # Step functions that never step: an input gradient's helper, optimizer optional
+    # (engine/apex_input_gradients.py); and, in a file that sets apex up and scales its own
+    # losses, the calls after `amp.initialize` passing its optimizer: (callee, line, position or
+    # -1, keyword or "").
+    apex_gradient_functions: List[str] = field(default_factory=list)
+    apex_gradient_calls: List[Tuple[str, int, int, str]] = field(default_factory=list)
     # --- apex.amp checkpoint helpers in another file (engine/apex_checkpoint.py) ---
     # A helper's file (apex's amp used only for `state_dict`/`load_state_dict`): its top-level
     # functions using it: (positional parameters, the scaler parameter to add, problem or "").
@@ -177,6 +183,8 @@ def _as_data(summary: ModuleSummary) -> dict:
             for name, (positional, optimizer, scaler, problem) in summary.apex_step_functions.items()
         },
         "apex_step_relays": dict(summary.apex_step_relays),
+        "apex_gradient_functions": list(summary.apex_gradient_functions),
+        "apex_gradient_calls": [tuple(item) for item in summary.apex_gradient_calls],
         "apex_state_functions": {
             name: (list(positional), scaler, problem)
             for name, (positional, scaler, problem) in summary.apex_state_functions.items()
@@ -287,6 +295,7 @@ class ProjectIndex:
         summary.checkpoint_savers = {k: (list(v[0]), list(v[1])) for k, v in summary.checkpoint_savers.items()}
         summary.scaler_param_uses = {k: (list(v[0]), dict(v[1])) for k, v in summary.scaler_param_uses.items()}
         summary.apex_init_calls = [tuple(item) for item in summary.apex_init_calls]
+        summary.apex_gradient_calls = [tuple(item) for item in summary.apex_gradient_calls]
         summary.apex_step_functions = {k: (list(v[0]), *v[1:]) for k, v in summary.apex_step_functions.items()}
         summary.apex_state_functions = {k: (list(v[0]), *v[1:]) for k, v in summary.apex_state_functions.items()}
         summary.apex_name_uses = {k: tuple(v) for k, v in summary.apex_name_uses.items()}

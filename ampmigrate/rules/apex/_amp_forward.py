@@ -137,8 +137,13 @@ class ForwardRegions:
     def _is_barrier(self, statement: cst.CSTNode) -> bool:
         """A statement no forward region reaches across: a backward, a step, a scaled loss, and
         the apex setup itself (`model, opt = amp.initialize(model, opt)` passes the model: in a
-        straight-line script the region would otherwise start there, where the scaler goes)."""
+        straight-line script the region would otherwise start there, where the scaler goes),
+        and a call handing the scaler to an input gradient's helper of another file, which runs
+        its own backward under its own autocast (_input_gradient_threading.py)."""
+        gradient_calls = {id(call) for call, _, _ in getattr(self, "gradient_calls", ())}
         for node in walk(statement):
+            if id(node) in gradient_calls:
+                return True
             if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
                 if node.func.attr.value in ("backward", "step"):
                     return True

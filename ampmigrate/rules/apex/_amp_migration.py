@@ -55,7 +55,6 @@ from ampmigrate.rules.apex._amp_common import (
     Unfixable,
 )
 from ampmigrate.rules.apex._amp_forward import ForwardRegions
-from ampmigrate.engine.apex_threading import step_spellings
 from ampmigrate.rules.apex._keyword_dict import expanded as expanded_keywords
 from ampmigrate.rules.apex._amp_options import (
     INITIALIZE_PARAMS,
@@ -207,30 +206,19 @@ class _Planner(
         return self._finish(f"Migrate apex.amp to {kind}")
 
     def _check_scaled_elsewhere(self) -> None:
-        """A call handing the optimizer `amp.initialize` returned to a function of another file
-        that scales a loss with apex's amp with it (engine/apex_threading.py's B side: fast
-        adversarial training's `attack_pgd(..., opt)` of utils.py): without `amp.initialize`
-        that `amp.scale_loss` raises, so this file cannot migrate before that one takes a
-        GradScaler (the split migration takes only a file that scales no loss itself)."""
-        index = self.ctx.project_index
-        if index is None:
-            return
-        spelled = step_spellings(index, os.path.abspath(self.ctx.path))
-        optimizers = self._initialized_optimizers()
-        if not spelled or not optimizers:
-            return
-        for call in self.names.nodes_of_type(cst.Call):
-            target = spelled.get(_dotted(call.func))
-            if target is None or not any(
-                isinstance(arg.value, cst.Name) and arg.value.value in optimizers for arg in call.args
-            ):
-                continue
-            other, function = target
-            problem = index.modules[other].apex_step_functions[function][3]
+        """Calls handing the optimizer `amp.initialize` returned to a function of another file
+        that scales a loss with apex's amp with it: an input gradient's helper (fast adversarial
+        training's `attack_pgd(..., opt)` of utils.py) then takes the GradScaler made here
+        (`self.gradient_calls`, passed in `_plan_fp16`); any other stops the plan
+        (_input_gradient_threading.py)."""
+        from ampmigrate.rules.apex._input_gradient_threading import gradient_calls
+
+        self.gradient_calls = gradient_calls(self, self._initialized_optimizers())
+        if self.gradient_calls and self.fp32:
+            call, (_, function), _ = self.gradient_calls[0]
             raise Unfixable(
-                f"line {self._line(call)} hands the optimizer to `{function}()` of {index.relative(other)}, which "
-                "scales a loss with apex's amp: it must take the GradScaler made here, and files that scale a loss "
-                f"themselves are not threaded to another file{f' (there: {problem})' if problem else ''}"
+                f"line {self._line(call)} hands the optimizer to `{function}()` of another file, which scales a "
+                "loss with apex's amp; under O0 no GradScaler is made here to hand it"
             )
 
     def _initialized_optimizers(self) -> Set[str]:
@@ -1011,10 +999,12 @@ class _Planner(
         )
 
         helpers = helper_calls(self)  # checkpoint helpers of other files taking the scaler
-        scaler_scopes.extend(self._function_scope(call) for call, _, _ in helpers)
+        gradients = getattr(self, "gradient_calls", [])  # input gradients' helpers (_input_gradient_threading.py)
+        scaler_scopes.extend(self._function_scope(call) for call, _, _ in [*helpers, *gradients])
         self.access = self._scaler_access(scaler_scopes)
         self.scaler_scopes = scaler_scopes
         pass_scaler(self, helpers)
+        pass_scaler(self, gradients, "which scales the loss of its input gradient with it")
         regions: List[Tuple[Region, Step]] = []
         for step in steps:
             self._plan_step_calls(step, steps)

@@ -153,8 +153,8 @@ def _local_helpers(planner: _Planner) -> Dict[str, Tuple[str, str]]:
     return state_helpers_called(planner.ctx.project_index, planner.ctx.path)
 
 
-def pass_scaler(planner: _Planner, calls) -> None:
-    """`helper(...)` -> `helper(..., scaler=<the scaler there>)`."""
+def pass_scaler(planner: _Planner, calls, what: str = "which saves or loads its state") -> None:
+    """`helper(...)` -> `helper(..., scaler=<the scaler there>)`; the note says `what` the helper does with it."""
     passed = getattr(planner, "helpers_passed", set())
     init = getattr(planner, "init", None)
     home = getattr(planner, "home", None)
@@ -177,7 +177,7 @@ def pass_scaler(planner: _Planner, calls) -> None:
     planner.helpers_passed = passed
     if calls:
         names = ", ".join(dict.fromkeys(f"`{key[1]}()`" for _, key, _ in calls))
-        planner._note(f"the scaler is passed to {names} (another file), which saves or loads its state")
+        planner._note(f"the scaler is passed to {names} (another file), {what}")
 
 
 def check_passed(planner: _Planner) -> None:

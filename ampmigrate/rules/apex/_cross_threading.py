@@ -39,6 +39,7 @@ from ampmigrate.rules.apex._amp_migration import (
     NO_STEP_REASON,
     _Planner,
 )
+from ampmigrate.rules.apex._input_gradient_threading import is_input_gradient
 from ampmigrate.rules.apex._scaler_access import ScalerAccess, add_parameter
 from ampmigrate.source import SourceError, SourceFile
 
@@ -57,8 +58,11 @@ def group_check(ctx: FileContext, path: str, function: str) -> Tuple[Optional[st
         decision = decide(index, path, function)
         problem = None if decision.migrate else decision.reason
         unsafe: List[str] = []
+        # An input gradient's callers scale their own losses: the in-file planner is theirs.
+        gradient = function in index.modules[key[0]].apex_gradient_functions
+        factory = _side_or_in_file if gradient else None
         for member in (key[0], *decision.caller_paths) if problem is None else ():
-            reason, member_unsafe = _plan_elsewhere(ctx, member)
+            reason, member_unsafe = _plan_elsewhere(ctx, member, factory)
             if reason is not None:
                 problem = f"{index.relative(member)} cannot be migrated with it: {reason}"
                 break
@@ -91,6 +95,10 @@ def _plan_elsewhere(ctx: FileContext, path: str, factory=None) -> Tuple[Optional
     if plan.fix is None:
         return plan.reason or "nothing to migrate", []
     return None, list(planner.unsafe)
+
+
+def _side_or_in_file(ctx: FileContext) -> _Planner:
+    return split_planner(ctx) or _Planner(ctx)
 
 
 def split_planner(ctx: FileContext) -> Optional[_Planner]:
@@ -169,6 +177,14 @@ class _StepSide(_Planner):
             f"{stored}; autocast is enabled when the scaler is"
         )
 
+    def _plan_step_calls(self, step, all_steps) -> None:
+        """An input gradient's helper steps nothing (engine/apex_input_gradients.py)."""
+        name = getattr(step.function.node, "name", None)
+        if name is not None and is_input_gradient(self, name.value):
+            step.steps = []
+            return
+        super()._plan_step_calls(step, all_steps)
+
     def _scaler_access(self, scopes: List[Scope]) -> ScalerAccess:
         if self.trainer_classes:
             from ampmigrate.rules.apex._trainer_class import TrainerAccess
@@ -207,7 +223,14 @@ class _ParameterAccess:
         return None
 
     def autocast_enabled(self, at: cst.CSTNode) -> Optional[str]:
+        if self._optional(self.p._function_scope(at)):  # called without it too: fp32 there
+            return f"{self.name} is not None and {self.name}.is_enabled()"
         return f"{self.name}.is_enabled()"  # the caller's opt level, carried by the scaler
+
+    def _optional(self, scope: Scope) -> bool:
+        """`scope` is an input gradient's helper, whose scaler defaults to None."""
+        name = getattr(scope.node, "name", None)
+        return name is not None and is_input_gradient(self.p, name.value)
 
     def model_keys(self, function: Scope, depth: int = 0):
         """The parameters named like a model (`model`, `net`, `generator_model`): what the caller
@@ -222,7 +245,7 @@ class _ParameterAccess:
     def emit(self) -> None:
         for scope in self.scopes:
             func = scope.node
-            self.p.builder.replace(func.params, add_parameter(func.params, self.name))
+            self.p.builder.replace(func.params, add_parameter(func.params, self.name, optional=self._optional(scope)))
         self._emit_relays()
 
     def _emit_relays(self) -> None:
