@@ -64,7 +64,8 @@ def input_gradient_problem(tree: ast.Module, function: ast.FunctionDef, optimize
     for node in ast.walk(function):
         if isinstance(node, ast.Name) and node.id == optimizer and id(node) not in guarded and not _tested(node, parents):
             return f"`{name}()` uses `{optimizer}` otherwise than to scale the loss, which the GradScaler does not stand in for"
-    index = positional.index(next(a for a in positional if a.arg == optimizer)) if optimizer in {a.arg for a in positional} else -1
+    names = [a.arg for a in positional]
+    index = names.index(optimizer) if optimizer in names else -1
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
             call = _called(tree, node)

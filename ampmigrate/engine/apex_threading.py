@@ -225,14 +225,12 @@ def _step_functions(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[s
             continue
         positional = _params(function)
         problem, optimizer = _step_problem(tree, function, scales, uses, amp_names, module_level_import)
-        if problem == _NO_STEP and optimizer:  # an input gradient's helper? (engine/apex_input_gradients.py)
+        if problem == _NO_STEP:  # an input gradient's helper? (engine/apex_input_gradients.py)
             from ampmigrate.engine.apex_input_gradients import input_gradient_problem
 
             problem = input_gradient_problem(tree, function, optimizer, scales)
             if not problem:
                 summary.apex_gradient_functions.append(function.name)
-        elif problem == _NO_STEP:
-            problem = f"`{optimizer}.step()` is not called in `{function.name}()`"
         if not problem and not scaler:
             problem = "every usual name for the scaler is taken in this file"
         if not problem and function.name not in summary.apex_gradient_functions and _loaded(tree, function.name):

@@ -261,9 +261,12 @@ class ScalerAccess:
         "__main__":` holding a script's settings, then `if not IS_CHECK_RESULT:` around
         `amp.initialize`), the scaler is made inside that arm instead, its test no condition of the
         scaler: only when every use of the scaler lies in that arm too; else the fix refuses."""
-        # The creation's keywords read names too (`init_scale=... float(args.loss_scale)`).
+        # The creation's keywords read names too (`init_scale=... float(args.loss_scale)`), and so
+        # does its `enabled=` (`amp.initialize(..., enabled=enabled)`, `enabled` set in the arm).
         keyword_reads = set()
-        for _, code in getattr(self.p.spec, "keywords", ()):
+        codes = [code for _, code in getattr(self.p.spec, "keywords", ())]
+        codes += [conjunct.code for conjunct in getattr(self.p.spec, "enabled", ())]
+        for code in codes:
             try:
                 keyword_reads |= {n.value for n in walk(cst.parse_expression(code)) if isinstance(n, cst.Name)}
             except cst.ParserSyntaxError:
