@@ -35,9 +35,6 @@ import ast
 import os
 from typing import TYPE_CHECKING, Dict, List, Optional, Set
 
-from ampmigrate.engine.caller_uses import uses
-from ampmigrate.engine.import_resolution import importers
-
 if TYPE_CHECKING:
     from ampmigrate.engine.apex_threading import Decision
     from ampmigrate.engine.project_index import ProjectIndex
@@ -127,7 +124,7 @@ def decide_input_gradient(index: "ProjectIndex", path: str, function: str) -> "D
     every file of the run using it must call it only with the optimizer its own `amp.initialize`
     returned, in the parameter the function scales with (each such file then passes its
     GradScaler); a file without `amp.initialize`, or calling it otherwise, stops both sides."""
-    from ampmigrate.engine.apex_threading import Decision, _use_refusal
+    from ampmigrate.engine.apex_threading import Decision, followed_uses
 
     absolute = os.path.abspath(path)
     summary = index.modules[absolute]
@@ -137,19 +134,10 @@ def decide_input_gradient(index: "ProjectIndex", path: str, function: str) -> "D
         return Decision(False, f"in {here}: {problem}")
     callers: List[str] = []
     paths: List[str] = []
-    for other, how in importers(index, absolute):
-        where = index.relative(other)
-        if how.ambiguity(function):
-            return Decision(
-                False, f"{where} imports `{how.ambiguity(function)}`, which may be {here} or another file of the run, so its "
-                f"calls of `{function}()` cannot be followed"
-            )
-        if function not in how.names and not how.module and not how.star:
-            continue
-        found = uses(index, other, absolute, function)
-        refusal = _use_refusal(index, other, absolute, function, found)
+    for other, _, found, refusal in followed_uses(index, absolute, function):
         if refusal:
             return Decision(False, refusal)
+        where = index.relative(other)
         slot = positional.index(optimizer) if optimizer in positional else -1
         given_one = [c for c in found.calls if c.unpacks or 0 <= slot < c.positional or optimizer in c.keywords]
         if not given_one:

@@ -327,7 +327,7 @@ def _relay(tree: ast.Module, function: ast.FunctionDef, optimizer: str, amp_name
     calls = [n for n in ast.walk(caller) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == function.name]
     if len(calls) != len(loads):
         return None  # the step function is used in it otherwise than called
-    params, position = _params(function), _params(function).index(optimizer)
+    position = _params(function).index(optimizer)
     carried = set()
     for call in calls:
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
@@ -415,19 +415,10 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
         return Decision(False, f"in {here}: {problem}")
     callers: List[str] = []
     paths: List[str] = []
-    for other, how in importers(index, absolute):
-        where = index.relative(other)
-        if how.ambiguity(function):
-            return Decision(
-                False, f"{where} imports `{how.ambiguity(function)}`, which may be {here} or another file of the run, so its "
-                f"calls of `{function}()` cannot be followed"
-            )
-        if function not in how.names and not how.module and not how.star:
-            continue
-        found = uses(index, other, absolute, function)
-        refusal = _use_refusal(index, other, absolute, function, found)
+    for other, how, found, refusal in followed_uses(index, absolute, function):
         if refusal:
             return Decision(False, refusal)
+        where = index.relative(other)
         if not found.calls and function not in how.names:
             continue  # imports the module and never names `function`
         if not found.calls and function not in index.imported_from(other):
@@ -483,6 +474,23 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
     if not callers:
         return Decision(False, f"no file of the run calls `{function}()` from {here} after `amp.initialize`")
     return Decision(True, "", optimizer, scaler, tuple(callers), tuple(paths))
+
+
+def followed_uses(index: "ProjectIndex", absolute: str, function: str):
+    """Each file of the run that may use `function` of the module at `absolute`: (the file, how it
+    imports the module, its uses (engine/caller_uses.py), why they cannot be followed or "")."""
+    here = index.relative(absolute)
+    for other, how in importers(index, absolute):
+        if how.ambiguity(function):
+            yield other, how, None, (
+                f"{index.relative(other)} imports `{how.ambiguity(function)}`, which may be {here} or another file of the "
+                f"run, so its calls of `{function}()` cannot be followed"
+            )
+            continue
+        if function not in how.names and not how.module and not how.star:
+            continue
+        found = uses(index, other, absolute, function)
+        yield other, how, found, _use_refusal(index, other, absolute, function, found)
 
 
 def _use_refusal(index: "ProjectIndex", other: str, target: str, function: str, found) -> str:
