@@ -39,7 +39,8 @@ class ForwardRegions:
         first = region.statements[0]
         torch = self._torch(first)
         dtype = f"{torch}.float16"
-        enabled = self.access.autocast_enabled(first)
+        half_name = getattr(self, "half_feed_enabled", {}).get(id(first))  # _multi_init.py: no scaler in reach
+        enabled = f"{half_name}.dtype == {dtype}" if half_name else self.access.autocast_enabled(first)
         args = f'{self.ctx.string("cuda").value}, dtype={dtype}' + (f", enabled={enabled}" if enabled else "")
         header = self.ctx.parse_statement(f"with {torch}.autocast({args}):\n    pass\n")
         assert isinstance(header, cst.With)

@@ -208,17 +208,37 @@ class MultiInits:
             return False
         return self._function_scope(value) is not getattr(self, "home", None)  # a fresh local: not apex's model
 
-    def _statements_of(self, calls: List[cst.Call]) -> Optional[List[cst.SimpleStatementLine]]:
-        """The statement of each call, where each can take a `with` of its own (see below)."""
+    def _statements_of(self, calls: List[cst.Call], half_name: Optional[str] = None) -> Optional[List[cst.SimpleStatementLine]]:
+        """The statement of each call, where each can take a `with` of its own (see below). Where
+        the scaler is out of reach (a `validate()` apart from the function making it) and the half
+        value is the name `half_name`, the region is on exactly when that value is half:
+        `enabled=<half_name>.dtype == torch.float16` (`half_feed_enabled`), as apex's fp16 model
+        took it."""
         statements: List[cst.SimpleStatementLine] = []
+        by_dtype: List[cst.SimpleStatementLine] = []
         for call in calls:
             line = next((a for a in self.names.ancestors(call) if isinstance(a, cst.BaseStatement)), None)
             if not isinstance(line, cst.SimpleStatementLine) or not isinstance(self.names.parent(line), cst.IndentedBlock):
                 return None
-            if self._in_planned_region(line) or not self._enabled_spellable(line):
+            if self._in_planned_region(line):
                 return None
+            if not self._enabled_spellable(line):
+                if half_name is None or not self._reads_unchanged(line, half_name):
+                    return None
+                by_dtype.append(line)
             statements.append(line)
+        self.half_feed_enabled = {**getattr(self, "half_feed_enabled", {}), **{id(line): half_name for line in by_dtype}}
         return statements
+
+    def _reads_unchanged(self, line: cst.SimpleStatementLine, name: str) -> bool:
+        """`line` reads `name` as a plain local it does not also bind (the region's `enabled=`
+        reads it before the statement runs)."""
+        binds = any(
+            isinstance(n, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.NamedExpr))
+            and any(isinstance(t, cst.Name) and t.value == name for t in walk(getattr(n, "target", n)))
+            for n in walk(line)
+        )
+        return not binds
 
     def _half_feed_statements(self, cast: cst.Call) -> Optional[List[cst.SimpleStatementLine]]:
         """The statements where the half value meets a network (`output = model(image)` after
@@ -243,6 +263,7 @@ class MultiInits:
                 arg = self.names.parent(self._derived_value(load))  # `model(image.cuda())`
                 if isinstance(arg, cst.Arg) and self._model_like_call(self.names.parent(arg)):
                     calls.append(self.names.parent(arg))
+            return self._statements_of(calls, half_name=target.value) or None
         return self._statements_of(calls) or None
 
     def _enabled_spellable(self, at: cst.CSTNode) -> bool:
