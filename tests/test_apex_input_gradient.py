@@ -99,7 +99,13 @@ def test_an_evaluation_script_calling_the_helper_without_an_optimizer_does_not_s
     [
         # an optimizer from a file with no apex: no GradScaler there to pass with it
         ("def attack(model, x, y, opt):\n    return fgsm_direction(model, x, y, 0.1, opt)\n",
-         "hands `fgsm_direction()` an optimizer and sets up no apex of its own"),
+         "hands `fgsm_direction()` an optimizer, and is not a file that sets apex up and scales its own losses"),
+        # apex set up, but no loss scaled here: an evaluation script (the split shape's A side)
+        ("import torch\nfrom apex import amp\n\n\ndef evaluate(model, x, y):\n"
+         "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+         '    model, opt = amp.initialize(model, opt, opt_level="O1")\n'
+         "    return fgsm_direction(model, x, y, 0.1, opt)\n",
+         "is not a file that sets apex up and scales its own losses"),
         # a value that is no call: the new parameter cannot follow it
         ("ATTACKS = [fgsm_direction]\n", "uses `fgsm_direction()` otherwise than by calling it"),
     ],
