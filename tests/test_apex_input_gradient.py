@@ -99,13 +99,13 @@ def test_an_evaluation_script_calling_the_helper_without_an_optimizer_does_not_s
     [
         # an optimizer from a file with no apex: no GradScaler there to pass with it
         ("def attack(model, x, y, opt):\n    return fgsm_direction(model, x, y, 0.1, opt)\n",
-         "hands `fgsm_direction()` an optimizer, and is not a file that sets apex up and scales its own losses"),
+         "hands `fgsm_direction()` an optimizer, but not from the function calling its `amp.initialize`"),
         # apex set up, but no loss scaled here: an evaluation script (the split shape's A side)
         ("import torch\nfrom apex import amp\n\n\ndef evaluate(model, x, y):\n"
          "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
          '    model, opt = amp.initialize(model, opt, opt_level="O1")\n'
          "    return fgsm_direction(model, x, y, 0.1, opt)\n",
-         "is not a file that sets apex up and scales its own losses"),
+         "in a file that also scales its own losses"),
         # a value that is no call: the new parameter cannot follow it
         ("ATTACKS = [fgsm_direction]\n", "uses `fgsm_direction()` otherwise than by calling it"),
     ],
@@ -165,3 +165,34 @@ def test_its_own_file_may_call_it_only_without_the_optimizer():
     keyword = GUARDED + "\n\ndef train(model, x, optimizer):\n    return grad(model, x, opt=optimizer)\n"
     assert "called with an optimizer in its own file" in _problem(keyword)
     assert "otherwise than by calling it" in _problem(GUARDED + "\nHELPERS = [grad]\n")
+
+
+def test_a_cached_verdict_on_the_helper_follows_the_script(tmp_path):
+    """The helper's result depends on how the script calls it (engine/apex_threading.threading_key
+    folds the script's `apex_gradient_calls` in): a warm run after the script changes decides again."""
+    import subprocess
+    import sys
+
+    project = _copy(tmp_path)
+
+    def check() -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "ampmigrate", "check", "--exit-zero", "--select", "AMP101", "--output-format", "json",
+             "--cache-dir", str(tmp_path / "cache"), "."],
+            cwd=project, env={"PYTHONPATH": str(Path(__file__).resolve().parents[1]), "PATH": "/usr/bin:/bin"},
+            capture_output=True, text=True, check=False,
+        )
+        return done.stdout
+
+    assert '"no_fix_reason": null' in check() and "no_fix_reason\": \"" not in check()  # cold, then warm
+    # the script now hands the helper the optimizer inside a nested function: no longer followed
+    script = (project / "train.py").read_text()
+    (project / "train.py").write_text(script.replace(
+        "        delta = fgsm_direction(model, x, y, args.eps, opt)\n",
+        "        attack = lambda: fgsm_direction(model, x, y, args.eps, opt)\n        delta = attack()\n",
+    ))
+    import json
+
+    helper = [f for f in json.loads(check()) if f["filename"].endswith("attacks.py")]
+    assert helper and helper[0]["fix"] is None  # the helper's cached fix does not stand
+    assert "hands `fgsm_direction()` an optimizer, but not from the function calling its `amp.initialize`" in helper[0]["no_fix_reason"]

@@ -146,8 +146,9 @@ def decide_input_gradient(index: "ProjectIndex", path: str, function: str) -> "D
         calls = [c for c in facts.apex_gradient_calls if c[0] in found.spellings]
         if not calls:
             return Decision(
-                False, f"{where} hands `{function}()` an optimizer, and is not a file that sets apex up and scales its "
-                "own losses (whose GradScaler it would pass with it)"
+                False, f"{where} hands `{function}()` an optimizer, but not from the function calling its "
+                "`amp.initialize`, after it, in a file that also scales its own losses: the one shape whose GradScaler "
+                "is passed on"
             )
         for _, line, position, keyword in calls:
             given = keyword or (positional[position] if 0 <= position < len(positional) else "")
