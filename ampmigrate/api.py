@@ -357,6 +357,11 @@ APEX_FP16_UTILS: Dict[str, str] = _apex_names(
 APEX_FP16_UTILS["apex.optimizers.FP16_Optimizer"] = "FP16_Optimizer"
 APEX_FP16_UTILS["apex.optimizers.fp16_optimizer.FP16_Optimizer"] = "FP16_Optimizer"
 
+# apex.contrib still ships FusedAdam's FP16_Optimizer (NVIDIA/apex apex/contrib/optimizers/fp16_optimizer.py,
+# present at 6424da3, July 2026): not removed, but the same recipe as apex.fp16_utils' (an fp16 model,
+# fp32 master weights, manual loss scaling), which torch.amp replaces.
+APEX_CONTRIB_FP16_OPTIMIZERS: Dict[str, str] = _apex_names("apex.contrib.optimizers", ("fp16_optimizer",), ("FP16_Optimizer",))
+
 APEX_OPTIMIZERS: Dict[str, str] = _apex_names(
     "apex.optimizers",
     ("fused_adam", "fused_sgd", "fused_lamb", "fused_novograd", "fused_adagrad", "fused_mixed_precision_lamb"),

@@ -113,6 +113,7 @@ class ClassSite:
     node: cst.CSTNode
     code: str
     short: str  # "FusedAdam"
+    qname: str = ""  # "apex.optimizers.FusedAdam"
 
 
 @dataclass(eq=False)
@@ -208,7 +209,7 @@ class _Planner:
     def _qualified(self, uses: List[Tuple[cst.CSTNode, str]]) -> ClassGroup:
         group = ClassGroup([])
         for node, qname in uses:
-            group.sites.append(ClassSite(node, self.mappings[qname].code, qname.rsplit(".", 1)[1]))
+            group.sites.append(ClassSite(node, self.mappings[qname].code, qname.rsplit(".", 1)[1], qname))
         builder = FixBuilder("", SAFE, frozenset(site.code for site in group.sites))
         self.needs_torch = False
         messages: List[str] = []
@@ -242,7 +243,7 @@ class _Planner:
     def _imported(self, binding: Binding, uses: List[Tuple[cst.CSTNode, str]]) -> ClassGroup:
         mapping = self.mappings[binding.qname]
         short = binding.qname.rsplit(".", 1)[1]
-        group = ClassGroup([ClassSite(node, mapping.code, short) for node, _ in uses])
+        group = ClassGroup([ClassSite(node, mapping.code, short, binding.qname) for node, _ in uses])
         builder = FixBuilder("", SAFE, frozenset({mapping.code}))
         self.needs_torch = False
         try:
@@ -274,7 +275,7 @@ class _Planner:
     def _unused_import(self, binding: Binding) -> ClassGroup:
         mapping = self.mappings[binding.qname]
         short = binding.qname.rsplit(".", 1)[1]
-        group = ClassGroup([ClassSite(binding.node, mapping.code, short)])
+        group = ClassGroup([ClassSite(binding.node, mapping.code, short, binding.qname)])
         if rule_doc(mapping.code).fix == "none":
             group.reason = "imported but never used here; remove the import"
             return group

@@ -1,4 +1,5 @@
-"""AMP106: apex.fp16_utils (FP16_Optimizer, network_to_half, ...), removed in May 2025.
+"""AMP106: apex.fp16_utils (FP16_Optimizer, network_to_half, ...), removed in May 2025, and the
+FP16_Optimizer apex.contrib still ships (the same recipe, which torch.amp replaces).
 
 Besides the names themselves, `optimizer.backward(loss)` on an FP16_Optimizer (a local or a
 `self.` attribute assigned one in this file) is reported: it is the scaled backward the migration
@@ -7,7 +8,7 @@ has to replace, often in another method than the wrapper's construction.
 
 import libcst as cst
 
-from ampmigrate.api import APEX_FP16_UTILS
+from ampmigrate.api import APEX_CONTRIB_FP16_OPTIMIZERS, APEX_FP16_UTILS
 from ampmigrate.rules.apex._class_migration import ClassSite, Mapping, report_class_sites
 from ampmigrate.rules.base import Rule
 
@@ -32,9 +33,10 @@ _WHAT = {
 }
 
 _FP16_OPTIMIZERS = frozenset(q for q, short in APEX_FP16_UTILS.items() if short == "FP16_Optimizer")
+_CONTRIB = frozenset(APEX_CONTRIB_FP16_OPTIMIZERS)
 
 MAPPINGS = {
-    qname: Mapping("AMP106", None, (0, 0), None, reason=_REASON) for qname in APEX_FP16_UTILS
+    qname: Mapping("AMP106", None, (0, 0), None, reason=_REASON) for qname in (*APEX_FP16_UTILS, *_CONTRIB)
 }
 
 
@@ -49,15 +51,28 @@ class ApexFp16Utils(Rule):
             func = call.func
             if not (isinstance(func, cst.Attribute) and func.attr.value == "backward" and call.args):
                 continue
-            if ctx.names.instance_classes(func.value) & _FP16_OPTIMIZERS:
+            classes = ctx.names.instance_classes(func.value)
+            if classes & _FP16_OPTIMIZERS:
                 ctx.report(
                     func,
                     f"`{ctx.code(func).strip()}(...)` is apex FP16_Optimizer's scaled backward, removed with "
                     "apex.fp16_utils in May 2025; " + _WHAT["FP16_Optimizer"],
                     no_fix_reason=_REASON,
                 )
+            elif classes & _CONTRIB:
+                ctx.report(
+                    func,
+                    f"`{ctx.code(func).strip()}(...)` is the scaled backward of apex.contrib's FP16_Optimizer, "
+                    "apex's legacy fp16 recipe; " + _WHAT["FP16_Optimizer"],
+                    no_fix_reason=_REASON,
+                )
 
     @staticmethod
     def message(site: ClassSite) -> str:
         instead = _WHAT.get(site.short, "use torch.amp (autocast and GradScaler)")
+        if site.qname in _CONTRIB:
+            return (
+                "`apex.contrib.optimizers.FP16_Optimizer` is apex's legacy fp16 recipe (an fp16 model, fp32 master "
+                f"weights, manual loss scaling), which torch.amp replaces; {instead}"
+            )
         return f"`apex.fp16_utils.{site.short}` was removed from apex in May 2025, so this no longer runs; {instead}"
