@@ -53,19 +53,12 @@ class ApexFp16Utils(Rule):
                 continue
             classes = ctx.names.instance_classes(func.value)
             if classes & _FP16_OPTIMIZERS:
-                ctx.report(
-                    func,
-                    f"`{ctx.code(func).strip()}(...)` is apex FP16_Optimizer's scaled backward, removed with "
-                    "apex.fp16_utils in May 2025; " + _WHAT["FP16_Optimizer"],
-                    no_fix_reason=_REASON,
-                )
+                what = "apex FP16_Optimizer's scaled backward, removed with apex.fp16_utils in May 2025"
             elif classes & _CONTRIB:
-                ctx.report(
-                    func,
-                    f"`{ctx.code(func).strip()}(...)` is the scaled backward of apex.contrib's FP16_Optimizer, "
-                    "apex's legacy fp16 recipe; " + _WHAT["FP16_Optimizer"],
-                    no_fix_reason=_REASON,
-                )
+                what = "the scaled backward of apex.contrib's FP16_Optimizer, apex's legacy fp16 recipe"
+            else:
+                continue
+            ctx.report(func, f"`{ctx.code(func).strip()}(...)` is {what}; " + _WHAT["FP16_Optimizer"], no_fix_reason=_REASON)
 
     @staticmethod
     def message(site: ClassSite) -> str:
