@@ -30,6 +30,7 @@ from ampmigrate.analysis.statements import (
 )
 from ampmigrate.api import CLIP_GRAD
 from ampmigrate.rules.apex._amp_common import Step, Unfixable
+from ampmigrate.rules.apex._class_input_gradient import class_input_gradient
 from ampmigrate.rules.apex._optimizer_alias import optimizer_aliases
 from ampmigrate.rules.apex._presence import Unsupported, simplify
 from ampmigrate.rules.apex._regions import NoRegion, autocast_regions
@@ -40,6 +41,9 @@ class StepRewrites:
     def _plan_step_calls(self, step: Step, all_steps: List[Step]) -> None:
         found: List[cst.Call] = []
         if self._micro_step(step, all_steps):  # _delayed_micro_steps.py: no step of its own
+            step.steps = []
+            return
+        if class_input_gradient(self, step, all_steps):  # _class_input_gradient.py: steps nothing
             step.steps = []
             return
         for optimizer in step.optimizers:

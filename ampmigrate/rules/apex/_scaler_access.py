@@ -308,12 +308,19 @@ class ScalerAccess:
 
     def _else_default_fits(self, outer: Branch) -> bool:
         """The scaler can be made in the arm of `outer` with a disabled one in a new `else:` of it:
-        a plain `if` (no `else`/`elif`) whose body holds `amp.initialize`, a local scaler of a
-        function, every use after that `if` in the function's own block."""
+        a plain `if` (no `else`/`elif`) whose body holds `amp.initialize`, a statement of the
+        function's own block; the scaler a local of that function (every use after the `if`), or
+        an attribute made in `__init__` (ART's estimators: `if self._use_amp:` computing
+        `enabled` before `amp.initialize`; every other method runs after `__init__`)."""
         statement = outer.statement
         if not outer.taken or statement.orelse is not None or isinstance(self.names.parent(statement), cst.If):
             return False
-        if self.mode != "local" or self.home.kind != "function" or self.threaded or self.detached_init is not None:
+        if self.home.kind != "function" or self.threaded or self.detached_init is not None:
+            return False
+        if self.mode == "attribute":
+            if self.home.node.name.value != "__init__" or self.default_init is not None:
+                return False
+        elif self.mode != "local":
             return False
         block = self.names.parent(statement)
         if not isinstance(block, cst.IndentedBlock) or block is not self.home.node.body:
