@@ -488,9 +488,12 @@ class ScalerAccess:
             return carried_autocast_enabled(self.p, at)  # under the test that chose apex there
         if self.default_init is not None and (self.in_place or self.p._function_scope(at) is not self.home):
             return f"{self.expression(at)}.is_enabled()"
+        scope = self.p._function_scope(at)
+        if scope in self.optional and not self.conditions:
+            # a call without the scaler ran no apex here (fp32), as a disabled scaler would
+            return f"{self.expression(at)} is not None and {self.expression(at)}.is_enabled()"
         if not self.conditions:
             return None
-        scope = self.p._function_scope(at)
         here = {b.key for b in self.p._branches(at, scope.node)}
         if self.enabled_keys <= here:
             return None

@@ -6,8 +6,10 @@ apex=None)`, called by `train()` after `amp.initialize` and by `valid()`/`test()
 train; a call that is not threaded keeps its arguments when every scaled backward, step and other
 apex use of the function sits under one `if` that call cannot enter. That is read from the call's
 literal arguments (and the defaults of those it does not give): `if mode in ["train"]:` with
-`mode="valid"`, `if apex:` with `apex` left at `None`. Anything else that is unknown (a variable
-argument, a test that calls something) keeps the old refusal.
+`mode="valid"`, `if apex:` with `apex` left at `None`; a test may also read a local the function
+binds once, at its top level, from such an expression of parameters that are never rebound
+(MadryLab robustness' `is_train = (loop_type == 'train')`, then `if is_train:`). Anything else that
+is unknown (a variable argument, a test that calls something) keeps the old refusal.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def scalerless_calls(planner, scope, caller) -> Optional[List[cst.Call]]:
             if planner._function_scope(call) is not caller:
                 continue
             values = _argument_values(function, call)
+            if values is not None:
+                values.update(_derived_locals(scope, values))
             if values is None or not any(_evaluate(test, values) is (not taken) for test, taken in guards):
                 return None
             found.append(call)
@@ -99,6 +103,43 @@ def _argument_values(function: cst.FunctionDef, call: cst.Call) -> Optional[Dict
         else:
             return None
     return values
+
+
+def _derived_locals(scope, values: Dict[str, object]) -> Dict[str, object]:
+    """{local: its value} for the locals bound once, by a top-level `name = <expression>` of the
+    function, from parameters bound nowhere else (`is_train = (loop_type == 'train')`)."""
+    derived: Dict[str, object] = {}
+    for statement in scope.node.body.body:
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+            continue
+        assign = statement.body[0]
+        if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)):
+            continue
+        name = assign.targets[0].target.value
+        if name in values or len(scope.bindings.get(name, [])) != 1:
+            continue
+        reads = {n.value for n in _names(assign.value)} - {"True", "False", "None"}
+        if not reads or any(r not in values or len(scope.bindings.get(r, [])) != 1 for r in reads):
+            continue
+        known = {**values, **derived}
+        value = _evaluate(assign.value, known)
+        derived[name] = value if value is not _UNKNOWN else _value(assign.value, known)
+    return derived
+
+
+def _names(node: cst.CSTNode) -> List[cst.Name]:
+    found: List[cst.Name] = []
+
+    class _Collect(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.append(name)
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+            found.append(cst.Name("__attribute__"))  # `args.train`: not a plain parameter
+            return False
+
+    node.visit(_Collect())
+    return found
 
 
 def _literal(node: cst.BaseExpression) -> object:
