@@ -584,3 +584,50 @@ def test_a_helper_handed_apex_module_refuses(tmp_path):
     (tmp_path / "run.py").write_text(text)
     reasons = _refused(tmp_path)
     assert "`prepare()` is handed apex's amp module at line 22" in reasons["run.py"]
+
+
+MAIN_GUARD = FIXTURES / "AMP101" / "setup_helper_main_guard.project"
+
+
+def test_a_helper_called_in_a_scripts_main_block_makes_the_scaler_there(tmp_path):
+    """UCSNet's `model, optimizer, ... = distribute_model(args)` in `if __name__ == "__main__":`,
+    apex set up under a test of a global of the script: the scaler follows the call in the block,
+    the test spelled as the block reads it; `main()` reads the global scaler."""
+    project = _copy(tmp_path, MAIN_GUARD)
+    _fix(project)
+    text = (project / "train.py").read_text()
+    assert _apex_free(text) and "amp.initialize" not in text
+    assert (
+        '    model, optimizer, train_loader = distribute_model(args)\n'
+        "    scaler = torch.amp.GradScaler(\n"
+        '        "cuda",\n'
+        '        enabled=is_distributed and args.sync_bn and args.opt_level != "O0",\n'
+        "    )\n"
+        "    main(args, model, optimizer, train_loader)\n"
+    ) in text
+    assert '        with torch.autocast("cuda", dtype=torch.float16, enabled=scaler.is_enabled()):\n' in text
+    _compiles_and_is_stable(project)
+
+
+def test_a_global_the_caller_shadows_cannot_be_spelled_there(tmp_path):
+    project = _copy(tmp_path, MAIN_GUARD)
+    _edit(
+        project / "train.py",
+        'if __name__ == "__main__":\n    model, optimizer, train_loader = distribute_model(args)\n    main(args, model, optimizer, train_loader)\n',
+        "def run():\n    is_distributed = False\n    model, optimizer, train_loader = distribute_model(args)\n"
+        "    main(args, model, optimizer, train_loader)\n    return is_distributed\n",
+    )
+    reasons = _refused(project)
+    assert "sets apex up under a test (`is_distributed`) that cannot be spelled in its caller's terms" in reasons["train.py"]
+
+
+def test_a_main_block_calling_the_training_before_the_helper_refuses(tmp_path):
+    """The training function would read the global scaler before the block makes it."""
+    project = _copy(tmp_path, MAIN_GUARD)
+    _edit(
+        project / "train.py",
+        "    model, optimizer, train_loader = distribute_model(args)\n",
+        "    main(args, None, None, [])\n    model, optimizer, train_loader = distribute_model(args)\n",
+    )
+    reasons = _refused(project)
+    assert "cannot be created right after `distribute_model()`: code outside the `if`" in reasons["train.py"]

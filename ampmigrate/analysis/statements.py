@@ -218,6 +218,19 @@ def elif_chain(statement: cst.If) -> List[cst.If]:
     return links
 
 
+def is_main_guard(node: cst.CSTNode) -> bool:
+    """`node` is `if __name__ == "__main__":` (either way round) with no `else`."""
+    if not (isinstance(node, cst.If) and node.orelse is None and isinstance(node.test, cst.Comparison)):
+        return False
+    test = node.test
+    if len(test.comparisons) != 1 or not isinstance(test.comparisons[0].operator, cst.Equal):
+        return False
+    sides = [test.left, test.comparisons[0].comparator]
+    names = [s for s in sides if isinstance(s, cst.Name) and s.value == "__name__"]
+    strings = [s for s in sides if isinstance(s, cst.SimpleString) and s.evaluated_value == "__main__"]
+    return len(names) == 1 and len(strings) == 1
+
+
 def expression_key(expression: cst.CSTNode) -> str:
     """A spelling of an expression that ignores formatting (for comparing `if` tests)."""
     code = cst.Module([]).code_for_node(expression)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Set, Tuple
 import libcst as cst
 
 from ampmigrate.analysis.bool_flags import bool_names, is_bool
-from ampmigrate.analysis.statements import Branch, condition_code, elif_chain, is_pure, walk
+from ampmigrate.analysis.statements import Branch, condition_code, elif_chain, is_main_guard, is_pure, walk
 from ampmigrate.engine.context import rebuild_args
 from ampmigrate.engine.names import Binding, Scope
 from ampmigrate.rules.apex._amp_carrier import CARRIED_NAME, carried_autocast_enabled, carrier_scopes
@@ -72,7 +72,7 @@ class ScalerAccess:
                     raise Unfixable("the scaler would be needed outside the class whose method calls `amp.initialize`")
                 self.helper_calls[scope] = calls
                 self.threaded.append(scope)
-            if isinstance(self.home.node, cst.FunctionDef) and self.home.node.decorators:
+            if isinstance(self.home.node, cst.FunctionDef) and not _runs_on_instance(self.home.node):
                 raise Unfixable(
                     f"`amp.initialize` runs in `{self.home.node.name.value}()`, a decorated method (a classmethod "
                     "or staticmethod builds no `self`): the scaler has no instance to live on"
@@ -274,6 +274,14 @@ class ScalerAccess:
         while conditions:
             outer = conditions[0]
             arm = outer.statement.body if outer.taken else outer.statement.orelse
+            if (
+                self.home.kind == "module" and outer.taken and is_main_guard(outer.statement)
+                and self._only_run_in_arm(arm, conditions[1:], use_scopes)
+            ):
+                # a script's `if __name__ == "__main__":` whose functions using the scaler run only
+                # from the arm: the scaler is made in it, not `enabled=__name__ == "__main__"` before it
+                conditions = conditions[1:]
+                continue
             inner_reads = {n.value for b in conditions[1:] for n in walk(b.test) if isinstance(n, cst.Name) and n in self.names.loads}
             # a name every binding of which (where the scaler is made) is in the arm: unbound there
             bound_inside = set()
@@ -674,6 +682,14 @@ class ScalerAccess:
             if arg.keyword is not None:
                 builder.replace(arg.keyword, cst.Name(self.name))
             self.p.handled.add(ref.node)
+
+
+def _runs_on_instance(func: cst.FunctionDef) -> bool:
+    """`func` runs with the instance as its first argument: a plain method, or a property's
+    setter (inferno's `@mixed_precision.setter`, `trainer.mixed_precision = True`)."""
+    return all(
+        isinstance(d.decorator, cst.Attribute) and d.decorator.attr.value == "setter" for d in func.decorators
+    )
 
 
 def add_parameter(params: cst.Parameters, name: str, optional: bool = False) -> cst.Parameters:

@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ampmigrate.analysis.statements import is_pure
+from ampmigrate.analysis.statements import is_main_guard, is_pure
 from ampmigrate.diagnostics import SAFE, Fix
 from ampmigrate.engine.apex_setup_helper import (
     Helper,
@@ -384,11 +384,15 @@ class _CallerSide(_Planner):
         owner = self.home.parent
         if owner is not None and owner.kind == "class":  # a method of a top-level class: `self.scaler`
             owner = owner.parent
-        if self.home.kind != "function" or owner is not self.names.module_scope:
-            raise Unfixable(f"`{self.helper.name}()` is not called in a top-level function or a method of a top-level class")
+        if self.home.kind == "module":
+            pass  # a script's top level (OVANet's `G, C1, ..., opt_g, opt_c, ... = get_models(inputs)`)
+        elif self.home.kind != "function" or owner is not self.names.module_scope:
+            raise Unfixable(f"`{self.helper.name}()` is not called at a script's top level, in a top-level function or in a method of a top-level class")
         for ancestor in self.names.ancestors(line):
             if ancestor is self.home.node:
                 break
+            if self.home.kind == "module" and is_main_guard(ancestor) and self.names.parent(ancestor) is self.home.node:
+                continue  # `if __name__ == "__main__":` at a script's top level runs once, as the top level does
             if isinstance(ancestor, (cst.If, cst.For, cst.While, cst.Try, cst.ExceptHandler, cst.Finally, cst.Else)):
                 raise Unfixable(f"`{self.helper.name}()` is called under an `if`, a loop or a `try`")
         self.spec = self._spec(call, target)
@@ -461,6 +465,18 @@ class _CallerSide(_Planner):
                 bound[name] = arg.value
         return bound
 
+    def _shared_global(self, name: str) -> bool:
+        """`name` means the same in the helper and at its call: a global of this file (UCSNet's
+        `is_distributed`) that neither the helper nor the caller binds, the helper in this file."""
+        module = self.names.module_scope
+        if not self.same_file or not module.bindings.get(name):
+            return False
+        helpers = [s for s in self.names.scopes if s.parent is module and getattr(s.node, "name", None) is not None
+                   and isinstance(s.node, cst.FunctionDef) and s.node.name.value == self.helper.name]
+        if len(helpers) != 1 or name in helpers[0].bindings:
+            return False
+        return self.home is module or name not in self.home.bindings
+
     def _spec(self, call: cst.Call, target: cst.BaseExpression) -> ScalerSpec:
         helper = self.helper
         bound = self._bound(call)
@@ -499,6 +515,9 @@ class _CallerSide(_Planner):
                     roots.add(root.value)
                 code = self.ctx.code(given).strip()
                 return code if isinstance(given, _ATOMIC) else f"({code})"
+            if isinstance(node, ast.Name) and self._shared_global(node.id):
+                roots.add(node.id)
+                return node.id
             if isinstance(node, ast.Attribute):
                 return f"{operand(node.value)}.{node.attr}"
             if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
@@ -646,5 +665,9 @@ class _CallerSide(_Planner):
         if creation is None:
             return
         if self.access.hoist_before is not None or getattr(self.access, "detached_init", None) is not None:
-            raise Unfixable(f"the GradScaler cannot be created right after `{self.helper.name}()`")
+            raise Unfixable(
+                f"the GradScaler cannot be created right after `{self.helper.name}()`: code outside the `if` around "
+                "that call, or run before it, uses the scaler"
+            )
         self.builder.insert_after(self.init_line, self.ctx.parse_statement(creation + "\n"))
+
