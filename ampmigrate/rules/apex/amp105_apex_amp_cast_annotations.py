@@ -46,13 +46,13 @@ class ApexAmpCastAnnotations(Rule):
                 ctx.report(ref.node, self.message(ref), no_fix_reason="the name `torch` is taken in this file")
                 continue
             quote = ctx.quote
-            fix = ctx.fix(f"Use `@torch.amp.custom_fwd(device_type=\"cuda\", cast_inputs=torch.{dtype})`")
-            fix.replace(
-                ref.node,
-                ctx.parse_expression(
-                    f"{torch}.amp.custom_fwd(device_type={quote}cuda{quote}, cast_inputs={torch}.{dtype})"
-                ),
-            )
+            if _decorated(ctx, ref)[0].name.value == "backward":
+                fix = ctx.fix("Use `@torch.amp.custom_bwd(device_type=\"cuda\")`")
+                replacement = f"{torch}.amp.custom_bwd(device_type={quote}cuda{quote})"
+            else:
+                fix = ctx.fix(f"Use `@torch.amp.custom_fwd(device_type=\"cuda\", cast_inputs=torch.{dtype})`")
+                replacement = f"{torch}.amp.custom_fwd(device_type={quote}cuda{quote}, cast_inputs={torch}.{dtype})"
+            fix.replace(ref.node, ctx.parse_expression(replacement))
             if needs_import:
                 fix.require_import("torch")
             removal = Removal(ctx.names)
@@ -103,21 +103,51 @@ class ApexAmpCastAnnotations(Rule):
         decorator = ctx.names.parent(ref.node)
         if not isinstance(decorator, cst.Decorator) or decorator.decorator is not ref.node:
             return "only `@amp.half_function`/`@amp.float_function` on an autograd.Function's forward is rewritten"
-        func = ctx.names.parent(decorator)
-        cls = ctx.names.enclosing(func, cst.ClassDef) if isinstance(func, cst.FunctionDef) else None
-        if (
-            not isinstance(func, cst.FunctionDef)
-            or func.name.value != "forward"
-            or cls is None
-            or ctx.names.parent(ctx.names.parent(func)) is not cls
-            or not any(ctx.names.qualified_names(base.value) & _AUTOGRAD_FUNCTION for base in cls.bases)
-        ):
+        func, cls = _decorated(ctx, ref)
+        if func is not None and func.name.value == "backward" and cls is not None:
+            # custom_bwd runs the backward as custom_fwd ran the forward (autocast off); its
+            # gradients arrive in the dtype custom_fwd's outputs had, which apex cast them to
+            if _forward_annotated(ctx, ref.api, cls):
+                return None
+            return (
+                f"`@amp.{ref.api}` on `backward` is rewritten only beside the same annotation on the class's "
+                "`forward` (`custom_bwd` then runs the backward as `custom_fwd` ran the forward)"
+            )
+        if func is None or func.name.value != "forward" or cls is None:
             return (
                 "on a plain function there is no torch decorator with apex's behaviour (custom_fwd expects an "
                 "autograd.Function's forward); cast the inputs by hand or call it under "
                 '`torch.autocast("cuda", enabled=False)`'
             )
         return None
+
+
+def _decorated(ctx, ref: AmpRef) -> Tuple[Optional[cst.FunctionDef], Optional[cst.ClassDef]]:
+    """The method `ref` decorates and its class, a subclass of torch.autograd.Function; (None,
+    None) for anything else (the method without a class when it is not one)."""
+    decorator = ctx.names.parent(ref.node)
+    func = ctx.names.parent(decorator) if isinstance(decorator, cst.Decorator) else None
+    if not isinstance(func, cst.FunctionDef):
+        return None, None
+    cls = ctx.names.enclosing(func, cst.ClassDef)
+    if (
+        cls is None
+        or ctx.names.parent(ctx.names.parent(func)) is not cls
+        or not any(ctx.names.qualified_names(base.value) & _AUTOGRAD_FUNCTION for base in cls.bases)
+    ):
+        return func, None
+    return func, cls
+
+
+def _forward_annotated(ctx, api: str, cls: cst.ClassDef) -> bool:
+    """`cls`'s `forward` carries `@amp.<api>` too (it becomes `custom_fwd` with the same dtype)."""
+    usage = amp_usage(ctx.file)
+    for other in usage.refs:
+        if other.api == api:
+            func, owner = _decorated(ctx, other)
+            if owner is cls and func is not None and func.name.value == "forward":
+                return True
+    return False
 
 
 def _registration_autocast_keeps(ctx, ref: AmpRef) -> Optional[Tuple[cst.BaseSmallStatement, str]]:
