@@ -32,6 +32,7 @@ from ampmigrate.engine.fixer import _is_docstring
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._amp_common import Step, Unfixable
 from ampmigrate.rules.apex._amp_options import literal_value
+from ampmigrate.rules.apex._scalerless_calls import argument_values, evaluate
 
 
 def _first_param(scope: Scope) -> Optional[str]:
@@ -334,6 +335,7 @@ class MethodWindows:
         if not _plain_method(method) or _first_param(method) != self_name:
             raise Unfixable(f"`{method.node.name.value}()` steps the optimizer but is not a plain method on `{self_name}`")
         self._check_nothing_read_after(step, method)
+        self._drop_guards_the_stepper_passes(step, method)
         self._check_guard_portable(step)
         self._step_methods[step] = method
         self._note(
@@ -485,6 +487,28 @@ class MethodWindows:
                         f"but the optimizer steps in `{method.node.name.value}()`; the fix cannot tell how often "
                         "it runs per step"
                     )
+
+    def _drop_guards_the_stepper_passes(self, step: Step, method: Scope) -> None:
+        """An `if` around `amp.scale_loss` that tests parameters of its method (inferno's
+        `apply_model_and_loss(self, inputs, target, backward=True, mode=None)` with `if backward:`)
+        holds wherever the step's method calls it with literals that pass it (`backward=True`):
+        it is no condition there, so the step does not test it again."""
+        calls = [node for node in walk(method.node) if self._self_method_call(node, method) is step.function]
+        params = step.function.node.params
+        names = {p.name.value for p in (*params.params, *params.kwonly_params)[1:]}
+        if not calls:
+            return
+        kept = []
+        for branch in step.branches:
+            reads = {n.value for n in walk(branch.test) if isinstance(n, cst.Name)}
+            if reads & names and all(
+                (values := argument_values(step.function.node, call, method=True)) is not None
+                and evaluate(branch.test, values) is branch.taken
+                for call in calls
+            ):
+                continue
+            kept.append(branch)
+        step.branches = kept
 
     def _check_guard_portable(self, step: Step) -> None:
         """The `if`s around `amp.scale_loss` may be tested again in the step's method: they must

@@ -37,10 +37,10 @@ def scalerless_calls(planner, scope, caller) -> Optional[List[cst.Call]]:
             call = names.parent(ref)
             if planner._function_scope(call) is not caller:
                 continue
-            values = _argument_values(function, call)
+            values = argument_values(function, call)
             if values is not None:
                 values.update(_derived_locals(scope, values))
-            if values is None or not any(_evaluate(test, values) is (not taken) for test, taken in guards):
+            if values is None or not any(evaluate(test, values) is (not taken) for test, taken in guards):
                 return None
             found.append(call)
     return found or None
@@ -81,13 +81,14 @@ def _common_guards(planner, scope) -> List[tuple]:
     return list((common or {}).values())
 
 
-def _argument_values(function: cst.FunctionDef, call: cst.Call) -> Optional[Dict[str, object]]:
+def argument_values(function: cst.FunctionDef, call: cst.Call, method: bool = False) -> Optional[Dict[str, object]]:
     """{parameter: the literal value the call gives it (or its default)}; `_UNKNOWN` for a value
-    that is not a literal; None when the call unpacks arguments."""
+    that is not a literal; None when the call unpacks arguments. `method`: a call through the
+    instance, which gives no value for the first parameter."""
     params = function.params
     if params.posonly_params or isinstance(params.star_arg, cst.Param) or params.star_kwarg is not None:
         return None
-    positional = list(params.params)
+    positional = list(params.params)[1:] if method else list(params.params)
     values: Dict[str, object] = {}
     for param in (*positional, *params.kwonly_params):
         values[param.name.value] = _literal(param.default) if param.default is not None else _UNKNOWN
@@ -122,7 +123,7 @@ def _derived_locals(scope, values: Dict[str, object]) -> Dict[str, object]:
         if not reads or any(r not in values or len(scope.bindings.get(r, [])) != 1 for r in reads):
             continue
         known = {**values, **derived}
-        value = _evaluate(assign.value, known)
+        value = evaluate(assign.value, known)
         derived[name] = value if value is not _UNKNOWN else _value(assign.value, known)
     return derived
 
@@ -154,17 +155,17 @@ def _literal(node: cst.BaseExpression) -> object:
         return _UNKNOWN
 
 
-def _evaluate(test: cst.BaseExpression, values: Dict[str, object]) -> object:
+def evaluate(test: cst.BaseExpression, values: Dict[str, object]) -> object:
     """True/False where the test's value follows from the parameters' literal values; else
     `_UNKNOWN`. Only names of parameters, literals, `not`, `and`/`or` and comparisons."""
     if isinstance(test, cst.Name) and test.value in values:
         value = values[test.value]
         return _UNKNOWN if value is _UNKNOWN else bool(value)
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = _evaluate(test.expression, values)
+        inner = evaluate(test.expression, values)
         return _UNKNOWN if inner is _UNKNOWN else not inner
     if isinstance(test, cst.BooleanOperation):
-        left, right = _evaluate(test.left, values), _evaluate(test.right, values)
+        left, right = evaluate(test.left, values), evaluate(test.right, values)
         if isinstance(test.operator, cst.And):
             if left is False or right is False:
                 return False
