@@ -231,7 +231,7 @@ def test_hand_migrated_bf16_without_scaler_is_equivalent(cli, monkeypatch, tmp_p
 def test_wrong_learning_rate_is_not_equivalent(cli, monkeypatch, tmp_path):
     project = project_with_after(tmp_path / "legacy_transformer", "wrong_lr.py")
 
-    result, data = run_verify(cli, monkeypatch, project, "train.py", "--after", "wrong_lr.py", "--steps", "60", "--runs", "2")
+    result, data = run_verify(cli, monkeypatch, project, "train.py", "--after", "wrong_lr.py", "--steps", "40", "--runs", "2")
 
     assert result.exit_code == 1, result.output
     assert data["verdict"] == "not equivalent"
