@@ -495,7 +495,9 @@ class MethodWindows:
         it is no condition there, so the step does not test it again."""
         calls = [node for node in walk(method.node) if self._self_method_call(node, method) is step.function]
         params = step.function.node.params
-        names = {p.name.value for p in (*params.params, *params.kwonly_params)[1:]}
+        bindings = step.function.bindings
+        # the parameters the method never rebinds: their value at the test is the call's
+        names = {p.name.value for p in (*params.params, *params.kwonly_params)[1:] if len(bindings.get(p.name.value, [])) == 1}
         if not calls:
             return
         kept = []

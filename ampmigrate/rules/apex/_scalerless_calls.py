@@ -39,6 +39,8 @@ def scalerless_calls(planner, scope, caller) -> Optional[List[cst.Call]]:
                 continue
             values = argument_values(function, call)
             if values is not None:
+                # a parameter the function rebinds (`mode = mode.lower()`) may differ at the test
+                values = {k: v if len(scope.bindings.get(k, [])) == 1 else _UNKNOWN for k, v in values.items()}
                 values.update(_derived_locals(scope, values))
             if values is None or not any(evaluate(test, values) is (not taken) for test, taken in guards):
                 return None
