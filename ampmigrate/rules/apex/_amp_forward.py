@@ -53,6 +53,20 @@ class ForwardRegions:
         for statement in region.statements[1:]:
             self.builder.remove(statement)
 
+    def _instance_attribute_bindings(self, node: cst.Attribute) -> list:
+        """`self.attr = ...` bindings of the method's class, or, in a method of a subclass in this
+        file of the class the scaler lives on, that class's (the model it sets, `self.model`)."""
+        found = self.names.self_attribute_bindings(node)
+        if found or not isinstance(node.value, cst.Name):
+            return found
+        access = getattr(self, "access", None)
+        if getattr(access, "mode", None) != "attribute" or not hasattr(access, "derives_from"):
+            return found
+        cls = self.names.method_class_scope(node.value)
+        if cls is not None and cls is not access.cls and access.derives_from(cls, access.cls):
+            return access.cls.self_attrs.get(node.attr.value, [])
+        return found
+
     def _model_test(self, function: Scope):
         """A statement runs the model: calls it (`model(x)`, `model.module(x)`, `model.forward(x)`)
         or passes it to a call (`loss = compute_loss(model, batch)`); other methods
@@ -67,7 +81,7 @@ class ForwardRegions:
             if isinstance(node, cst.Name):
                 return node.value in keys and node in self.names.loads
             if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
-                return f"self.{node.attr.value}" in keys and bool(self.names.self_attribute_bindings(node))
+                return f"self.{node.attr.value}" in keys and bool(self._instance_attribute_bindings(node))
             if holder is not None and isinstance(node, cst.Attribute) and isinstance(node.value, cst.Attribute):
                 # `self.GAN.G` in a class holding the scaler's class as `self.GAN`
                 inner = node.value
@@ -103,7 +117,7 @@ class ForwardRegions:
                 and node.attr.value in model_names
                 and isinstance(node.value, cst.Attribute)
                 and isinstance(node.value.value, cst.Name)
-                and bool(self.names.self_attribute_bindings(node.value))
+                and bool(self._instance_attribute_bindings(node.value))
             )
 
         def looks_like_forward(statement: cst.CSTNode) -> bool:
@@ -120,7 +134,7 @@ class ForwardRegions:
                     if bindings and all(b.scope is function and b.kind in ("param", "assign", "for", "with") for b in bindings):
                         return True
                 if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
-                    if self.names.self_attribute_bindings(func):
+                    if self._instance_attribute_bindings(func):
                         return True
                     if self._self_method_call(node, function) is not None:
                         return True  # `outputs = self.batch_outputs(batch)`: a method of the class
@@ -128,7 +142,7 @@ class ForwardRegions:
                     isinstance(func, cst.Attribute)
                     and isinstance(func.value, cst.Attribute)
                     and isinstance(func.value.value, cst.Name)
-                    and self.names.self_attribute_bindings(func.value)
+                    and self._instance_attribute_bindings(func.value)
                 ):
                     return True  # `loss = self._state.model(inputs)`: a network a held container keeps
             return False

@@ -60,9 +60,22 @@ class ScalerAccess:
         # trainer's `self.GAN = StyleGAN2(...)`): {class scope: attribute}; they spell the
         # scaler `self.GAN.scaler`
         self.holders: Dict[Scope, str] = {}
+        # subclasses of the home class in this file whose methods use apex (_inherits_setup): they
+        # read the scaler the inherited `__init__` made, as `self.<scaler>`
+        self.subclasses: Dict[Scope, None] = {}
         if others and home_class is not None:
             for scope in others:
-                if scope.kind == "function" and scope.parent is home_class:
+                if scope.kind == "function" and (
+                    scope.parent is home_class
+                    or (scope.parent is not None and self._inherits_setup(scope.parent, home_class))
+                ):
+                    if _static_or_class_method(scope.node):
+                        raise Unfixable(
+                            f"`{scope.node.name.value}()` uses apex.amp in a static or class method, which has "
+                            "no `self` to reach the scaler on"
+                        )
+                    if scope.parent is not home_class:
+                        self.subclasses[scope.parent] = None
                     continue
                 if scope.kind == "function" and scope.parent is not None and scope.parent.kind == "class":
                     if self._holder_attribute(scope.parent, home_class) is not None:
@@ -113,6 +126,51 @@ class ScalerAccess:
         if scope.kind != "function" or scope.parent is None or scope.parent.kind != "class":
             return False
         return scope.parent is home_class or self._holder_attribute(scope.parent, home_class) is not None
+
+    def _inherits_setup(self, cls: Scope, home_class: Scope) -> bool:
+        """`cls` is a class of this file that derives from the home class through top-level
+        classes of this file named as bases, and each class on that path either has no `__init__`
+        or starts its `__init__` by running the base's, so its instances get the scaler the home
+        class's `__init__` makes. Bases beside that path must be classes of this file without an
+        `__init__`: one of another file, or with an `__init__` of its own, could keep the home
+        class's from running (a mixin whose `__init__` does not call `super().__init__()`)."""
+        seen: Set[int] = set()
+        current = cls
+        while current is not home_class:
+            if current.kind != "class" or id(current) in seen or current.parent is not self.names.module_scope:
+                return False
+            seen.add(id(current))
+            bases = [self._module_class(b) for b in current.node.bases]
+            if any(b is None for b in bases):
+                return False
+            next_cls = next((b for b in bases if b is home_class or self.derives_from(b, home_class)), None)
+            if next_cls is None:
+                return False
+            if any(b is not next_cls and _own_init(b.node) is not None for b in bases):
+                return False
+            init = _own_init(current.node)
+            if init is not None and not _starts_with_base_init(init, current.node.name.value, next_cls.node.name.value):
+                return False
+            current = next_cls
+        return True
+
+    def derives_from(self, cls: Scope, base: Scope, depth: int = 0) -> bool:
+        if cls is base:
+            return True
+        if depth > 8 or cls.kind != "class":
+            return False
+        return any(
+            b is not None and self.derives_from(b, base, depth + 1) for b in (self._module_class(a) for a in cls.node.bases)
+        )
+
+    def _module_class(self, base: cst.Arg) -> Optional[Scope]:
+        """The top-level class of this file a base names by its one module-level binding."""
+        if base.keyword is not None or base.star or not isinstance(base.value, cst.Name):
+            return None
+        bindings = self.names.module_scope.bindings.get(base.value.value, [])
+        if len(bindings) != 1 or bindings[0].kind != "class":
+            return None
+        return next((s for s in self.names.scopes if s.kind == "class" and s.node is bindings[0].node), None)
 
     def _holder_attribute(self, cls: Scope, home_class: Scope) -> Optional[str]:
         """The one attribute of `cls`'s instances that every method assigns only an instance of
@@ -207,6 +265,8 @@ class ScalerAccess:
     def _choose_name(self, use_scopes: List[Scope]) -> str:
         if self.mode == "attribute":
             taken = set(self.cls.self_attrs) | set(self.cls.bindings) | {n for s in self.helper_calls for n in s.bindings}
+            for sub in self.subclasses:
+                taken |= set(sub.self_attrs) | set(sub.bindings)
             for candidate in SCALER_NAMES:
                 if candidate not in taken:
                     return candidate
@@ -682,6 +742,39 @@ class ScalerAccess:
             if arg.keyword is not None:
                 builder.replace(arg.keyword, cst.Name(self.name))
             self.p.handled.add(ref.node)
+
+
+def _own_init(cls: cst.ClassDef) -> Optional[cst.FunctionDef]:
+    """The `__init__` a class body defines (the last one: it is the one that counts)."""
+    inits = [s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"]
+    return inits[-1] if inits else None
+
+
+def _starts_with_base_init(init: cst.FunctionDef, cls_name: str, base_name: str) -> bool:
+    """The first statement of `init` (after a docstring) runs the base's `__init__`:
+    `super().__init__(...)`, `super(Cls, self).__init__(...)` or `Base.__init__(self, ...)`."""
+    body = [s for s in init.body.body] if isinstance(init.body, cst.IndentedBlock) else []
+    if body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Expr) and isinstance(body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString)):
+        body = body[1:]
+    if not body or not isinstance(body[0], cst.SimpleStatementLine) or len(body[0].body) != 1:
+        return False
+    expr = body[0].body[0]
+    call = expr.value if isinstance(expr, cst.Expr) else None
+    if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "__init__"):
+        return False
+    owner = call.func.value
+    if isinstance(owner, cst.Call) and isinstance(owner.func, cst.Name) and owner.func.value == "super":
+        args = owner.args
+        return not args or (
+            len(args) == 2 and isinstance(args[0].value, cst.Name) and args[0].value.value == cls_name
+        )
+    return isinstance(owner, cst.Name) and owner.value == base_name
+
+
+def _static_or_class_method(func: cst.CSTNode) -> bool:
+    return isinstance(func, cst.FunctionDef) and any(
+        isinstance(d.decorator, cst.Name) and d.decorator.value in ("staticmethod", "classmethod") for d in func.decorators
+    )
 
 
 def _runs_on_instance(func: cst.FunctionDef) -> bool:
