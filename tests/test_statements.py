@@ -1,5 +1,5 @@
 """analysis/statements.py `is_pure`: what a migration may evaluate again (a scaler's `enabled=`, a
-step's guard) without changing what the program does."""
+step's guard) without changing what the program does; `condition_code`: a branch as that test."""
 
 from __future__ import annotations
 
@@ -36,3 +36,21 @@ def test_pure(code):
 )
 def test_not_pure(code):
     assert not is_pure(cst.parse_expression(code))
+
+
+@pytest.mark.parametrize(
+    "test, expected",
+    [
+        ("not args.fp16", "bool(args.fp16)"),  # the `else` of `if not x:` is x, as a bool
+        ("not (a or b)", "bool(a or b)"),
+        ("not mode == 'train'", "mode == 'train'"),
+        ("args.fp16", "not args.fp16"),
+        ("a and b", "not (a and b)"),
+    ],
+)
+def test_condition_code_of_an_else_arm(test, expected):
+    from ampmigrate.analysis.statements import Branch, condition_code
+
+    module = cst.parse_module(f"if {test}:\n    pass\nelse:\n    pass\n")
+    statement = module.body[0]
+    assert condition_code(module, [Branch(statement.test, False, statement)]) == expected

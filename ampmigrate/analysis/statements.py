@@ -310,6 +310,15 @@ def condition_code(module: cst.Module, path: Sequence[Branch]) -> Optional[str]:
             parts.append(f"bool({code})")  # `.get` may give None or a string: `enabled=` must be a bool
         elif branch.taken:
             parts.append(code if atomic or len(path) == 1 or not isinstance(branch.test, cst.BooleanOperation) else f"({code})")
+        elif isinstance(branch.test, cst.UnaryOperation) and isinstance(branch.test.operator, cst.Not):
+            # the `else` of `if not x:` is `bool(x)` (a bool: callers pass it to `enabled=`), not
+            # `not (not x)`; a comparison is one already
+            inner = branch.test.expression
+            code = module.code_for_node(inner).strip()
+            if isinstance(inner, cst.Comparison):
+                parts.append(code if len(path) == 1 or inner.lpar else f"({code})")
+            else:
+                parts.append(f"bool{code}" if inner.lpar else f"bool({code})")
         else:
             parts.append(f"not {code}" if atomic else f"not ({code})")
     return " and ".join(parts) if parts else None

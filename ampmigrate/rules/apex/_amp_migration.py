@@ -259,6 +259,8 @@ class _Planner(
             return self._standalone_fix(plan)
         if len(inits) > 1:
             inits = self._without_inference_inits(inits)
+        if len(inits) > 1:
+            inits = self._without_o0_arms(inits)  # _multi_init.py
         if len(inits) > 1 and self._all_inference(inits):
             return self._inference_fixes(plan, inits)  # _multi_init.py
         if len(inits) > 1:

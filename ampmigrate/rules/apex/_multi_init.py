@@ -124,6 +124,41 @@ class MultiInits:
             )
         return error
 
+    def _without_o0_arms(self, inits: List[AmpRef]) -> List[AmpRef]:
+        """`if not args.fp16: m, o = amp.initialize(m, o, opt_level="O0") else: m, o =
+        amp.initialize(m, o, opt_level="O1")` (audio2score): O0 is apex's fp32 path, its call
+        returns the model and optimizer it was given, and its loss scale is 1 (`scale_loss`
+        changes nothing). Such a call, in the other arm of an `if` from the one fp16 call, on
+        the same model and optimizer and with no option beyond the opt level, goes; the fp16
+        call is then the setup, under its arm's test like any `if args.fp16:` setup."""
+        from ampmigrate.rules.apex._amp_migration import _rebinds_its_arguments
+
+        o0, others = [], []
+        for ref in inits:
+            spec = scaler_spec(self.module, self.names, ref.call, self.ctx.quote) if ref.call is not None else None
+            (o0 if spec is not None and not spec.error and spec.levels == {"O0"} else others).append(ref)
+        if not o0 or len(others) != 1 or others[0].api != "initialize" or others[0].call is None:
+            return inits
+        fp16 = others[0]
+        for ref in o0:
+            if ref.api != "initialize" or not _plain_o0_call(ref.call) or self._arms_if(fp16, ref) is None:
+                return inits
+            small = self._init_line(ref).body[0]
+            if not (isinstance(small, cst.Assign) and _rebinds_its_arguments(small, ref.call, self.names)):
+                return inits
+            if _objects_key(ref.call) != _objects_key(fp16.call):
+                return inits  # other models or optimizers than the fp16 arm's
+        for ref in o0:
+            self.removal.remove_statement(self._init_line(ref))
+            self.handled.add(self._init_line(ref))
+        self._note(
+            "`amp.initialize` with opt_level O0 (apex's fp32 path, loss scale 1) at line "
+            + ", ".join(str(self._line(r.call)) for r in o0)
+            + " goes: the other arm's setup becomes a GradScaler enabled under that arm's test"
+        )
+        self.refs = [r for r in self.refs if r not in o0]
+        return others
+
     # ---- casts to half
     def _half_casts(self) -> Iterator[cst.CSTNode]:
         """Each `.half()` call or float16 dtype of the file that may run (see `_never_runs`)."""
@@ -1001,3 +1036,18 @@ def _same_migration(first, other) -> bool:
     if first.o3_test != other.o3_test or first.guards != other.guards or list(first.unsafe) != list(other.unsafe):
         return False  # a run-time `opt_level` only where both calls read the same one
     return list(first.keywords) == list(other.keywords) and first.enabled_keys == other.enabled_keys
+
+
+def _plain_o0_call(call: cst.Call) -> bool:
+    """Nothing but the models, optimizers, an opt level and verbosity: `loss_scale=` or
+    `enabled=` would make O0 do more than return what it was given."""
+    bound = bound_arguments(call, INITIALIZE_PARAMS)
+    return bound is not None and set(bound) <= {"models", "optimizers", "opt_level", "verbosity"}
+
+
+def _objects_key(call: cst.Call):
+    """The models and optimizers an `amp.initialize` call is given, spelling-independent."""
+    bound = bound_arguments(call, INITIALIZE_PARAMS) or {}
+    if "models" not in bound or "optimizers" not in bound:
+        return None
+    return tuple(expression_key(bound[n].value) for n in ("models", "optimizers"))
