@@ -147,6 +147,73 @@ def test_the_default_dynamic_loss_scale_migrates(tmp_path):
     assert _apex_free((project / "train.py").read_text() + (project / "model_setup.py").read_text())
 
 
+def _float_or_dynamic_local(project: Path, test: str = 'settings.loss_scale != "dynamic"') -> None:
+    """The helper reads the loss scale from a settings object, as ZenNAS's helper does: a local
+    bound to `float(settings.loss_scale)` unless it is "dynamic"."""
+    _edit(project / "model_setup.py", 'opt_level="O1"):', 'opt_level="O1", settings=None):')
+    _edit(
+        project / "model_setup.py",
+        "        model, optimizer = amp.initialize(model, optimizer, opt_level=opt_level)",
+        f"        if {test}:\n"
+        "            loss_scale = float(settings.loss_scale)\n"
+        "        else:\n"
+        '            loss_scale = "dynamic"\n'
+        "        model, optimizer = amp.initialize(model, optimizer, opt_level=opt_level, loss_scale=loss_scale)",
+    )
+    _edit(project / "train.py", 'opt_level="O1")', 'opt_level="O1", settings=args)')
+
+
+def test_a_run_time_loss_scale_read_from_an_argument_migrates(tmp_path):
+    """`loss_scale = float(s.loss_scale) if s.loss_scale != "dynamic" else "dynamic"` is apex's own
+    reading of `s.loss_scale`: the caller's scaler reads `args.loss_scale` at run time, as the
+    in-file migration does."""
+    project = _copy(tmp_path)
+    _float_or_dynamic_local(project)
+    _fix(project)
+    b = (project / "train.py").read_text()
+    assert _apex_free(b + (project / "model_setup.py").read_text())
+    assert '        init_scale=65536.0 if args.loss_scale in (None, "dynamic") else float(args.loss_scale),\n' in b
+    assert '        growth_interval=2000 if args.loss_scale in (None, "dynamic") else 2**31 - 1,\n' in b
+    _compiles_and_is_stable(project)
+
+
+def test_a_loss_scale_chosen_on_another_test_refuses(tmp_path):
+    """The local is "dynamic" under a test of something else (`settings.static`): not apex's
+    reading of `settings.loss_scale`, so the helper's scale stays unknown here."""
+    project = _copy(tmp_path)
+    _float_or_dynamic_local(project, test="settings.static")
+    reasons = _refused(project)
+    assert "the loss scale `prepare()` passes to `amp.initialize` is not 'dynamic' here" in reasons["train.py"]
+
+
+@pytest.mark.parametrize(
+    "binding, source",
+    [
+        ('s = float(a.scale) if a.scale != "dynamic" else "dynamic"', "a.scale"),
+        ('s = "dynamic" if a.scale == "dynamic" else float(a.scale)', "a.scale"),
+        ('s = a.scale if a.scale != "dynamic" else a.scale', "a.scale"),
+        ('s = float(a.scale) if a.other != "dynamic" else "dynamic"', None),
+        ('s = float(a.scale) if a.scale != "dynamic" else 128.0', None),
+        ('s = int(a.scale) if a.scale != "dynamic" else "dynamic"', None),
+    ],
+)
+def test_the_float_or_dynamic_idiom(binding, source):
+    from ampmigrate.engine.apex_setup_helper import float_or_dynamic_source
+
+    function = ast.parse(f"def f(a):\n    {binding}\n    return s\n").body[0]
+    found = float_or_dynamic_source(function, "s")
+    assert (ast.unparse(found) if found is not None else None) == source
+
+
+def test_a_rebound_idiom_local_is_not_read(tmp_path):
+    function = ast.parse(
+        'def f(a):\n    s = float(a.scale) if a.scale != "dynamic" else "dynamic"\n    s *= 2\n    return s\n'
+    ).body[0]
+    from ampmigrate.engine.apex_setup_helper import float_or_dynamic_source
+
+    assert float_or_dynamic_source(function, "s") is None
+
+
 def _messages(project: Path) -> dict:
     """{file name: AMP101 fix message} before any fix."""
     from test_apex_threading import _check_json

@@ -143,6 +143,13 @@ def _enclosing_bodies(
         if body is None:
             return
         yield body, _index(body, current)
+        holder = names.parent(block)
+        owner = names.parent(holder) if isinstance(holder, cst.Else) else None
+        if isinstance(owner, (cst.Try, cst.TryStar)) and owner.orelse is holder:
+            # `try: loss = ... except ...: ... else: <here>`: the whole `try` body ran first
+            tried = body_of(owner.body)
+            if tried is not None:
+                yield tried, len(tried)
         current = climbable(names, block, out_of_loops=out_of_loops)
         if current is None:
             return

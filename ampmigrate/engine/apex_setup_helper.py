@@ -151,6 +151,11 @@ def helper_of(tree: ast.Module, path: str) -> Tuple[Optional[Helper], str]:
                 "does not map into its callers' terms"
             )
         options[keyword.arg] = keyword.value
+    scale = options.get("loss_scale")
+    if isinstance(scale, ast.Name) and scale.id not in params + kwonly:
+        source = float_or_dynamic_source(function, scale.id)
+        if source is not None:
+            options["loss_scale"] = source  # apex reads a number, a numeric string or 'dynamic' alike
     # (`model, optimizer = amp.initialize(model, optimizer)` itself binds them again after its tests
     # ran, to the same objects apex patched: not a change of what decided the setup)
     own_targets = {id(e) for e in statement.targets[0].elts}
@@ -207,6 +212,54 @@ def helper_of(tree: ast.Module, path: str) -> Tuple[Optional[Helper], str]:
     if arms is not None and optimizer_param != call.args[1].id:
         return None, f"`{name}()` tests `{call.args[1].id}` for None but binds it again"
     return helper, ""
+
+
+def float_or_dynamic_source(function: ast.FunctionDef, name: str) -> Optional[ast.expr]:
+    """`E` where the local `name` is bound only by `if E != 'dynamic': name = float(E) else:
+    name = 'dynamic'` (or `name = float(E) if E != 'dynamic' else 'dynamic'`, `==` with the
+    arms swapped; ZenNAS, its forks): apex's `loss_scale` takes `E` itself to mean the same (it
+    converts a number or a numeric string with `float()` and keeps 'dynamic')."""
+    stores = [n for n in _own_nodes(function) if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)]
+    assigns = [
+        n for n in _own_nodes(function)
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and n.targets[0].id == name
+    ]
+    if not assigns or len(assigns) != len(stores):
+        return None  # bound otherwise too (a loop, `+=`, a `with`)
+    if len(assigns) == 1 and isinstance(assigns[0].value, ast.IfExp):
+        choice = assigns[0].value
+        return _float_or_dynamic(choice.test, choice.body, choice.orelse)
+    if len(assigns) == 2:
+        for statement in _own_nodes(function):
+            if (
+                isinstance(statement, ast.If) and len(statement.body) == 1 and len(statement.orelse) == 1
+                and {id(statement.body[0]), id(statement.orelse[0])} == {id(a) for a in assigns}
+            ):
+                return _float_or_dynamic(statement.test, statement.body[0].value, statement.orelse[0].value)
+    return None
+
+
+def _float_or_dynamic(test: ast.expr, when_true: ast.expr, when_false: ast.expr) -> Optional[ast.expr]:
+    if not (
+        isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == "dynamic"
+    ):
+        return None
+    source = test.left
+    if isinstance(test.ops[0], ast.Eq):
+        when_true, when_false = when_false, when_true
+    elif not isinstance(test.ops[0], ast.NotEq):
+        return None
+
+    def same(node: ast.expr) -> bool:
+        return ast.dump(node) == ast.dump(source)
+
+    number = same(when_true) or (
+        isinstance(when_true, ast.Call) and isinstance(when_true.func, ast.Name) and when_true.func.id == "float"
+        and len(when_true.args) == 1 and not when_true.keywords and same(when_true.args[0])
+    )
+    dynamic = same(when_false) or (isinstance(when_false, ast.Constant) and when_false.value == "dynamic")
+    return source if number and dynamic else None
 
 
 def _inference_arm(tree: ast.Module, inits: List[ast.Call]) -> Tuple[Optional[ast.Call], Optional[ast.If]]:

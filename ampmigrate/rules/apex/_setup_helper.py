@@ -44,7 +44,7 @@ from ampmigrate.engine.apex_setup_helper import (
 from ampmigrate.engine.context import FileContext, FixBuilder
 from ampmigrate.rules.apex._amp_common import AmpPlan, Unfixable
 from ampmigrate.rules.apex._amp_migration import NO_INIT_REASON, NO_STEP_REASON, _Planner
-from ampmigrate.rules.apex._amp_options import ScalerSpec, _fp16_arm_test, _possible_levels, literal_value
+from ampmigrate.rules.apex._amp_options import NO_GROWTH_INTERVAL, ScalerSpec, _fp16_arm_test, _possible_levels, literal_value
 from ampmigrate.rules.apex._cross_threading import _check_min_torch, _plan_elsewhere, _spelled
 from ampmigrate.rules.apex.amp105_apex_amp_cast_annotations import _registration_autocast_keeps
 
@@ -547,7 +547,9 @@ class _CallerSide(_Planner):
             except cst.ParserSyntaxError:
                 raise Unfixable(f"the apex test of `{helper.name}()` cannot be spelled in its caller's terms") from None
         # what the helper may change before its test: the attributes the test reads
-        read_nodes = [test for test, _ in helper.tests] + [o for o in [helper.options.get("opt_level")] if o is not None]
+        read_nodes = [test for test, _ in helper.tests] + [
+            o for o in [helper.options.get("opt_level"), helper.options.get("loss_scale")] if o is not None
+        ]
         reads = [
             _chain(bound.get(param)) + suffix
             for test in read_nodes
@@ -567,6 +569,19 @@ class _CallerSide(_Planner):
         if roots & targets:
             raise Unfixable(f"the call of `{helper.name}()` rebinds `{sorted(roots & targets)[0]}`, which its apex setup reads")
         scale = helper.options.get("loss_scale")
+        if _param_chain(scale, helper):
+            # `opt.apex_loss_scale` of the helper's `opt`: known only at run time, in the caller's
+            # terms, as the in-file migration reads a run-time scale (rules/apex/_amp_options.py)
+            given = translate(scale)
+            dynamic = f"{given} in (None, {self.ctx.quote}dynamic{self.ctx.quote})"
+            spec.keywords.append(("init_scale", f"65536.0 if {dynamic} else float({given})"))
+            spec.keywords.append(("growth_interval", f"2000 if {dynamic} else {NO_GROWTH_INTERVAL}"))
+            self._note(
+                f"`{given}` (the loss scale of `{helper.name}()`) is known only at run time: None or \"dynamic\" keep "
+                "GradScaler's dynamic scale, a number becomes `init_scale` with growth disabled as far as GradScaler "
+                "allows (it still skips a step and halves the scale on inf/NaN, where apex applied it)"
+            )
+            scale = None
         if scale is not None:
             if isinstance(scale, ast.Name) and scale.id in helper.params + helper.kwonly:
                 scale = value(scale.id)
