@@ -65,7 +65,7 @@ def summarize_threading(tree: ast.Module, summary: "ModuleSummary") -> None:
     inits = [n for n in uses if n.attr in ("initialize", "init")]
     if inits and "scale_loss" not in apis:
         _initializer(tree, summary, amp_names, uses)
-    elif "scale_loss" in apis and not inits:
+    elif "scale_loss" in apis and not inits and not _spelled_out_inits(tree):
         _step_functions(tree, summary, amp_names, uses)
     elif len(inits) == 1:
         _gradient_calls(tree, summary, amp_names, inits[0])
@@ -87,6 +87,25 @@ def _gradient_calls(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[s
     if not (isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2 and isinstance(target.elts[1], ast.Name)):
         return
     summary.apex_gradient_calls = optimizer_calls(scope, call.lineno, target.elts[1].id, amp_names)
+
+
+def _spelled_out_inits(tree: ast.Module) -> bool:
+    """`apex.amp.initialize(...)` after `import apex`, beside `from apex import amp` (a re-id
+    baseline's main file): the file sets apex up itself, so it is no step side of another's."""
+    modules = {
+        a.asname or a.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for a in node.names
+        if a.name == "apex" or (a.name.startswith("apex.") and not a.asname)
+    }
+    modules = {m.partition(".")[0] for m in modules}
+    return any(
+        isinstance(node, ast.Attribute) and node.attr in ("initialize", "init")
+        and isinstance(node.value, ast.Attribute) and node.value.attr == "amp"
+        and isinstance(node.value.value, ast.Name) and node.value.value.id in modules
+        for node in ast.walk(tree)
+    )
 
 
 def _apex_amp_names(tree: ast.Module) -> Set[str]:
