@@ -29,8 +29,10 @@ from ampmigrate.analysis.statements import (
     Branch,
     body_of,
     branches,
+    condition_code,
     expression_key,
     indent_continuations,
+    is_main_guard,
     is_pure,
     walk,
 )
@@ -43,7 +45,9 @@ from ampmigrate.diagnostics import SAFE, UNSAFE, Fix
 from ampmigrate.engine.context import FileContext, FixBuilder
 from ampmigrate.engine.names import Binding, Scope
 from ampmigrate.rules.apex._accumulation_clip import AccumulationClips
+from ampmigrate.analysis.bool_flags import bool_names
 from ampmigrate.rules.apex._amp_carrier import check_stores, emit_stores
+from ampmigrate.rules.apex._init_enclosure import reads_of, stores_in
 from ampmigrate.rules.apex._amp_common import (
     CODE,
     HANDLE_CODE,
@@ -559,16 +563,32 @@ class _Planner(
                 raise Unfixable(why_not)
             anchor, conditions = guard, [self.ctx.code(guard.test).strip()]
         block = self.names.parent(anchor)
-        if self.names.parent(block) is not self._function_scope(init.call).node and block is not self.module:
-            return False  # the call is inside a block of its function
-        body = list(body_of(block) or ())
+        function = self._function_scope(init.call).node
+        if self.names.parent(block) is not function and block is not self.module:
+            nested = self._nested_inference_anchor(anchor, function)
+            if nested is None:
+                return False  # the call is inside a loop, a `with`, a `try` of its function
+            outer, conditions = nested
+            block = self.names.parent(outer)
+            body = list(body_of(block) or ())
+            after = body[body.index(outer) + 1 :]
+        else:
+            body = list(body_of(block) or ())
+            after = body[body.index(anchor) + 1 :]
+            outer = anchor
         models = self._initialized_names()
-        runs = self._statements_running(body[body.index(anchor) + 1 :], models)
+        runs = self._statements_running(after, models)
         if not runs:
+            return False
+        if outer is not anchor and not self._conditions_hold(outer, runs, conditions):
             return False
         if not all(c.code and is_pure(cst.parse_expression(c.code)) for c in spec.enabled):
             raise Unfixable(why_not)
         codes = list(dict.fromkeys([*conditions, *(c.code for c in spec.enabled if c.code != "True")]))
+        if outer is not anchor:
+            from ampmigrate.rules.apex._scaler_access import _as_bools
+
+            codes = _as_bools(codes, self.ctx.shared("apex.bool_names", lambda: bool_names(self.ctx.text)))
         enabled = " and ".join(f"({c})" if len(codes) > 1 else c for c in codes)
         torch = self._torch(self.init_line)
         args = f'{self.ctx.string("cuda").value}, dtype={torch}.float16' + (f", enabled={enabled}" if enabled else "")
@@ -584,6 +604,51 @@ class _Planner(
             self.handled.add(self.init_line)
         else:
             raise Unfixable(why_not + " (it binds other names than the model it is given)")
+        return True
+
+    def _nested_inference_anchor(self, line: cst.CSTNode, function: cst.CSTNode) -> Optional[Tuple[cst.If, List[str]]]:
+        """(the `if` in the function's body that the inference `amp.initialize` lies in, through
+        `if`/`elif`/`else` arms only, the tests that chose its arm as code), or None (a loop, a
+        `with`, a `try` on the way, or a test with side effects). ZenNAS's val.py: `if opt.gpu is
+        not None: ... if opt.apex: model = amp.initialize(model, opt_level="O1") elif opt.fp16:
+        model = model.half()`, the evaluation loop after the outer `if`."""
+        outer = None
+        for ancestor in self.names.ancestors(line):
+            if ancestor is function or _runs_in_order(self.names, ancestor, function):
+                break
+            if isinstance(ancestor, cst.If):
+                outer = ancestor
+            elif not isinstance(ancestor, (cst.IndentedBlock, cst.Else)):
+                return None
+        if outer is None:
+            return None
+        path = self._branches(line, self.names.parent(outer))
+        if not path:
+            return None
+        code = condition_code(self.module, path)
+        if code is None:
+            return None
+        return outer, [code]
+
+    def _conditions_hold(self, outer: cst.If, runs: List[cst.CSTNode], conditions: List[str]) -> bool:
+        """Nothing from the `if` that set apex up to the last statement running the model writes
+        what its tests read: autocast there is enabled by those same tests."""
+        reads: Set[str] = set()
+        for code in conditions:
+            reads |= reads_of(cst.parse_expression(code))
+        block = self.names.parent(outer)
+        body = list(body_of(block) or ())
+        tops = []
+        for run in runs:
+            top = run
+            while self.names.parent(top) is not block:
+                top = self.names.parent(top)
+            tops.append(body.index(top))
+        span = body[body.index(outer) : max(tops) + 1]
+        for statement in span:
+            for written in stores_in(statement):
+                if any(r == written or r.startswith(written + ".") or written.startswith(r + ".") for r in reads):
+                    return False
         return True
 
     def _inference_drop(self, init: AmpRef) -> Fix:
@@ -1721,3 +1786,10 @@ def _handlers_raise(node: cst.Try) -> bool:
         if not (isinstance(block, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) and isinstance(block.body[-1], cst.Raise)):
             return False
     return True
+
+
+def _runs_in_order(names, block: cst.CSTNode, function: cst.CSTNode) -> bool:
+    """`block` is where a function's (or script's) statements run one after another: the
+    function's body, or a script's `if __name__ == "__main__":` body."""
+    parent = names.parent(block)
+    return isinstance(block, cst.IndentedBlock) and (parent is function or (isinstance(parent, cst.If) and is_main_guard(parent)))
