@@ -635,6 +635,39 @@ class ProjectIndex:
                         found.append((other, f"{owner}.{name}" if owner else name, param))
         return found[0] if len(found) == 1 else None
 
+    def apex_train_param_target(self, path: str, callee: str, position: int, keyword: str) -> Optional[Tuple[str, str, str]]:
+        """(file, function, parameter): the one top-level function of another file of the run
+        that `path` imports and that calls `.scale_loss(...)` on the parameter taking the argument
+        at `position` (or `keyword`) of a call of `callee` as written (`train_one_epoch(...,
+        amp)`, `utils.train(..., amp=amp)`); None when no function fits, or several."""
+        absolute = os.path.abspath(path)
+        name = callee.rpartition(".")[2]
+        found: List[Tuple[str, str, str]] = []
+        for other, importers in sorted(self._importers.items()):
+            if other == absolute or absolute not in importers:
+                continue
+            params = self.modules[other].apex_amp_params.get(name)
+            if not params:
+                continue
+            tree = source_tree(self, other)
+            function = next(
+                (f for owner, f in top_functions(tree) if not owner and f.name == name), None
+            ) if tree is not None else None
+            if function is None:
+                continue
+            positional = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+            for param in params:
+                if keyword == param or (not keyword and 0 <= position < len(positional) and positional[position] == param):
+                    found.append((other, name, param))
+        return found[0] if len(found) == 1 else None
+
+    def importers_of(self, path: str) -> Tuple[str, ...]:
+        """The files of the run that may import the module at `path` (by any of its names, not
+        only the imports the apex records keep)."""
+        from ampmigrate.engine.import_resolution import importers
+
+        return tuple(other for other, _ in importers(self, os.path.abspath(path)))
+
     def imported_from(self, path: str) -> FrozenSet[str]:
         """Names files of the run import from the module at `path` (`from .x import name` counts)."""
         names: Set[str] = set()
@@ -674,6 +707,12 @@ class ProjectIndex:
                     other = self.module_for(spec)
                     if other is not None and other != absolute:
                         parts.append(f"{spec}:apex_callee={self.digests.get(other, '')}")
+                        if self.modules[other].apex_amp_params:  # its other callers decide too (_passed_training.py)
+                            for caller in self.importers_of(other):
+                                parts.append(f"{spec}:apex_callee_caller={self.digests.get(caller, '')}")
+            if summary.apex_amp_params:  # the files handing it apex's amp module plan with it
+                for caller in self.importers_of(absolute):
+                    parts.append(f"apex_amp_caller={self.digests.get(caller, '')}")
         exported = self.imported_from(absolute)
         if exported:
             parts.append("exports=" + ",".join(sorted(exported)))

@@ -90,6 +90,7 @@ from ampmigrate.rules.apex._removal import Removal, none_assignments, unused_aft
 from ampmigrate.rules.apex._scaler_access import ScalerAccess
 from ampmigrate.rules.apex._state_load_guard import GUARD_NOTE, guard_state_load
 from ampmigrate.rules.apex._state_loader_args import plan_state_loader_arg
+from ampmigrate.rules.apex._passed_training import plan_train_param_arg
 from ampmigrate.rules.apex._state_params_elsewhere import plan_state_param_arg
 from ampmigrate.rules.apex._timm_scaler import timm_scaler_fix
 from ampmigrate.rules.apex._unused_optimizer import optimizer_never_read, optimizers_unused
@@ -149,7 +150,7 @@ class _Planner(
         refs = [r for r in usage.refs if r.api not in APEX_AMP_CAST_ANNOTATIONS]
         plan = AmpPlan()
         for ref in refs:
-            if ref.api in (None, "pass", "carry", "state_arg", "state_pass") or (ref.via_handle and ref.api == "handle"):
+            if ref.api in (None, "pass", "carry", "state_arg", "state_pass", "train_pass") or (ref.via_handle and ref.api == "handle"):
                 continue  # presence tests, the module handed on or stored and the handle are not findings
             api = ref.node.attr.value if ref.api == "unknown" and isinstance(ref.node, cst.Attribute) else ref.api
             plan.sites.append(Site(ref.node, self._code_for(ref), api))
@@ -345,6 +346,8 @@ class _Planner(
             return self._inference_drop(init)  # the handle is not used: nothing but the call to remove
         if self._threads_scaler_out():
             return self._split_fix(plan)  # the training step is in another file (_cross_threading.py)
+        if not fp32 and any(r.api == "train_pass" for r in self.refs):
+            return None  # apex's module goes to a training function of another file (_passed_training.py)
         if not fp32:
             timm = timm_scaler_fix(self)  # timm's ApexScaler runs the step (_timm_scaler.py)
             if timm is not None:
@@ -1058,7 +1061,7 @@ class _Planner(
         self.fp16_steps = steps
         scaler_scopes = [s.function for s in steps]
         for ref in self.refs:
-            if ref.api in ("state_dict", "load_state_dict", "state_arg", "state_pass") or (ref.api == "_amp_state"):
+            if ref.api in ("state_dict", "load_state_dict", "state_arg", "state_pass", "train_pass") or (ref.api == "_amp_state"):
                 scaler_scopes.append(self._function_scope(ref.node))
         from ampmigrate.rules.apex._checkpoint_threading import (
             helper_calls,
@@ -1178,6 +1181,8 @@ class _Planner(
                 plan_state_loader_arg(self, ref)
             elif ref.api == "state_pass":
                 plan_state_param_arg(self, ref)
+            elif ref.api == "train_pass":
+                plan_train_param_arg(self, ref)
             elif ref.api == "disable_casts":
                 self._rewrite_disable_casts(ref)
             elif ref.api == "_amp_state":
@@ -1418,6 +1423,11 @@ class _Planner(
         for ref in self.refs:
             if ref.api == "master_params":
                 self._rewrite_master_params(ref)
+            elif ref.api == "train_pass":
+                raise Unfixable(
+                    f"apex's amp module is handed to a training function of another file at line {self._line(ref.node)}; "
+                    "under O0 no GradScaler is made here to hand it"
+                )
             elif ref.api in ("state_dict", "load_state_dict", "_amp_state", "state_arg", "state_pass"):
                 raise Unfixable(
                     f"`amp.{ref.api}` has no fp32 counterpart; remove it from the checkpoint code by hand"

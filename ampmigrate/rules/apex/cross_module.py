@@ -3,9 +3,10 @@ another file of the run (main.py calls `amp.initialize` and `train(model, opt, a
 
 The trainer's file never names apex, so the in-file plan (_amp_migration.py) cannot see it; the
 project index (engine/project_index.py, "apex.amp across files") records who passes apex's amp
-to which function. Threading one GradScaler through both files is not done yet: the site is
-reported (with `amp.master_params`/`state_dict`/`load_state_dict` on the same parameter), naming
-the file the amp module comes from, and the code is left alone. A function that only this file's
+to which function. A top-level function taking it in one parameter takes the GradScaler there
+(_passed_training.py, _passed_module_side.py) when every end migrates; otherwise, and for a
+method, the site is reported (with `amp.master_params`/`state_dict`/`load_state_dict` on the same
+parameter), naming the file the amp module comes from, and the code is left alone. A function that only this file's
 own calls hand the module to (`main()` passes the `amp` it imported to `train(..., amp)`) is the
 in-file migration's (_amp_refs.py follows the module into it), not this rule's. A trainer file
 that imports apex's amp itself (`amp.initialize` in another file that passes it the optimizer)
@@ -80,6 +81,11 @@ class ApexAmpPassedIn(Rule):
             fix, reason = None, None
             if origin is not None:
                 params = set(index.modules[os.path.abspath(ctx.path)].apex_amp_params[name])
+                if not owner and len(params) == 1:
+                    # a training function: it takes the GradScaler in apex's place (_passed_training.py)
+                    from ampmigrate.rules.apex._passed_module_side import function_fix
+
+                    fix, reason = function_fix(ctx.file, name, next(iter(params)))
             else:
                 # A parameter used only for amp's state, that a call hands apex's amp module to.
                 found = index.apex_amp_state_passed_from(ctx.path, name, state.get(name, []))
