@@ -568,9 +568,11 @@ class _Planner(
         block = self.names.parent(anchor)
         function = self._function_scope(init.call).node
         if self.names.parent(block) is not function and block is not self.module:
-            nested = self._nested_inference_anchor(anchor, function)
+            nested = self._nested_inference_anchor(anchor, function) if not spec.unsafe else None
             if nested is None:
-                return False  # the call is inside a loop, a `with`, a `try` of its function
+                # inside a loop, a `with`, a `try` of its function; or options that make autocast
+                # unsafe (a run-time opt level), where dropping the call is the safe rewrite
+                return False
             outer, conditions = nested
             block = self.names.parent(outer)
             body = list(body_of(block) or ())
