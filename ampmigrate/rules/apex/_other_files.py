@@ -52,3 +52,27 @@ def plan_elsewhere(ctx: FileContext, path: str, text: str) -> Optional[str]:
     if planner.unsafe and not ctx.settings.unsafe_fixes:
         return "its fix is unsafe: " + planner.unsafe[0]
     return None
+
+
+def unmigrated_caller(ctx: FileContext, files, function: str, caller: Optional[str]) -> Optional[str]:
+    """Why the first of `files` (other than `caller`, the file being planned) that hands apex's
+    amp module to `function()` finds no fix; None when each does."""
+    index = ctx.project_index
+    for other in files:
+        if other == caller:
+            continue
+        text = text_as_indexed(index, other)
+        reason = plan_elsewhere(ctx, other, text) if text is not None else "it could not be read again"
+        if reason is not None:
+            return f"{index.relative(other)} also hands apex's amp module to `{function}()` and is not migrated ({reason})"
+    return None
+
+
+def group_memo(ctx: FileContext, namespace: str, key, compute) -> Optional[str]:
+    """`compute()` once per run for `key`; while it runs (the files of a group plan each other),
+    asking again answers that they reach each other."""
+    memo = ctx.shared(namespace, dict)
+    if key not in memo:
+        memo[key] = "the files handing apex's amp module to it reach each other"
+        memo[key] = compute()
+    return memo[key]

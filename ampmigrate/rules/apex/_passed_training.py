@@ -31,8 +31,8 @@ from ampmigrate.engine.caller_uses import source_tree, uses
 from ampmigrate.engine.context import FileContext
 from ampmigrate.engine.names import dotted
 from ampmigrate.rules.apex._amp_common import Unfixable
-from ampmigrate.rules.apex._other_files import plan_elsewhere, text_as_indexed
-from ampmigrate.rules.apex._state_loader_args import module_arguments
+from ampmigrate.rules.apex._other_files import group_memo, text_as_indexed, unmigrated_caller
+from ampmigrate.rules.apex._state_loader_args import argument_slot, module_arguments
 
 Target = Tuple[str, str, str]  # (the function's file, its name, the parameter)
 
@@ -43,20 +43,12 @@ def mark_train_param_args(ctx: FileContext, refs) -> None:
     index = ctx.project_index
     if index is None:
         return
-    for ref, arg, call in module_arguments(ctx.names, refs):
-        if ref.api is not None:
-            continue  # taken already (a checkpoint helper's, _state_params_elsewhere.py)
+    for ref, arg, call in module_arguments(ctx.names, refs):  # (those not taken already)
         callee = dotted(call.func)
-        if callee is None:
+        slot = argument_slot(call, arg)
+        if callee is None or slot is None:
             continue
-        positional = [a for a in call.args if a.keyword is None and not a.star]
-        if arg.keyword is not None:
-            position, keyword = -1, arg.keyword.value
-        elif any(a.star for a in call.args[: call.args.index(arg)]):
-            continue
-        else:
-            position, keyword = positional.index(arg), ""
-        target = index.apex_train_param_target(ctx.path, callee, position, keyword)
+        target = index.apex_train_param_target(ctx.path, callee, *slot)
         if target is not None:
             ref.api, ref.elsewhere = "train_pass", target
 
@@ -81,26 +73,16 @@ def group_problem(ctx: FileContext, target: Target, caller: Optional[str] = None
     """Why the function and the files handing it apex's module cannot all migrate (None: they
     can). `caller`: the file being planned, which does not plan itself again."""
     index = ctx.project_index
-    path, function, param = target
-    memo = ctx.shared("apex.passed_training", dict)
-    key = (target, caller)
-    if key in memo:
-        return memo[key]
-    memo[key] = "the files handing apex's amp module to it reach each other"  # a cycle, while planning
-    problem = calls_problem(index, target)
-    if problem is None and caller != path:
-        problem = _side_problem(ctx, target)
-    if problem is None:
-        for other in callers(index, target):
-            if other == caller:
-                continue
-            text = text_as_indexed(index, other)
-            reason = plan_elsewhere(ctx, other, text) if text is not None else "it could not be read again"
-            if reason is not None:
-                problem = f"{index.relative(other)} also hands apex's amp module to `{function}()` and is not migrated ({reason})"
-                break
-    memo[key] = problem
-    return problem
+    path, function, _ = target
+
+    def compute() -> Optional[str]:
+        return (
+            calls_problem(index, target)
+            or (_side_problem(ctx, target) if caller != path else None)
+            or unmigrated_caller(ctx, callers(index, target), function, caller)
+        )
+
+    return group_memo(ctx, "apex.passed_training", (target, caller), compute)
 
 
 def callers(index, target: Target) -> List[str]:

@@ -54,6 +54,17 @@ def module_arguments(names, refs):
             yield ref, arg, call
 
 
+def argument_slot(call: cst.Call, arg: cst.Arg):
+    """(position among the positional arguments or -1, keyword or "") of `arg` in `call`; None
+    after a `*args` (its position is not known)."""
+    if arg.keyword is not None:
+        return -1, arg.keyword.value
+    if any(a.star for a in call.args[: call.args.index(arg)]):
+        return None
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    return positional.index(arg), ""
+
+
 def plan_state_loader_arg(planner, ref) -> None:
     """`loader(..., amp=apex.amp)` -> `loader(..., scaler=scaler)`, and each save of the amp
     state under the keyword's key moves to the new key."""

@@ -32,8 +32,8 @@ from ampmigrate.engine.caller_uses import source_tree
 from ampmigrate.engine.context import FileContext
 from ampmigrate.engine.names import dotted
 from ampmigrate.rules.apex._amp_common import Unfixable
-from ampmigrate.rules.apex._other_files import plan_elsewhere, text_as_indexed
-from ampmigrate.rules.apex._state_loader_args import module_arguments
+from ampmigrate.rules.apex._other_files import group_memo, unmigrated_caller
+from ampmigrate.rules.apex._state_loader_args import argument_slot, module_arguments
 
 Target = Tuple[str, str, str]  # (the helper's file, "Class.method" or function, the parameter)
 
@@ -46,16 +46,10 @@ def mark_state_param_args(ctx: FileContext, refs) -> None:
         return
     for ref, arg, call in module_arguments(ctx.names, refs):
         callee = dotted(call.func)
-        if callee is None or _defined_here(ctx, call.func):
+        slot = argument_slot(call, arg)
+        if callee is None or slot is None or _defined_here(ctx, call.func):
             continue
-        positional = [a for a in call.args if a.keyword is None and not a.star]
-        if arg.keyword is not None:
-            position, keyword = -1, arg.keyword.value
-        elif any(a.star for a in call.args[: call.args.index(arg)]):
-            continue  # after `*args`: the position is not known
-        else:
-            position, keyword = positional.index(arg), ""
-        target = index.apex_state_param_target(ctx.path, callee, position, keyword)
+        target = index.apex_state_param_target(ctx.path, callee, *slot)
         if target is not None:
             ref.api, ref.elsewhere = "state_pass", target
 
@@ -83,24 +77,11 @@ def group_problem(ctx: FileContext, target: Target, caller: Optional[str] = None
     """Why the helper and the files handing it apex's module cannot all migrate (None: they
     can). `caller`: the file being planned, which does not plan itself again."""
     index = ctx.project_index
-    path, function, param = target
-    memo = ctx.shared("apex.state_params_elsewhere", dict)
-    key = (target, caller)
-    if key in memo:
-        return memo[key]
-    memo[key] = "the files handing apex's amp module to it reach each other"  # a cycle, while planning
-    problem = helper_problem(index, target)
-    if problem is None:
-        for other in callers(index, target):
-            if other == caller:
-                continue
-            text = text_as_indexed(index, other)
-            reason = plan_elsewhere(ctx, other, text) if text is not None else "it could not be read again"
-            if reason is not None:
-                problem = f"{index.relative(other)} also hands apex's amp module to `{function}()` and is not migrated ({reason})"
-                break
-    memo[key] = problem
-    return problem
+
+    def compute() -> Optional[str]:
+        return helper_problem(index, target) or unmigrated_caller(ctx, callers(index, target), target[1], caller)
+
+    return group_memo(ctx, "apex.state_params_elsewhere", (target, caller), compute)
 
 
 def helper_problem(index, target: Target) -> Optional[str]:
