@@ -472,3 +472,72 @@ def test_accumulation_with_delay_unscale_migrates_across_files(tmp_path):
     assert "        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n" in engine
     assert "delay_unscale" not in engine
     _compiles_and_is_stable(project)
+
+
+# ---- the setup's own checkpoint, and optimizer helpers beside the step function (corpus Z: a
+# person-search project saves `'amp': amp.state_dict()` in its train.py; a detection project's
+# train script hands the optimizer to `adjust_lr()` of the trainer's file too)
+_SAVE = '    torch.save({"model": model.state_dict(), "amp": amp.state_dict()}, "last.pth")\n'
+
+
+def test_the_setups_own_state_dict_becomes_the_scalers(tmp_path):
+    project = _copy(tmp_path)
+    _edit(project / "train_net.py", "    return model\n", _SAVE + "    return model\n")
+    assert summarize((project / "train_net.py").read_bytes(), "").apex_init_problem == ""
+    _fix(project)
+    a = (project / "train_net.py").read_text()
+    assert '"amp": scaler.state_dict()' in a and "apex" not in a
+    assert "scaler.scale(losses).backward()" in (project / "trainer.py").read_text()
+    _compiles_and_is_stable(project)
+
+
+def test_the_setups_own_state_load_is_guarded(tmp_path):
+    project = _copy(tmp_path)
+    _edit(project / "train_net.py", "    do_train(", '    amp.load_state_dict(cfg.resume["amp"])\n    do_train(')
+    _fix(project)
+    a = (project / "train_net.py").read_text()
+    assert "scaler.load_state_dict(cfg.resume[\"amp\"])" in a and "amp.load_state_dict" not in a
+    _compiles_and_is_stable(project)
+
+
+def test_a_state_dict_in_another_function_of_the_setup_file_refuses(tmp_path):
+    project = _copy(tmp_path)
+    (project / "train_net.py").write_text(
+        (project / "train_net.py").read_text() + '\n\ndef save(model):\n    torch.save({"amp": amp.state_dict()}, "x.pth")\n'
+    )
+    assert summarize((project / "train_net.py").read_bytes(), "").apex_init_problem == "the file also uses `amp.state_dict`"
+    reasons = _refused(project)
+    assert "the file also uses `amp.state_dict`" in reasons["trainer.py"]
+
+
+_ADJUST = "\n\ndef adjust_lr(optimizer, epoch, decay=0.1):\n    for group in optimizer.param_groups:\n        group[\"lr\"] *= decay ** epoch\n"
+
+
+def test_an_optimizer_helper_beside_the_step_function_needs_no_scaler(tmp_path):
+    project = _copy(tmp_path)
+    (project / "trainer.py").write_text((project / "trainer.py").read_text() + _ADJUST)
+    assert summarize((project / "trainer.py").read_bytes(), "").apex_plain_functions == ["adjust_lr"]
+    _edit(project / "train_net.py", "from trainer import do_train", "from trainer import adjust_lr, do_train")
+    _edit(project / "train_net.py", "    do_train(", "    adjust_lr(optimizer, 0)\n    do_train(")
+    _fix(project)
+    a = (project / "train_net.py").read_text()
+    assert "    adjust_lr(optimizer, 0)\n    do_train(model, data_loader, optimizer, cfg.max_iter, scaler=scaler)" in a
+    assert "def adjust_lr(optimizer, epoch, decay=0.1):" in (project / "trainer.py").read_text()
+    _compiles_and_is_stable(project)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "    optimizer.step()\n",  # steps the optimizer itself
+        "    do_train(None, [], optimizer, 0)\n",  # hands it to the step function
+        "    amp.master_params(optimizer)\n",  # reads apex
+    ],
+)
+def test_a_helper_that_steps_relays_or_reads_apex_is_no_plain_helper(tmp_path, body):
+    project = _copy(tmp_path)
+    (project / "trainer.py").write_text((project / "trainer.py").read_text() + "\n\ndef helper(optimizer):\n" + body)
+    assert summarize((project / "trainer.py").read_bytes(), "").apex_plain_functions == []
+    _edit(project / "train_net.py", "from trainer import do_train", "from trainer import do_train, helper")
+    _edit(project / "train_net.py", "    do_train(", "    helper(optimizer)\n    do_train(")
+    assert "train_net.py" in _refused(project)

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")  # as rules/apex/_scaler_access.py
 _SAFE_LEVELS = ("O0", "O1", "O2")
+_STATE_APIS = ("state_dict", "load_state_dict")  # the setup's own checkpoint calls (`_initializer_problem`)
 # `amp.initialize`'s keywords: what each asks for, and whether the fix is then exact or unsafe,
 # is the planner's to say (rules/apex/_amp_options.py); the group adopts its unsafe reasons.
 _INIT_KEYWORDS = frozenset(
@@ -198,8 +199,13 @@ def _plain(node: ast.AST) -> bool:
 def _initializer_problem(tree, function: ast.AST, init: ast.Attribute, uses) -> Optional[str]:
     if len([n for n in uses if n.attr in ("initialize", "init")]) != 1:
         return "`amp.initialize` is called more than once in this file"
-    if any(n.attr not in ("initialize",) for n in uses):
-        other = next(n.attr for n in uses if n.attr != "initialize")
+    # A checkpoint's `amp.state_dict()` / `amp.load_state_dict(x)` in the same function (DAPS's
+    # `train.py` saves `'amp': amp.state_dict()` beside the model's) become the scaler's there.
+    own = {id(n) for n in _own_nodes(function)}
+    other = next(
+        (n.attr for n in uses if n.attr != "initialize" and not (n.attr in _STATE_APIS and id(n) in own)), None
+    )
+    if other is not None:
         return f"the file also uses `amp.{other}`"
     call = _parent_call(function, init)
     if call is None:
@@ -261,6 +267,7 @@ def _step_functions(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[s
                 summary.apex_step_relays[function.name] = caller.name
                 summary.apex_step_functions[caller.name] = (_params(caller), carried, scaler, "")
         summary.apex_step_functions[function.name] = (positional, optimizer, scaler, problem)
+    summary.apex_plain_functions = _plain_functions(tree, amp_names, summary.apex_step_functions)
     outside = [n for n in uses if n.attr == "scale_loss" and _enclosing_top_function(tree, n) is None]
     if outside:
         from ampmigrate.engine.apex_trainer_class import step_classes  # a trainer class's method
@@ -269,6 +276,32 @@ def _step_functions(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[s
         summary.apex_step_functions.update(classes)
     if outside:
         summary.apex_step_functions["<other>"] = ([], "", "", "`amp.scale_loss` is used outside a top-level function")
+
+
+def _plain_functions(tree: ast.Module, amp_names: Set[str], steps) -> List[str]:
+    """The top-level functions of a B side an A side may hand its optimizer to without a scaler:
+    they read no apex, step and backpropagate nothing, and call no step function (SINet's
+    `adjust_lr(optimizer, epoch, ...)` beside its `trainer`). Optimizers behave the same after the
+    migration as before it everywhere but in `step()`."""
+    plain: List[str] = []
+    for function in _top_functions(tree):
+        if function.name in steps:
+            continue
+        nodes = list(ast.walk(function))
+        if any(isinstance(n, ast.Name) and n.id in amp_names for n in nodes):
+            continue
+        if any(
+            isinstance(n, ast.Call) and (
+                (isinstance(n.func, ast.Attribute) and n.func.attr in ("step", "backward"))
+                or (isinstance(n.func, ast.Name) and n.func.id in steps)
+            )
+            for n in nodes
+        ):
+            continue
+        if any(isinstance(n, ast.Name) and n.id in steps for n in nodes):
+            continue  # a step function handed on
+        plain.append(function.name)
+    return plain
 
 
 _NO_STEP = "no step"  # `_step_problem`'s answer for a function that never steps its optimizer
@@ -566,6 +599,8 @@ def _targets(index: "ProjectIndex", absolute: str) -> Tuple[List[Tuple[str, str]
             other = resolve(index, absolute, module) if module and "." not in callee else None
             if other is None or not index.modules[other].apex_step_functions:
                 continue
+            if callee in index.modules[other].apex_plain_functions:
+                continue  # it only reads or tunes the optimizer (`adjust_lr`): it needs no scaler
             if callee not in index.modules[other].apex_step_functions:
                 return [], f"{index.relative(other)} scales a loss with apex's amp, but not in `{callee}()`"
             pair = (other, callee)
@@ -630,6 +665,7 @@ def threading_key(index: "ProjectIndex", path: str) -> str:
                 parts.append(
                     repr((other, sorted(summary.apex_step_functions.items()), summary.apex_init_function,
                           summary.apex_init_problem, summary.apex_init_calls, summary.apex_gradient_functions,
+                          summary.apex_plain_functions,
                           summary.apex_gradient_calls, index.apex_sources.get(other, ("",))[0]))
                 )
             imported = [(m, n) for m, n in summary.from_imports if n in steps or f"{m}.{n}" in spelled]

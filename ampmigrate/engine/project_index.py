@@ -48,7 +48,7 @@ from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 21
+_FORMAT = 22
 
 
 @dataclass
@@ -112,6 +112,9 @@ class ModuleSummary:
     # {step function: the top-level function of the same file that calls it, relaying the
     # optimizer it is given (itself among `apex_step_functions`, called by the A sides)}.
     apex_step_relays: Dict[str, str] = field(default_factory=dict)
+    # The other top-level functions of a B side that may be handed the optimizer harmlessly: no
+    # apex, no `.step()`/`.backward()`, no call of a step function (an `adjust_lr(optimizer, ...)`).
+    apex_plain_functions: List[str] = field(default_factory=list)
     # Step functions that never step: an input gradient's helper, optimizer optional
     # (engine/apex_input_gradients.py); and, in a file that sets apex up and scales its own
     # losses, the calls after `amp.initialize` passing its optimizer: (callee, line, position or
@@ -183,6 +186,7 @@ def _as_data(summary: ModuleSummary) -> dict:
             for name, (positional, optimizer, scaler, problem) in summary.apex_step_functions.items()
         },
         "apex_step_relays": dict(summary.apex_step_relays),
+        "apex_plain_functions": list(summary.apex_plain_functions),
         "apex_gradient_functions": list(summary.apex_gradient_functions),
         "apex_gradient_calls": [tuple(item) for item in summary.apex_gradient_calls],
         "apex_state_functions": {

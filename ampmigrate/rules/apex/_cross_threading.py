@@ -282,7 +282,12 @@ class _InitSide(_Planner):
         targets, reason = initializer_targets(index, self.ctx.path)
         if reason is not None or not targets:
             raise Unfixable(f"{NO_STEP_REASON} ({reason or 'no function of the run scales its loss'})")
-        if any(r.api not in (None, "initialize") for r in self.refs):
+        # The setup's own checkpoint (`amp.state_dict()` saved beside the model's) reads the scaler
+        # made here; any other use of apex's amp in this file is not this shape.
+        states = [r for r in self.refs if r.api in ("state_dict", "load_state_dict")]
+        if any(r.api not in (None, "initialize", "state_dict", "load_state_dict") for r in self.refs) or any(
+            self._function_scope(r.node) is not self.home for r in states
+        ):
             raise Unfixable(NO_STEP_REASON)
         (other, callee), = targets
         decision = decide(index, other, callee)
@@ -329,6 +334,8 @@ class _InitSide(_Planner):
             self.builder.replace(call, rebuild_args(call, [*call.args, arg]))
             self.handled.add(call)
         pass_scaler(self, helpers)
+        if states:
+            self._plan_simple_refs()  # `scaler.state_dict()`, the guarded `scaler.load_state_dict(x)`
         self._plan_imports()
         self._emit_removals()
         self._check_nesting()
