@@ -1,6 +1,7 @@
 """Issue 12, at run time: an apex setup split across two files (maskrcnn-benchmark's
 tools/train_net.py + engine/trainer.py, reduced to a CPU-sized detector in
-tests/verify_projects/apex_split_trainer), migrated by the safe `fix` on both files at once
+tests/verify_projects/apex_split_trainer, with a learning-rate helper beside the step function and
+`amp.state_dict()` saved in the setup's checkpoint), migrated by the safe `fix` on both files at once
 (rules/apex/_cross_threading.py) and verified against the apex original on the emulation.
 """
 
@@ -35,4 +36,9 @@ def test_the_split_setup_migrated_on_both_sides_trains_like_the_original(cli, mo
         assert run["status"] == "completed" and run["precision"].endswith("apex loss scale")
     for run in data["runs"]["after"]:
         assert run["status"] == "completed" and run["apex_emulation"] == [] and run["precision"] == "fp16 + GradScaler"
+    # the checkpoint with apex's state (the GradScaler's after the migration) went to the run's scratch
+    for side in ("before", "after"):
+        assert data["runs"][side][0]["written_files"] == ["output/epoch_0.pth", "output/epoch_1.pth"]
+    diff = cli("fix", "--diff", "--no-cache", str(project)).output  # what verify ran as the after
+    assert '"amp": scaler.state_dict()' in diff and "+    adjust_lr(" not in diff
     assert {path.name: path.read_text(encoding="utf-8") for path in project.glob("*.py")} == originals

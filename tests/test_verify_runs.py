@@ -185,14 +185,14 @@ def test_bundled_transformer_example_verifies(cli, monkeypatch, tmp_path):
     plot = tmp_path / "curves.png"
     plotting = importlib.util.find_spec("matplotlib") is not None
 
-    result, data = run_verify(cli, monkeypatch, project, "train.py", "--steps", "60", "--runs", "2",
+    result, data = run_verify(cli, monkeypatch, project, "train.py", "--steps", "30", "--runs", "2",
                               *(["--plot", str(plot)] if plotting else []))
 
     assert result.exit_code == 0, result.output
     assert snapshot(project) == before
     assert set(data["migration"]["changed_files"]) == {"train.py", "model.py"}
     comparison = data["comparison"]
-    assert comparison["steps"] == 60 and comparison["runs_per_side"] == 2
+    assert comparison["steps"] == 30 and comparison["runs_per_side"] == 2
     assert comparison["band_ratio_max"] < comparison["criterion"]["band"]
     # The script seeds itself (torch.manual_seed(args.seed), torch.Generator().manual_seed(1234)):
     # the runs of seed S+1 still differ from those of seed S.
@@ -221,7 +221,7 @@ def test_bundled_transformer_example_verifies(cli, monkeypatch, tmp_path):
 def test_hand_migrated_bf16_without_scaler_is_equivalent(cli, monkeypatch, tmp_path):
     project = project_with_after(tmp_path / "legacy_transformer", "bf16_no_scaler.py")
 
-    result, data = run_verify(cli, monkeypatch, project, "train.py", "--after", "bf16_no_scaler.py", "--steps", "60", "--runs", "2")
+    result, data = run_verify(cli, monkeypatch, project, "train.py", "--after", "bf16_no_scaler.py", "--steps", "30", "--runs", "2")
 
     assert result.exit_code == 0, result.output
     assert data["runs"]["after"][0]["precision"] == "bf16"
@@ -231,7 +231,7 @@ def test_hand_migrated_bf16_without_scaler_is_equivalent(cli, monkeypatch, tmp_p
 def test_wrong_learning_rate_is_not_equivalent(cli, monkeypatch, tmp_path):
     project = project_with_after(tmp_path / "legacy_transformer", "wrong_lr.py")
 
-    result, data = run_verify(cli, monkeypatch, project, "train.py", "--after", "wrong_lr.py", "--steps", "40", "--runs", "2")
+    result, data = run_verify(cli, monkeypatch, project, "train.py", "--after", "wrong_lr.py", "--steps", "30", "--runs", "2")
 
     assert result.exit_code == 1, result.output
     assert data["verdict"] == "not equivalent"
@@ -253,7 +253,7 @@ def test_loss_scaled_but_never_unscaled_is_not_equivalent(cli, monkeypatch, tmp_
 def test_steps_on_scaled_gradients_are_not_equivalent_even_where_adam_hides_them(cli, monkeypatch, tmp_path):
     project = project_with_after(tmp_path / "legacy_transformer", "scaled_not_unscaled.py")
 
-    result, data = run_verify(cli, monkeypatch, project, "train.py", "--after", "scaled_not_unscaled.py", "--steps", "40", "--runs", "2")
+    result, data = run_verify(cli, monkeypatch, project, "train.py", "--after", "scaled_not_unscaled.py", "--steps", "20", "--runs", "2")
 
     assert result.exit_code == 1, result.output
     assert any("never unscales the gradients" in reason for reason in data["reasons"])
@@ -318,7 +318,7 @@ def test_broken_afters_of_an_apex_project_are_rejected(cli, monkeypatch, tmp_pat
 def test_legacy_lm_migration_is_equivalent_and_its_bug_fix_is_reported_apart(cli, monkeypatch, tmp_path):
     project = copy_of(PROJECTS / "legacy_lm", tmp_path / "legacy_lm")
 
-    result, data = run_verify(cli, monkeypatch, project, "train.py", "--steps", "60", "--runs", "2")
+    result, data = run_verify(cli, monkeypatch, project, "train.py", "--steps", "40", "--runs", "2")
 
     assert result.exit_code == 0, result.output
     assert data["baseline"] == "before with protocol fixes"
@@ -335,7 +335,7 @@ def test_legacy_lm_migration_is_equivalent_and_its_bug_fix_is_reported_apart(cli
 def test_legacy_lm_after_with_a_30x_learning_rate_is_rejected(cli, monkeypatch, tmp_path):
     project = project_with_after(tmp_path / "legacy_lm", "lm_lr30.py")
 
-    result, data = run_verify(cli, monkeypatch, project, "train.py", "--after", "lm_lr30.py", "--steps", "60", "--runs", "2")
+    result, data = run_verify(cli, monkeypatch, project, "train.py", "--after", "lm_lr30.py", "--steps", "40", "--runs", "2")
 
     assert result.exit_code == 1, result.output
     assert data["bug_fix"]["fixes"][0]["code"] == "AMP301"  # judged against the before with the fix

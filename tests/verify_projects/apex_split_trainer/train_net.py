@@ -8,14 +8,19 @@ the loss is scaled (`with amp.scale_loss(losses, optimizer) as scaled_losses`). 
 tiny two-head model whose forward returns a dict of losses in training, on synthetic images.
 
     python train_net.py --dtype float16
+
+Two shapes of a person-search project built on the same recipe are added: `train()` also hands the
+optimizer to trainer.py's `adjust_lr()` (a warm-up that only tunes the learning rate), and saves
+`amp.state_dict()` in each epoch's checkpoint beside the model's.
 """
 
 import argparse
+import os
 
 import torch
 from torch import nn
 
-from trainer import do_train
+from trainer import adjust_lr, do_train
 
 # See if we can use apex.DistributedDataParallel instead of the torch default,
 # and enable mixed-precision via apex.amp
@@ -70,18 +75,26 @@ def train(cfg):
     amp_opt_level = 'O1' if use_mixed_precision else 'O0'
     model, optimizer = amp.initialize(model, optimizer, opt_level=amp_opt_level)
 
-    data_loader = make_data_loader(cfg.max_iter, cfg.batch_size)
+    data_loader = make_data_loader(cfg.max_iter // cfg.epochs, cfg.batch_size)
     arguments = {"iteration": 0}
 
-    do_train(
-        model,
-        data_loader,
-        optimizer,
-        scheduler,
-        device,
-        arguments,
-    )
+    for epoch in range(cfg.epochs):
+        if epoch < 2:  # warm up in the first epoch, back to the base rate in the second
+            adjust_lr(optimizer, cfg.warmup_factor if epoch == 0 else 1.0 / cfg.warmup_factor)
+        do_train(
+            model,
+            data_loader,
+            optimizer,
+            scheduler,
+            device,
+            arguments,
+        )
 
+        os.makedirs(cfg.output_dir, exist_ok=True)
+        torch.save(
+            {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch, "amp": amp.state_dict()},
+            os.path.join(cfg.output_dir, f"epoch_{epoch}.pth"),
+        )
     return model
 
 
@@ -92,6 +105,9 @@ def main():
     parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-iter", type=int, default=60)
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--warmup-factor", type=float, default=0.5)
+    parser.add_argument("--output-dir", default="output")
     cfg = parser.parse_args()
     train(cfg)
 

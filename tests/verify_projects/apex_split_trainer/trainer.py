@@ -8,6 +8,11 @@ import torch
 from apex import amp
 
 
+def adjust_lr(optimizer, factor):
+    for param_group in optimizer.param_groups:
+        param_group["lr"] *= factor
+
+
 def do_train(
     model,
     data_loader,
