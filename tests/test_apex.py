@@ -548,3 +548,26 @@ def test_torch_from_a_star_import_is_used_only_where_the_file_shows_it():
     # no read of `torch.<attribute of torch's>` in the file: unknown
     unknown = code.replace("torch.cuda.is_available()", "True").replace("torch.nn.functional.cross_entropy", "criterion")
     assert "amp.initialize" in fix(unknown.replace('torch.device("cuda" if True else "cpu")', '"cuda"'))
+
+
+def test_a_facade_forwarding_its_own_star_arguments_to_apex_says_so():
+    text = (FIXTURES / "AMP101" / "apex_facade_forwarding.py").read_text()
+    reasons = {f.no_fix_reason for f in check(text, select=["AMP1"]) if f.code == "AMP101"}
+    assert reasons == {
+        "`amp.scale_loss` at line 14 is given the `args`, `kwargs` of `scale_loss()`, which wraps apex's amp for its "
+        "callers (they choose the options and use the result): migrate the callers to torch.amp, then this wrapper goes"
+    }
+    assert fix(text) == text
+
+
+@pytest.mark.parametrize(
+    "signature, call",
+    [
+        ("def setup(model, opt, opts)", "amp.initialize(model, opt, **opts)"),  # a dict parameter, not `**kwargs`
+        ("def setup(model, opt, *args)", "amp.initialize(model, opt, opt_level='O1')"),  # not handed on
+    ],
+)
+def test_a_function_not_forwarding_its_star_parameters_is_no_facade(signature, call):
+    text = f"from apex import amp\n\n\n{signature}:\n    return {call}\n"
+    reasons = {f.no_fix_reason for f in check(text, select=["AMP1"]) if f.code == "AMP101"}
+    assert reasons and not any("wraps apex's amp" in (r or "") for r in reasons)

@@ -253,6 +253,34 @@ class _Planner(
                 )
         self._check_star_users()
         self._check_other_refs()
+        self._check_forwarding_wrappers()
+
+    def _check_forwarding_wrappers(self) -> None:
+        """A function handing its own `*args`/`**kwargs` on to apex (`def initialize(models,
+        optimizers, *args, **kwargs): return amp.initialize(models, optimizers, *args, **kwargs)`, a
+        project's apex facade) wraps apex for its callers, who choose the options and use the
+        result: the migration is theirs, and the reason says so."""
+        for ref in self.refs:
+            if ref.call is None:
+                continue
+            function = self._function_scope(ref.call).node
+            if not isinstance(function, cst.FunctionDef):
+                continue
+            params = function.params
+            stars = {
+                p.name.value for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)
+            }
+            forwarded = [
+                a.value.value for a in ref.call.args
+                if a.star and isinstance(a.value, cst.Name) and a.value.value in stars
+            ]
+            if forwarded:
+                raise Unfixable(
+                    f"`{self.ctx.code(ref.call.func)}` at line {self._line(ref.call)} is given the "
+                    f"`{'`, `'.join(forwarded)}` of `{function.name.value}()`, which wraps apex's amp for its "
+                    "callers (they choose the options and use the result): migrate the callers to torch.amp, "
+                    "then this wrapper goes"
+                )
 
     def _choose_setup(self, plan: AmpPlan):
         """(the `amp.initialize` the fix migrates, what its options ask for), or the whole fix
