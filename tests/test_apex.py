@@ -571,3 +571,38 @@ def test_a_function_not_forwarding_its_star_parameters_is_no_facade(signature, c
     text = f"from apex import amp\n\n\n{signature}:\n    return {call}\n"
     reasons = {f.no_fix_reason for f in check(text, select=["AMP1"]) if f.code == "AMP101"}
     assert reasons and not any("wraps apex's amp" in (r or "") for r in reasons)
+
+
+def test_custom_fwd_on_a_module_forward_casts_its_inputs_as_apex_float_function_did():
+    """What the AMP105 rewrite of module_forward.py relies on: torch's custom_fwd on an nn.Module's
+    forward (first argument the module) casts floating inputs to float32 under autocast and is a
+    no-op without it (here on the CPU device type, which the test machine has)."""
+    torch = pytest.importorskip("torch")
+    seen = []
+
+    class Layer(torch.nn.Module):
+        @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
+        def forward(self, x, rois):
+            seen.append((x.dtype, rois.dtype, torch.is_autocast_enabled("cpu")))
+            return x.sum() + rois.sum()
+
+    layer = Layer()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        layer(torch.ones(2, dtype=torch.bfloat16), torch.ones(2, dtype=torch.bfloat16))
+    layer(torch.ones(2, dtype=torch.bfloat16), torch.ones(2))
+    assert seen == [(torch.float32, torch.float32, False), (torch.bfloat16, torch.float32, False)]
+
+
+def test_the_unsafe_module_forward_rewrite_names_the_op_apex_still_cast():
+    text = (FIXTURES / "AMP105" / "module_forward_unsafe.py").read_text()
+    (finding,) = [f for f in check(text, select=["AMP105"]) if f.code == "AMP105"]
+    assert finding.fix is not None and finding.fix.applicability == "unsafe"
+    assert "apex still cast `torch.softmax` inside the forward" in finding.fix.message
+
+
+def test_a_module_naming_custom_fwds_attributes_is_left_alone():
+    text = (FIXTURES / "AMP105" / "module_forward.py").read_text().replace(
+        "        self.output_size = output_size\n", "        self.output_size = output_size\n        self._dtype = None\n"
+    )
+    (finding,) = [f for f in check(text, select=["AMP105"]) if f.code == "AMP105"]
+    assert finding.fix is None and "`_dtype` or `_fwd_used_autocast`" in finding.no_fix_reason

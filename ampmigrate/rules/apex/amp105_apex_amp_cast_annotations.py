@@ -14,11 +14,24 @@ from ampmigrate.api import (
 )
 from ampmigrate.rules.apex._amp_refs import AmpRef, amp_usage
 from ampmigrate.rules.apex._removal import Removal, unused_after
+from ampmigrate.analysis.statements import walk
+from ampmigrate.diagnostics import UNSAFE
 from ampmigrate.rules.base import Rule
 
 _CUSTOM_FWD_SINCE = (2, 4)
 _DTYPE = {"half_function": "float16", "float_function": "float32"}
 _AUTOGRAD_FUNCTION = frozenset({"torch.autograd.Function", "torch.autograd.function.Function"})
+_MODULE = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
+# What custom_fwd stores on its first argument (`self` of a module's forward): a class that names
+# them itself would have them overwritten.
+_CUSTOM_FWD_ATTRIBUTES = ("_dtype", "_fwd_used_autocast")
+# Tensor methods that only reshape, move or read: autocast's lists (and apex's) cast none of them.
+_NEUTRAL_METHODS = frozenset({
+    "size", "dim", "numel", "view", "view_as", "reshape", "reshape_as", "contiguous", "permute", "transpose",
+    "unsqueeze", "squeeze", "flatten", "expand", "expand_as", "repeat", "clone", "detach", "to", "float",
+    "half", "type", "type_as", "cpu", "cuda", "new_zeros", "new_ones", "new_empty", "split", "chunk", "narrow",
+    "select", "long", "int", "bool", "item", "tolist",
+})
 # The registrations CUDA autocast already honours: api -> module -> op names.
 _AUTOCAST_ALREADY = {"register_half_function": AUTOCAST_CUDA_HALF_OPS, "register_float_function": AUTOCAST_CUDA_FLOAT_OPS}
 
@@ -50,7 +63,14 @@ class ApexAmpCastAnnotations(Rule):
                 fix = ctx.fix("Use `@torch.amp.custom_bwd(device_type=\"cuda\")`")
                 replacement = f"{torch}.amp.custom_bwd(device_type={quote}cuda{quote})"
             else:
-                fix = ctx.fix(f"Use `@torch.amp.custom_fwd(device_type=\"cuda\", cast_inputs=torch.{dtype})`")
+                unsafe = _module_forward_casts(ctx, ref)
+                message = f"Use `@torch.amp.custom_fwd(device_type=\"cuda\", cast_inputs=torch.{dtype})`"
+                if unsafe:
+                    message += (
+                        f" (unsafe: apex still cast `{unsafe}` inside the forward by its O1 lists; custom_fwd "
+                        f"runs the forward with autocast off, in {dtype})"
+                    )
+                fix = ctx.fix(message, applicability=UNSAFE if unsafe else None)
                 replacement = f"{torch}.amp.custom_fwd(device_type={quote}cuda{quote}, cast_inputs={torch}.{dtype})"
             fix.replace(ref.node, ctx.parse_expression(replacement))
             if needs_import:
@@ -113,6 +133,14 @@ class ApexAmpCastAnnotations(Rule):
                 f"`@amp.{ref.api}` on `backward` is rewritten only beside the same annotation on the class's "
                 "`forward` (`custom_bwd` then runs the backward as `custom_fwd` ran the forward)"
             )
+        if cls is None and func is not None and func.name.value == "forward" and _module_method(ctx, func):
+            # custom_fwd records its state on its first argument: here the module, which takes it
+            owner = ctx.names.enclosing(func, cst.ClassDef)
+            if any(isinstance(n, (cst.Name, cst.Attribute)) and _spelled(n) in _CUSTOM_FWD_ATTRIBUTES for n in _nodes(owner)):
+                return "the module's class names `_dtype` or `_fwd_used_autocast`, which `custom_fwd` sets on it"
+            if any(isinstance(d.decorator, cst.Name) and d.decorator.value in ("staticmethod", "classmethod") for d in func.decorators):
+                return "`forward` is a staticmethod or classmethod"
+            return None
         if func is None or func.name.value != "forward" or cls is None:
             return (
                 "on a plain function there is no torch decorator with apex's behaviour (custom_fwd expects an "
@@ -168,3 +196,47 @@ def _registration_autocast_keeps(ctx, ref: AmpRef) -> Optional[Tuple[cst.BaseSma
     if not modules or not isinstance(statement, cst.Expr):
         return None
     return statement, f"{modules[0]}.{op}"
+
+
+def _module_method(ctx, func: cst.FunctionDef) -> bool:
+    """`func` is a method of a class deriving (directly) from torch.nn.Module: maskrcnn-benchmark's
+    `ROIAlign.forward` under `@amp.float_function`. torch's `custom_fwd` works on it as on an
+    autograd.Function's forward: its first argument is the module instead of the context."""
+    cls = ctx.names.enclosing(func, cst.ClassDef)
+    return (
+        cls is not None
+        and ctx.names.parent(ctx.names.parent(func)) is cls
+        and any(ctx.names.qualified_names(base.value) & _MODULE for base in cls.bases)
+    )
+
+
+def _module_forward_casts(ctx, ref: AmpRef) -> Optional[str]:
+    """For `@amp.float_function`/`half_function` on a module's `forward`: the first call in it that
+    autocast's (and apex's) lists may cast, or None. apex cast only the inputs and kept casting the
+    ops inside by its O1 lists; `custom_fwd` turns autocast off inside. Equal where the body calls
+    nothing those lists hold (maskrcnn-benchmark's `return roi_align(input, rois, ...)`, an
+    autograd.Function's `apply` around a CUDA kernel)."""
+    func, cls = _decorated(ctx, ref)
+    if func is None or cls is not None or func.name.value != "forward" or not _module_method(ctx, func):
+        return None
+    for node in walk(func.body):
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+            return ctx.code(node)
+        if not isinstance(node, cst.Call):
+            continue
+        callee = node.func
+        if isinstance(callee, cst.Name):
+            if not any(q.startswith("torch") for q in ctx.names.qualified_names(callee)):
+                continue  # a function of the project (`roi_align = _ROIAlign.apply`)
+        elif isinstance(callee, cst.Attribute) and callee.attr.value in _NEUTRAL_METHODS:
+            continue
+        return ctx.code(callee)
+    return None
+
+
+def _nodes(node: cst.CSTNode):
+    return walk(node, into_scopes=True)
+
+
+def _spelled(node: cst.CSTNode) -> str:
+    return node.value if isinstance(node, cst.Name) else node.attr.value
