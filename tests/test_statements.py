@@ -17,6 +17,8 @@ from ampmigrate.analysis.statements import is_pure
         'self.config.train.get("use_fp16")',  # CreamFL: a config lookup, as a subscript
         'cfg.get("amp", False) and not args.cpu',
         'args.opt_level in ("O1", "O2")',
+        "torch.cuda.is_available() and args.amp",  # a query of the machine (SSD-pytorch's setup)
+        "torch.distributed.is_initialized()",
     ],
 )
 def test_pure(code):
@@ -31,7 +33,10 @@ def test_pure(code):
         'cfg.get(next(keys))',
         'cfg.get("amp", make_default())',
         'load().get("fp16")',
-        "torch.cuda.is_available()",
+        "torch.cuda.synchronize()",
+        "torch.cuda.set_device(0)",
+        "torch.cuda.device_count(load())",
+        "th.cuda.is_available()",  # an alias of torch is not followed
     ],
 )
 def test_not_pure(code):

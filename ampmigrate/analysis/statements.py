@@ -248,6 +248,13 @@ def expression_key(expression: cst.CSTNode) -> str:
 
 
 _PURE_LEAVES = (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString)
+# torch's queries of the machine, asked without arguments: the same answer each time in a run, and
+# nothing changed by asking (`if torch.cuda.is_available(): ... amp.initialize(...)`, SSD-pytorch).
+# Spelled as written: an alias of torch is not followed (the answer is then "not pure").
+_PURE_QUERIES = frozenset({
+    "torch.cuda.is_available", "torch.cuda.device_count", "torch.cuda.is_bf16_supported",
+    "torch.distributed.is_available", "torch.distributed.is_initialized",
+})
 
 
 def _mapping_get(expression: cst.CSTNode) -> bool:
@@ -288,6 +295,8 @@ def is_pure(expression: cst.CSTNode) -> bool:
     if isinstance(expression, cst.IfExp):
         return is_pure(expression.test) and is_pure(expression.body) and is_pure(expression.orelse)
     if _mapping_get(expression):  # `cfg.train.get("use_fp16")`: a lookup, as `cfg.train["use_fp16"]`
+        return True
+    if isinstance(expression, cst.Call) and not expression.args and _dotted(expression.func) in _PURE_QUERIES:
         return True
     if (
         isinstance(expression, cst.BinaryOperation) and isinstance(expression.operator, cst.Modulo)
@@ -351,3 +360,14 @@ def indent_continuations(statement: cst.CSTNode, indent: str) -> cst.CSTNode:
         return statement
     return statement.visit(_ContinuationIndent(indent))
 
+
+
+def _dotted(node: cst.CSTNode) -> str:
+    """`torch.cuda.is_available` as written ("" for anything but names and attributes)."""
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return ""
+    return ".".join([node.value, *reversed(parts)])
