@@ -532,6 +532,7 @@ def test_an_optimizer_helper_beside_the_step_function_needs_no_scaler(tmp_path):
         "    optimizer.step()\n",  # steps the optimizer itself
         "    do_train(None, [], optimizer, 0)\n",  # hands it to the step function
         "    amp.master_params(optimizer)\n",  # reads apex
+        "    return other.train(optimizer)\n",  # hands it to a function the index does not follow
     ],
 )
 def test_a_helper_that_steps_relays_or_reads_apex_is_no_plain_helper(tmp_path, body):

@@ -280,8 +280,8 @@ def _step_functions(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[s
 
 def _plain_functions(tree: ast.Module, amp_names: Set[str], steps) -> List[str]:
     """The top-level functions of a B side an A side may hand its optimizer to without a scaler:
-    they read no apex, step and backpropagate nothing, and call no step function (SINet's
-    `adjust_lr(optimizer, epoch, ...)` beside its `trainer`). Optimizers behave the same after the
+    they read no apex, step and backpropagate nothing, call no step function and hand none of their
+    parameters to a call (SINet's `adjust_lr(optimizer, epoch, ...)` beside its `trainer`). Optimizers behave the same after the
     migration as before it everywhere but in `step()`."""
     plain: List[str] = []
     for function in _top_functions(tree):
@@ -300,6 +300,13 @@ def _plain_functions(tree: ast.Module, amp_names: Set[str], steps) -> List[str]:
             continue
         if any(isinstance(n, ast.Name) and n.id in steps for n in nodes):
             continue  # a step function handed on
+        params = set(_params(function)) | {a.arg for a in function.args.kwonlyargs}
+        if any(
+            isinstance(arg, ast.Name) and arg.id in params
+            for n in nodes if isinstance(n, ast.Call)
+            for arg in (*n.args, *(k.value for k in n.keywords))
+        ):
+            continue  # hands a parameter (the optimizer, maybe) on: to what, the index does not follow
         plain.append(function.name)
     return plain
 
