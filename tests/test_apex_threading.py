@@ -542,3 +542,12 @@ def test_a_helper_that_steps_relays_or_reads_apex_is_no_plain_helper(tmp_path, b
     _edit(project / "train_net.py", "from trainer import do_train", "from trainer import do_train, helper")
     _edit(project / "train_net.py", "    do_train(", "    helper(optimizer)\n    do_train(")
     assert "train_net.py" in _refused(project)
+
+
+def test_a_side_whose_migration_would_not_be_written_stops_the_group(tmp_path):
+    """`amp.load_state_dict` before `amp.initialize`: A's plan would read the scaler before it is
+    made, which the engine refuses to write; B must not migrate without it."""
+    project = _copy(tmp_path)
+    _edit(project / "train_net.py", "    model, optimizer = amp.initialize(", '    amp.load_state_dict(cfg.resume["amp"])\n    model, optimizer = amp.initialize(')
+    reasons = _refused(project)
+    assert "train_net.py cannot be migrated with it: its migration would read `scaler` in `train()`" in reasons["trainer.py"]
