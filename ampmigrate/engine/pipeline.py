@@ -15,7 +15,6 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tup
 import libcst as cst
 
 from ampmigrate.config import Settings
-from ampmigrate.analysis.unbound import introduced
 from ampmigrate.diagnostics import UNSAFE, FileError, Finding, Fix, Location
 from ampmigrate.engine import collector, fixer, prescreen
 from ampmigrate.engine.context import FileContext, RuleContext
@@ -25,6 +24,7 @@ from ampmigrate.engine.prefilter import Prefilter
 from ampmigrate.engine.apex_star import candidate_names as star_names
 from ampmigrate.engine.project import ProjectImports
 from ampmigrate.engine.project_index import ProjectIndex
+from ampmigrate.engine.write_check import why_not_written
 from ampmigrate.engine.results import TOO_DEEP, FileResult  # noqa: F401 (FileResult: re-exported)
 from ampmigrate.rules import all_rules, rule_classes
 from ampmigrate.rules.base import Rule
@@ -220,21 +220,8 @@ class Engine:
         return frozenset(rule.code for rule in self.rules if not rule.applies_to(path, self.settings))
 
     def _problem(self, new_text: str, old_text: str) -> Optional[str]:
-        """Why the fixed text must not be written, or None: it does not parse or compile (where
-        the original did), or it reads a name before any binding on some path where the original
-        did not (analysis/unbound.py: a scaler created after a call that passes it, a read of
-        `amp` whose import went)."""
-        if not fixer.parses(new_text):
-            return "produced invalid code"
-        # Only hold CPython's parser against the fix if it accepted the original.
-        if not fixer.compiles(new_text) and fixer.compiles(old_text):
-            return "produced invalid code"
-        unbound = introduced(old_text, new_text)
-        if unbound:
-            scope, name = unbound[0]
-            where = "at the top level" if scope == "<module>" else f"in `{scope}()`"
-            return f"would read `{name}` {where} where some path has not bound it"
-        return None
+        """Why the fixed text must not be written, or None (engine/write_check.py)."""
+        return why_not_written(new_text, old_text)
 
     def _isolate_broken(self, analysis, accepted, current, broken, result):
         """A round produced invalid code: keep the first fix that is valid alone, mark the rest."""

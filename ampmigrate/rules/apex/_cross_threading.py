@@ -31,10 +31,7 @@ from ampmigrate.api import TORCH_AMP_GRAD_SCALER_SINCE, format_version
 from ampmigrate.diagnostics import SAFE, Fix
 from ampmigrate.engine.apex_threading import Decision, decide, initializer_targets
 from ampmigrate.engine.caller_uses import uses
-from ampmigrate.analysis.unbound import introduced
-from ampmigrate.engine import fixer
 from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args
-from ampmigrate.engine.fixer import apply_fixes
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._amp_common import AmpPlan, Unfixable
 from ampmigrate.rules.apex._amp_migration import (
@@ -43,6 +40,7 @@ from ampmigrate.rules.apex._amp_migration import (
     _Planner,
 )
 from ampmigrate.rules.apex._input_gradient_threading import is_input_gradient
+from ampmigrate.rules.apex._other_files import fix_problem
 from ampmigrate.rules.apex._scaler_access import ScalerAccess, add_parameter
 from ampmigrate.source import SourceError, SourceFile
 
@@ -97,25 +95,10 @@ def _plan_elsewhere(ctx: FileContext, path: str, factory=None) -> Tuple[Optional
     plan = planner.plan()
     if plan.fix is None:
         return plan.reason or "nothing to migrate", []
-    problem = _fix_problem(other, plan.fix)
+    problem = fix_problem(other, plan.fix)
     if problem is not None:
         return problem, []
     return None, list(planner.unsafe)
-
-
-def _fix_problem(ctx: FileContext, fix: Fix) -> Optional[str]:
-    """Why the fix planned for another file of the group would not be written (the checks the
-    engine makes before writing: engine/pipeline.py `_problem`), or None. A side the engine would
-    refuse to write must stop the whole group, or the others would migrate without it."""
-    new_text = apply_fixes(ctx.module, [fix])
-    if not fixer.parses(new_text):
-        return "its migration would not parse"
-    unbound = introduced(ctx.text, new_text)
-    if unbound:
-        scope, name = unbound[0]
-        where = "at the top level" if scope == "<module>" else f"in `{scope}()`"
-        return f"its migration would read `{name}` {where} where some path has not bound it"
-    return None
 
 
 def _side_or_in_file(ctx: FileContext) -> _Planner:

@@ -10,6 +10,8 @@ from typing import Optional
 import libcst as cst
 
 from ampmigrate.engine.context import FileContext
+from ampmigrate.engine.fixer import apply_fixes
+from ampmigrate.engine.write_check import why_not_written
 from ampmigrate.source import SourceError, SourceFile, read_regular_file
 
 
@@ -51,7 +53,13 @@ def plan_elsewhere(ctx: FileContext, path: str, text: str) -> Optional[str]:
         return plan.reason or "no fix"
     if planner.unsafe and not ctx.settings.unsafe_fixes:
         return "its fix is unsafe: " + planner.unsafe[0]
-    return None
+    return fix_problem(other, plan.fix)
+
+
+def fix_problem(ctx: FileContext, fix) -> Optional[str]:
+    """Why the engine would not write the fix planned for another file of a group (engine/write_check.py), or None."""
+    problem = why_not_written(apply_fixes(ctx.module, [fix]), ctx.text)
+    return f"its migration {problem}" if problem is not None else None
 
 
 def unmigrated_caller(ctx: FileContext, files, function: str, caller: Optional[str]) -> Optional[str]:
