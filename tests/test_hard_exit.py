@@ -10,11 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from ampmigrate.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # subprocesses that run the CLI end to end
+
 LEGACY = "import torch\nwith torch.cuda.amp.autocast():\n    pass\n"
 
 

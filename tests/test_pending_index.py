@@ -17,7 +17,10 @@ from ampmigrate.engine.runner import Job, run_files
 
 from conftest import FIXTURES, make_settings
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the index child is forked on Linux only")
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the index child is forked on Linux only"),
+    pytest.mark.slow,
+]
 
 MAX = 1 << 20
 
@@ -46,7 +49,7 @@ def _both(root: Path, files, settings, job, jobs, tmp_path):
 def test_a_run_beside_the_index_is_the_run_after_it(tmp_path, jobs):
     # every multi-file project's files (they need the index) and every other single-file fixture
     every = sorted(str(p) for p in FIXTURES.rglob("*.py"))
-    files = [f for i, f in enumerate(every) if ".project" in f or i % 2 == 0]
+    files = [f for i, f in enumerate(every) if ".project" in f or i % 4 == 0]
     outcome = _both(FIXTURES, files, make_settings(), Job("check"), jobs, tmp_path)
     assert sum(1 for _, findings, *_ in outcome if findings) > 100  # the fixtures' findings, all found
     assert all(digest for *_, digest in outcome if digest is not None)
