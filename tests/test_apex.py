@@ -598,6 +598,7 @@ def test_the_unsafe_module_forward_rewrite_names_the_op_apex_still_cast():
     (finding,) = [f for f in check(text, select=["AMP105"]) if f.code == "AMP105"]
     assert finding.fix is not None and finding.fix.applicability == "unsafe"
     assert "apex still cast `torch.softmax` inside the forward" in finding.fix.message
+    assert fix(text) == text  # the safe fix leaves it alone
 
 
 def test_a_module_naming_custom_fwds_attributes_is_left_alone():
