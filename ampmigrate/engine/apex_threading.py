@@ -280,15 +280,15 @@ def _step_functions(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[s
 
 def _plain_functions(tree: ast.Module, amp_names: Set[str], steps) -> List[str]:
     """The top-level functions of a B side an A side may hand its optimizer to without a scaler:
-    they read no apex, step and backpropagate nothing, call no step function and hand none of their
-    parameters to a call (SINet's `adjust_lr(optimizer, epoch, ...)` beside its `trainer`). Optimizers behave the same after the
-    migration as before it everywhere but in `step()`."""
+    they read no apex, step and backpropagate nothing, call no step function and hand none of
+    their parameters to a call (SINet's `adjust_lr(optimizer, epoch, ...)` beside its `trainer`).
+    An optimizer behaves the same after the migration as before it everywhere but in `step()`."""
     plain: List[str] = []
     for function in _top_functions(tree):
         if function.name in steps:
             continue
         nodes = list(ast.walk(function))
-        if any(isinstance(n, ast.Name) and n.id in amp_names for n in nodes):
+        if any(isinstance(n, ast.Name) and (n.id in amp_names or n.id == "apex") for n in nodes):
             continue
         if any(
             isinstance(n, ast.Call) and (
