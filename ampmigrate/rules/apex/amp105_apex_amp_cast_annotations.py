@@ -122,7 +122,10 @@ class ApexAmpCastAnnotations(Rule):
             return f"`torch.amp.custom_fwd` needs torch >= {format_version(_CUSTOM_FWD_SINCE)}"
         decorator = ctx.names.parent(ref.node)
         if not isinstance(decorator, cst.Decorator) or decorator.decorator is not ref.node:
-            return "only `@amp.half_function`/`@amp.float_function` on the `forward` of an autograd.Function or an nn.Module is rewritten (as a decorator)"
+            return (
+                "only `@amp.half_function`/`@amp.float_function` as a decorator of the `forward` of an "
+                "autograd.Function or an nn.Module is rewritten"
+            )
         func, cls = _decorated(ctx, ref)
         if func is not None and func.name.value == "backward" and cls is not None:
             # custom_bwd runs the backward as custom_fwd ran the forward (autocast off); its
