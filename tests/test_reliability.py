@@ -178,6 +178,32 @@ def test_a_file_over_its_memory_budget_is_skipped(tmp_path):
     assert result.stdout.count("AMP201") == 2
 
 
+def test_memory_the_parent_held_before_the_fork_is_not_a_files(tmp_path):
+    """A parent holding 600 MiB when it forks its workers (the index of a tree of 18,000 files held
+    2.4 GiB): each worker starts with those pages resident, and no file is skipped for them under
+    a 300 MiB budget."""
+    _tree(tmp_path, {}, good=4)
+    (tmp_path / "pyproject.toml").write_text("[tool.ampmigrate]\nfile-memory-limit = 300\n", encoding="utf-8")
+    ballast = textwrap.dedent(
+        """
+        import time
+        from ampmigrate.engine import pipeline
+        ballast = [b"x" * (16 << 20) for _ in range(38)]  # about 600 MiB, every page written
+        _check_text = pipeline.Engine.check_text
+        def slow(self, text, path, **kwargs):  # long enough for the parent to look at the worker
+            time.sleep(0.3)
+            return _check_text(self, text, path, **kwargs)
+        pipeline.Engine.check_text = slow
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", ballast + _PATCH, "check", "--output-format", "concise", "-j", "2", "."],
+        cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT, env=_env(),
+    )
+    assert _errors(result.stderr) == [], result.stderr
+    assert result.stdout.count("AMP201") == 4
+
+
 # ---------------------------------------------------------------------------------- 3. pipes, devices
 @pytest.mark.skipif(not hasattr(os, "mkfifo") or not os.path.exists("/dev/zero"), reason="needs FIFOs and /dev/zero")
 @pytest.mark.parametrize("command", ["check", "fix"])

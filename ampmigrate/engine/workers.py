@@ -8,7 +8,9 @@ processed in worker processes, even with one job, and the parent watches each on
   a new worker takes the old one's place and goes on with the files it had not reached;
 - each file has a budget of CPU time and memory (`Limits`), counted afresh for each LibCST parse
   (a `fix` parses once per round): the parent reads the worker's CPU time and resident memory
-  from `/proc` and kills a worker over budget, and the file is reported as skipped;
+  from `/proc` and kills a worker over budget, and the file is reported as skipped. Memory is
+  counted from what the worker held when it took its first file: a forked worker starts with the
+  parent's pages resident, which no file of its own put there;
 - workers die with the parent, even one killed by SIGKILL (PR_SET_PDEATHSIG on Linux; elsewhere
   a worker notices when the parent's end of its pipe closes, between files).
 
@@ -146,11 +148,17 @@ class _Worker:
         self.current: Any = None  # the key of the item it is on
         self.cpu_start = 0.0
         self.wall_start = 0.0
+        # Its resident memory when it took its first file. A forked worker starts with every page
+        # of the parent counted resident (a parent holding a large tree's index passes 2 GiB); the
+        # memory budget is what the worker has grown by since.
+        self.baseline_mib: Optional[float] = None
 
     def start_budget(self, cpu: float) -> None:
         """The budget starts now; `cpu`: the worker's CPU time, as it reported it."""
         self.cpu_start = cpu
         self.wall_start = time.monotonic()
+        if self.baseline_mib is None:
+            self.baseline_mib = _resident_mib(self.process.pid) or 0.0
 
     def over_budget(self, limits: Limits) -> Optional[str]:
         pid = self.process.pid
@@ -158,7 +166,7 @@ class _Worker:
         if used > limits.cpu_seconds or time.monotonic() - self.wall_start > limits.cpu_seconds * WALL_FACTOR:
             return f"skipped: analysing it took more than {limits.cpu_seconds:g} s (file-time-limit)"
         rss = _resident_mib(pid)
-        if rss is not None and rss > limits.memory_mib:
+        if rss is not None and rss - (self.baseline_mib or 0.0) > limits.memory_mib:
             return f"skipped: analysing it needed more than {limits.memory_mib} MiB of memory (file-memory-limit)"
         return None
 
