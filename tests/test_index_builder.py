@@ -125,3 +125,32 @@ def test_a_pool_grown_during_a_run_forks_a_worker_for_the_batches_left():
                 pool.grow(2)
     assert len(pids) == 12
     assert len(set(pids[:1])) == 1 and len(set(pids)) == 2
+
+
+_BALLAST = []
+
+
+def _hold(mib):
+    _BALLAST.append(b"x" * (mib << 20))  # every page written
+
+
+def _slow(item):
+    import time
+
+    time.sleep(0.2)  # long enough for the parent to look at the worker's memory
+    return item
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
+def test_what_a_worker_is_set_up_with_again_is_no_files_memory():
+    """The index a running worker is given (`reinitialize`) after its first file is not counted
+    against the files after it (file-memory-limit: the worker's growth since it was set up)."""
+    from ampmigrate.engine.workers import Failure, Limits, WorkerPool
+
+    pool = WorkerPool(1, _nothing, (), _slow, Limits(cpu_seconds=60, memory_mib=150))
+    with pool:
+        first = list(pool.run([[(0, 0)]]))
+        pool.reinitialize((), _hold, (300,))
+        later = list(pool.run([[(1, 1)], [(2, 2)]]))
+    assert first == [(0, 0)]
+    assert later == [(1, 1), (2, 2)], [o.reason if isinstance(o, Failure) else o for _, o in later]

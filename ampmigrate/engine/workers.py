@@ -14,7 +14,8 @@ processed in worker processes, even with one job, and the parent watches each on
 - workers die with the parent, even one killed by SIGKILL (PR_SET_PDEATHSIG on Linux; elsewhere
   a worker notices when the parent's end of its pipe closes, between files).
 
-A worker streams one message per event: ("file", key, cpu) when it starts a batch's first file,
+A worker streams one message per event: ("setup",) when it has been set up again,
+("file", key, cpu) when it starts a batch's first file,
 ("round", cpu) when it starts a parse, ("done", key, result, cpu) when it has a file's result and
 goes on to the next file of its batch, where `cpu` is its CPU time then (the budget's start: the
 parent need not read `/proc` for it). The parent so always knows which file a dead or killed
@@ -124,6 +125,7 @@ def _worker_main(
             os._exit(0)
         if isinstance(items, _Reinitialize):
             items.setup(*items.args)
+            connection.send(("setup",))  # what it holds now (the index) is no file's memory
             continue
         # The batch's first file is announced; each "done" also starts the next file's budget
         # (the worker goes straight on to it): one message per file, not two.
@@ -283,7 +285,9 @@ class WorkerPool:
                     yield key, Failure(reason)
                     continue
                 kind = message[0]
-                if kind == "file":
+                if kind == "setup":  # set up again (`reinitialize`): its memory is counted from here
+                    worker.baseline_mib = None
+                elif kind == "file":
                     worker.current = message[1]
                     worker.start_budget(message[2])
                 elif kind == "round":
