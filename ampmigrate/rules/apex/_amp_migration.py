@@ -1118,7 +1118,9 @@ class _Planner(
                     self._is_barrier,
                 )
             except NoRegion as exc:
-                found = [] if self._loss_from_wrapper_caller(step) else self._caller_regions(step)  # _caller_forward.py
+                found = self._single_caller_regions(step)  # _caller_forward.py
+                if found is None:
+                    found = [] if self._loss_from_wrapper_caller(step) else self._caller_regions(step)
                 if found is None:
                     raise Unfixable(f"no autocast region for `amp.scale_loss` at line {self._line(step.call)}: {exc}")
             if found and getattr(self.access, "detached_init", None) is not None:

@@ -210,8 +210,9 @@ class StepRewrites:
         # Through a carrier (_amp_carrier.py) the scaler may not exist where that test is false.
         carried = getattr(self.access, "carried", None)  # a ScalerAccess (other accesses carry nothing)
         enabled_keys = frozenset() if carried is not None and carried(node) is not None else self.access.enabled_keys
-        if missing and step in getattr(self, "_helper_arguments", {}) and self._function_scope(node) is not step.function:
-            missing = self._in_caller(step, missing)  # a backward helper's `if fp16:`, as its caller spells it
+        arguments = getattr(self, "_helper_arguments", {}).get(step, getattr(self, "_caller_arguments", {}).get(step))
+        if missing and arguments is not None and self._function_scope(node) is not step.function:
+            missing = self._in_caller(step, missing, arguments)  # a backward helper's `if fp16:`, as its caller spells it
         if not missing or {b.key for b in missing} <= enabled_keys:
             return None
         code = condition_code(self.module, missing)
@@ -222,11 +223,10 @@ class StepRewrites:
             )
         return code
 
-    def _in_caller(self, step: Step, missing: List[Branch]) -> List[Branch]:
+    def _in_caller(self, step: Step, missing: List[Branch], arguments: Dict[str, cst.BaseExpression]) -> List[Branch]:
         """A backward helper's tests, spelled in its caller: each of its parameters replaced by what
         the call passes for it (`if fp16:` in `loss_backwards(fp16, ...)` -> `if self.fp16:` where
         `partial(loss_backwards, self.fp16)` made the call); a test reading another local is refused."""
-        arguments = self._helper_arguments[step]
         replaced: List[Branch] = []
         for branch in missing:
             swaps: Dict[cst.CSTNode, cst.BaseExpression] = {}

@@ -33,6 +33,7 @@ import libcst as cst
 from ampmigrate.analysis.statements import containing_block, walk
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._amp_common import Step, Unfixable
+from ampmigrate.rules.apex._method_windows import _argument_for
 from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions
 
 
@@ -99,6 +100,60 @@ class CallerForward:
         self._note(
             f"`amp.scale_loss` is in `{name}()` and the loss comes from its callers: autocast goes around the "
             "forward pass in each (" + ", ".join(dict.fromkeys(f"`{c.node.name.value}()`" for _, c in calls)) + ")"
+        )
+        return regions
+
+    def _single_caller_regions(self, step: Step) -> Optional[List[Region]]:
+        """A module-level function that scales the loss it is given, called once in this file by
+        the function that steps (`_method_windows._caller_steps`):
+
+            def backward(loss, optimizer):
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+
+            def train(...):
+                loss = criterion(model(x), y)
+                backward(loss, optimizer)
+                optimizer.step()
+
+        The forward pass that made the loss is before the call, in the caller: its region is found
+        there as in the scaling function itself. None where the shape is not this one."""
+        function = step.function
+        method = function.node
+        start = self._step_starts.get(step)
+        if (
+            start is None or step in getattr(self, "_helper_arguments", {}) or function.parent is None
+            or function.parent.kind != "module" or not isinstance(method, cst.FunctionDef)
+            or not isinstance(step.loss, cst.Name)
+        ):
+            return None
+        positional = [p.name.value for p in (*method.params.posonly_params, *method.params.params)]
+        if step.loss.value not in positional + [p.name.value for p in method.params.kwonly_params]:
+            return None
+        if not all(_derived_from_itself(b) for b in self.names.bindings_of(step.loss)):
+            return None
+        call = self._only_call_of(function)
+        if call is None or self.names.statement_of(call) is not start:
+            return None
+        argument = _argument_for(call, positional, step.loss.value, method=False)
+        caller = self._function_scope(call)
+        if argument is None or not isinstance(start, cst.SimpleStatementLine) or containing_block(self.names, start) is None:
+            raise Unfixable(
+                f"the call of `{method.name.value}()` at line {self._line(call)} passes no loss where the forward "
+                "pass before it could be put under autocast"
+            )
+        try:
+            regions = autocast_regions(
+                self.names, start, argument, self._model_test(caller), self._forward_like_test(caller), self._is_barrier
+            )
+        except NoRegion as exc:
+            raise Unfixable(
+                f"no autocast region in `{caller.node.name.value}()` for the loss it passes to `{method.name.value}()` "
+                f"at line {self._line(call)}: {exc}"
+            )
+        self._note(
+            f"the forward pass before the call of `{method.name.value}()` goes under autocast in "
+            f"`{caller.node.name.value}()`"
         )
         return regions
 

@@ -84,6 +84,9 @@ class MethodWindows:
         # a backward helper's scaled backward -> what all its calls pass alike for a parameter,
         # and the statements of those calls
         self._helper_arguments: Dict[Step, Dict[str, cst.BaseExpression]] = {}
+        # a module-level function's scaled backward, called once by the function that steps
+        # (`_caller_steps`) -> what that call passes for each parameter (pure arguments only)
+        self._caller_arguments: Dict[Step, Dict[str, cst.BaseExpression]] = {}
         self._helper_starts: Dict[Step, List[cst.CSTNode]] = {}
         self._detached_checked = False
 
@@ -365,7 +368,10 @@ class MethodWindows:
         if call is None:
             return []
         caller = self._function_scope(call)
-        if caller not in self.scaler_scopes and caller.node is not getattr(self.home, "node", None):
+        if (
+            caller not in self.scaler_scopes and caller.node is not getattr(self.home, "node", None)
+            and caller not in getattr(self.access, "threaded", ())  # the scaler is passed to it
+        ):
             return []
         argument = _argument_for(call, positional, optimizer.value, method=_plain_method(function))
         if argument is None or self.ctx.code(argument).strip() != optimizer.value:
@@ -382,6 +388,10 @@ class MethodWindows:
         self._check_nothing_read_after(step, caller)
         self._step_methods[step] = caller
         self._step_starts[step] = statement
+        if not _plain_method(function):
+            every = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
+            passed = {name: _argument_for(call, positional, name, method=False) for name in every}
+            self._caller_arguments[step] = {k: v for k, v in passed.items() if v is not None and is_pure(v)}
         self._note(
             f"`amp.scale_loss` is in `{func.name.value}()`, called at line {self._line(call)} of "
             f"`{caller.node.name.value}()`, which steps the optimizer after the call"
@@ -468,8 +478,12 @@ class MethodWindows:
             return calls[0]
         if function.parent is None or function.parent.kind != "module":
             return None
-        refs = [n for n in walk(self.module, into_scopes=True) if isinstance(n, cst.Name) and n.value == name]
-        refs = [r for r in refs if r is not function.node.name]
+        # The loads of the def's own binding: `scaled_loss.backward()` or `model.train()` is not a
+        # use of a helper named `backward` or `train`, and a rebinding of the name is not the def.
+        bindings = function.parent.bindings.get(name, [])
+        if len(bindings) != 1 or bindings[0].node is not function.node or name in self.names.dunder_all():
+            return None
+        refs = self.names.references(bindings[0])
         if len(refs) != 1:
             return None
         call = self.names.parent(refs[0])
