@@ -729,7 +729,7 @@ class MultiInits:
         for name in ("models", "optimizers"):
             a, b = bound_first.get(name), bound_other.get(name)
             if name == "models" and a is not None and b is not None:
-                if o1_only or self._same_model_roots(first, other):
+                if o1_only or self._same_model_roots(first, other) or self._models_apart_by_none(first, other):
                     continue
                 return False
             if name == "optimizers" and a is not None and b is not None and self._rebinds_own_optimizer(first) and self._rebinds_own_optimizer(other):
@@ -754,6 +754,30 @@ class MultiInits:
     def _same_model_roots(self, first: AmpRef, other: AmpRef) -> bool:
         roots = [self._model_roots(ref) for ref in (first, other)]
         return bool(roots[0]) and roots[0] == roots[1]
+
+    def _models_apart_by_none(self, first: AmpRef, other: AmpRef) -> bool:
+        """`if model_old is not None: [model, model_old], opt = amp.initialize([model, model_old],
+        opt, ...) else: model, opt = amp.initialize(model, opt, ...)` (an optional teacher or old
+        model): the arms list the same models but the one the `if` tests, which is None in the arm
+        that leaves it out, so no model runs uncast in one arm that the other cast."""
+        outer = self._arms_if(first, other)
+        test = outer.test if outer is not None else None
+        if not (
+            isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, (cst.Is, cst.IsNot))
+            and isinstance(test.comparisons[0].comparator, cst.Name) and test.comparisons[0].comparator.value == "None"
+        ):
+            return False
+        tested = _dotted_name(test.left)
+        if tested is None:
+            return False
+        set_arm = "body" if isinstance(test.comparisons[0].operator, cst.IsNot) else "orelse"
+        arms = {_arm(outer, list(self.names.ancestors(self._init_line(ref)))): ref for ref in (first, other)}
+        if set(arms) != {"body", "orelse"}:
+            return False
+        with_it = self._model_roots(arms[set_arm])
+        without = self._model_roots(arms["orelse" if set_arm == "body" else "body"])
+        return with_it is not None and without is not None and with_it - without == {tested} and without <= with_it
 
     def _model_roots(self, ref: AmpRef) -> Optional[Set[str]]:
         """The names and attribute chains the `models` argument is built from, following names
@@ -785,6 +809,8 @@ class MultiInits:
                             return None
                         found |= inner
                         continue
+                if isinstance(leaf, (cst.SimpleString, cst.Integer, cst.Float)):
+                    continue  # `model.to("cuda")`: a constant is no model
                 dotted = _dotted_name(leaf)
                 if dotted is None:
                     return None
