@@ -76,11 +76,18 @@ def test_run_time_opt_levels_of_other_expressions_are_no_alternatives():
     assert reasons and all(reasons), reasons
 
 
-def test_arms_listing_other_models_are_one_setup_under_o1_only():
+def test_arms_listing_other_models_are_one_setup_under_o1_or_where_the_extra_one_is_none():
     """Distillation (`[model, teacher]` in one arm): O1 left the models as they were, O2 cast the
-    ones it was given to fp16, so only O1's arms are one setup."""
+    ones it was given to fp16. Under O2 the arms are one setup only where the `if` tests the extra
+    model against None (it cannot run uncast in the arm that leaves it out), not where it tests a
+    flag (the teacher may exist there and run in fp32)."""
     code = (FIXTURES / "AMP101" / "alternatives_o1_other_models.py").read_text(encoding="utf-8")
     fixed = fix(code, select=["AMP1"])
     assert 'scaler = torch.amp.GradScaler("cuda", enabled=mixed_precision)' in fixed and "amp.initialize" not in fixed
     o2 = code.replace('opt_level="O1"', 'opt_level="O2"')
-    assert fix(o2, select=["AMP1"]) == o2
+    fixed_o2 = fix(o2, select=["AMP1"])
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=mixed_precision)' in fixed_o2 and "amp.initialize" not in fixed_o2
+    flag = o2.replace("mixed_precision=True):", "mixed_precision=True, distill=False):").replace(
+        "        if teacher is not None:\n            [model, teacher]", "        if distill:\n            [model, teacher]"
+    )
+    assert flag != o2 and fix(flag, select=["AMP1"]) == flag

@@ -714,6 +714,9 @@ class ProjectIndex:
                         if self.modules[other].apex_amp_params:  # its other callers decide too (_passed_training.py)
                             for caller in self.importers_of(other):
                                 parts.append(f"{spec}:apex_callee_caller={self.digests.get(caller, '')}")
+            if summary.apex_initializes:  # its functions gaining a scaler: who calls them (_threaded_importers.py)
+                for caller in self.importers_of(absolute):
+                    parts.append(f"apex_init_importer={self.digests.get(caller, '')}")
             if summary.apex_amp_params:  # the files handing it apex's amp module plan with it
                 for caller in self.importers_of(absolute):
                     parts.append(f"apex_amp_caller={self.digests.get(caller, '')}")

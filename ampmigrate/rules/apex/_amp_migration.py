@@ -76,6 +76,7 @@ from ampmigrate.rules.apex._import_sequencing import claim_other_uses
 from ampmigrate.rules.apex._loop_helper_steps import LoopHelperSteps
 from ampmigrate.rules.apex._method_windows import MethodWindows
 from ampmigrate.rules.apex._multi_init import MORE_THAN_ONCE, MultiInits
+from ampmigrate.rules.apex._threaded_importers import check_threaded_importers
 from ampmigrate.rules.apex._optimizer_loops import OptimizerLoops
 from ampmigrate.rules.apex._presence import (
     Action,
@@ -1141,6 +1142,8 @@ class _Planner(
         self._plan_simple_refs()
         self._plan_presence_tests()
         self._plan_scaler_creation()
+        # functions gaining a `scaler` parameter: no other file may call them (_threaded_importers.py)
+        check_threaded_importers(self, [*getattr(self.access, "threaded", ()), *getattr(self.access, "helper_calls", {})])
         self.access.emit()
         if self.usage.carrier is not None:
             emit_stores(self)
