@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import ROOT
-from test_verify_apex_programs import _apex_amp_uses, _safe_fix
+from test_verify_apex_programs import _apex_amp_uses, _safe_fix, assert_trains_like_the_apex_original
 from test_verify_runs import copy_of, quiet_runs, run_verify  # noqa: F401  (quiet_runs: autouse fixture)
 
 torch = pytest.importorskip("torch")
@@ -36,11 +36,5 @@ def test_backward_helper_called_once_trains_like_the_original(cli, monkeypatch, 
         cli, monkeypatch, project, "train.py", "--no-unsafe-fixes", "--steps", "40", "--runs", "2", "--", "--fp16", *extra
     )
 
-    assert result.exit_code == 0, result.output
-    assert data["verdict"] == "equivalent" and not data["reasons"]
-    assert data["baseline"] == "before" and data["apex_emulation"] is True
-    steps = {side: [run["steps"] for run in data["runs"][side]] for side in ("before", "after")}
-    assert steps["before"] == steps["after"], steps
-    for run in data["runs"]["after"]:
-        assert not run["apex_emulation"] and run["precision"] == "fp16 + GradScaler"
+    assert_trains_like_the_apex_original(result, data)
     assert (project / "train.py").read_text(encoding="utf-8") == original
