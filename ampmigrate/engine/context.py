@@ -303,6 +303,11 @@ class FixBuilder:
     def remove(self, node: cst.CSTNode) -> "FixBuilder":
         return self.replace(node, cst.RemovalSentinel.REMOVE)
 
+    def move_away(self, statement: cst.CSTNode) -> "FixBuilder":
+        """Remove a statement the fix has put elsewhere (into a new `with` block): unlike
+        `remove`, its leading blank lines went with it, so the next statement does not take them."""
+        return self.replace(statement, cst.FlattenSentinel([]))
+
     def insert_before(self, statement: cst.BaseStatement, *new: cst.BaseStatement) -> "FixBuilder":
         self._before.setdefault(statement, []).extend(new)
         return self

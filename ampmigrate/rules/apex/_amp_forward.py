@@ -51,7 +51,7 @@ class ForwardRegions:
         )
         self.builder.replace(first, with_node)
         for statement in region.statements[1:]:
-            self.builder.remove(statement)
+            self.builder.move_away(statement)
 
     def _instance_attribute_bindings(self, node: cst.Attribute) -> list:
         """`self.attr = ...` bindings of the method's class, or, in a method of a subclass in this
