@@ -380,7 +380,8 @@ def _flatten(targets) -> Iterator[cst.CSTNode]:
 def _made_by_calls(statement: cst.CSTNode) -> Set[str]:
     """Names and attribute chains the statement surely binds to a new object, one a call returns
     (`optimizer = self.optimizer` is the old one): in an `if`, those every arm binds (an `else`
-    needed)."""
+    needed), where an arm that ends in `raise` (`else: raise NotImplementedError`) binds
+    whatever the others do, since nothing after the `if` runs after it."""
     made: Set[str] = set()
     if isinstance(statement, cst.SimpleStatementLine):
         for small in statement.body:
@@ -393,11 +394,17 @@ def _made_by_calls(statement: cst.CSTNode) -> Set[str]:
             if arm is None:  # an `elif`: its own arms
                 sets.append(_made_by_calls(statement.orelse))
             elif isinstance(arm, cst.IndentedBlock):
-                sets.append(set().union(*(_made_by_calls(s) for s in arm.body)))
+                if not _raises_at_end(arm):
+                    sets.append(set().union(*(_made_by_calls(s) for s in arm.body)))
             else:
                 return made
-        made = set.intersection(*sets)
+        made = set.intersection(*sets) if sets else made
     return made
+
+
+def _raises_at_end(block: cst.IndentedBlock) -> bool:
+    last = block.body[-1] if block.body else None
+    return isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Raise)
 
 
 def stores_in(loop: cst.CSTNode) -> Set[str]:
