@@ -26,7 +26,7 @@ from typing import Dict, Iterator, List, Optional, Set
 
 import libcst as cst
 
-from ampmigrate.analysis.statements import body_of, expression_key, following, is_pure, walk
+from ampmigrate.analysis.statements import body_of, containing_block, expression_key, following, is_pure, walk
 from ampmigrate.api import CLIP_GRAD
 from ampmigrate.engine.fixer import _is_docstring
 from ampmigrate.engine.names import Scope
@@ -492,8 +492,24 @@ class MethodWindows:
         return call
 
     def _check_nothing_read_after(self, step: Step, method: Scope) -> None:
+        """Nothing after the backward reads gradients before the stepping method runs, unless the
+        backward's own method calls it there, once, as a statement of the same block (DeepGNN's
+        `clip_grad_norm_(amp.master_params(...))` then `self._apex_step()`): then what comes
+        before that call runs once per step, as it would with the step written inline."""
         master_calls = {r.call for r in self.refs if r.api == "master_params" and r.call is not None}
-        for statement in following(self.names, step.with_node, out_of_loops=True):
+        stepper_call = self._only_call_of(method) if _plain_method(method) else None
+        stepper_line = self.names.statement_of(stepper_call) if stepper_call is not None else None
+        same_block = stepper_line is not None and containing_block(self.names, stepper_line) is containing_block(
+            self.names, step.with_node
+        )
+        statements = list(following(self.names, step.with_node, out_of_loops=True))
+        if (
+            same_block and stepper_line in statements and self._function_scope(stepper_call) is step.function
+            and isinstance(stepper_line, cst.SimpleStatementLine) and len(stepper_line.body) == 1
+            and isinstance(stepper_line.body[0], cst.Expr) and stepper_line.body[0].value is stepper_call
+        ):
+            return
+        for statement in statements:
             for node in walk(statement):
                 if node in master_calls or self._reads_gradients(node) or self._self_method_call(node, step.function):
                     raise Unfixable(
