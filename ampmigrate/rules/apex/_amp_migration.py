@@ -292,6 +292,8 @@ class _Planner(
                 raise Unfixable(NO_INIT_REASON)
             return self._standalone_fix(plan)
         if len(inits) > 1:
+            inits = self._without_init_beside_initialize(inits)
+        if len(inits) > 1:
             inits = self._without_inference_inits(inits)
         if len(inits) > 1:
             inits = self._without_o0_arms(inits)  # _multi_init.py
@@ -383,6 +385,40 @@ class _Planner(
                 return timm
             raise Unfixable(NO_STEP_REASON)
         return None
+
+    def _without_init_beside_initialize(self, inits: List[AmpRef]) -> List[AmpRef]:
+        """`amp.init()` as a statement of its own, its handle unused, in the function that calls
+        `amp.initialize` (a re-id trainer's "Register function" line after it): apex's
+        `amp.initialize` at O1 ran that same `init` itself (patching torch's functions, which
+        autocast now does), and the handle of the old API is not used: the line goes with the
+        migration of the `amp.initialize` beside it."""
+        setups = [r for r in inits if r.api == "initialize" and r.call is not None]
+        if len(setups) != 1:
+            return inits
+        home = self._function_scope(setups[0].call)
+        kept = []
+        for ref in inits:
+            line = self._init_line(ref) if ref.api == "init" and ref.call is not None else None
+            if (
+                line is None or len(line.body) != 1 or not isinstance(line.body[0], cst.Expr)
+                or line.body[0].value is not ref.call or self._function_scope(ref.call) is not home
+                or any(arg.keyword is None or arg.keyword.value not in ("enable_caching", "verbose") for arg in ref.call.args)
+            ):
+                kept.append(ref)
+                continue
+            self.removal.remove_statement(line)
+            self.handled.add(line)
+            self._note(
+                f"`amp.init()` at line {self._line(ref.call)} goes: `amp.initialize` set up the same function "
+                "patches (autocast's work now), and its handle was not used"
+            )
+            if "O0" in scaler_spec(self.module, self.names, setups[0].call, self.ctx.quote).levels:
+                self.unsafe.append(
+                    f"under O0, `amp.init()` at line {self._line(ref.call)} still patched torch's functions to "
+                    "run in float16; the migration runs O0 in float32"
+                )
+        self.refs = [r for r in self.refs if r in kept or r.api != "init"]
+        return kept
 
     def _without_inference_inits(self, inits: List[AmpRef]) -> List[AmpRef]:
         """A file that trains (`amp.initialize(model, optimizer)`) and also initializes a model
