@@ -7,7 +7,7 @@ from typing import List, Optional, Sequence, Set
 
 import libcst as cst
 
-from ampmigrate.analysis.statements import Branch
+from ampmigrate.analysis.statements import Branch, is_pure
 from ampmigrate.diagnostics import Fix
 from ampmigrate.engine.names import Scope
 
@@ -61,3 +61,14 @@ class Step:
     # x)`, logging it, reading it after the block): `<name> = scaler.scale(loss)` binds it, as the
     # `with` did, and the whole body follows unchanged.
     binds_scaled: Optional[str] = None
+
+
+def plain_optimizer(node: cst.BaseExpression) -> bool:
+    """A name, an attribute chain, or one of those indexed by a literal (`optimizers["softmax"]`,
+    a dict of optimizers by role): an expression naming the same object each time it is read."""
+    if isinstance(node, cst.Subscript):
+        if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+            return False
+        key = node.slice[0].slice.value
+        return isinstance(key, (cst.SimpleString, cst.Integer)) and plain_optimizer(node.value)
+    return isinstance(node, (cst.Name, cst.Attribute)) and is_pure(node)

@@ -57,6 +57,7 @@ from ampmigrate.rules.apex._amp_common import (
     Site,
     Step,
     Unfixable,
+    plain_optimizer,
 )
 from ampmigrate.rules.apex._amp_forward import ForwardRegions
 from ampmigrate.rules.apex._keyword_dict import expanded as expanded_keywords
@@ -585,12 +586,32 @@ class _Planner(
         if enclosure is not None:
             enclosure.check_uses()  # _init_enclosure.py: `amp.initialize` in a loop or a `try`
         self._check_alternative_placed()  # _multi_init.py
+        if not getattr(self, "fp32", False):
+            self._check_casts_left_behind()
         details = self.notes + ([f"unsafe: {'; '.join(self.unsafe)}"] if self.unsafe else [])
         if details:
             message += " (" + "; ".join(details) + ")"
         self.builder.message = message
         self.builder.applicability = UNSAFE if self.unsafe else SAFE
         return self.builder.build()
+
+    def _check_casts_left_behind(self) -> None:
+        """`amp.register_float_function(torch, "sigmoid")` (or a cast decorator) that AMP105 cannot
+        rewrite: apex ran that op in float32 inside the fp16 regions, torch.autocast will not, so a
+        migration that keeps the rest of apex's numerics is unsafe until it is cast by hand."""
+        from ampmigrate.rules.apex.amp105_apex_amp_cast_annotations import cast_left_behind
+
+        usage = getattr(self, "usage", None)
+        for ref in usage.refs if usage is not None else ():
+            if ref.api not in APEX_AMP_CAST_ANNOTATIONS:
+                continue
+            dtype = cast_left_behind(self.ctx, ref)
+            if dtype is not None:
+                code = self.ctx.code(ref.call if ref.call is not None else ref.node).strip()
+                self.unsafe.append(
+                    f"`{code}` at line {self._line(ref.node)} made apex run that code in {dtype}; torch.autocast "
+                    "runs it as its own cast lists say, so its precision changes until it is cast by hand (AMP105)"
+                )
 
     # ------------------------------------------------------------------ inference (no optimizers)
     def _inference_fix(self, plan: AmpPlan, init: AmpRef, spec) -> Fix:
@@ -877,7 +898,7 @@ class _Planner(
         else:
             optimizers = [optimizers_node]
         for optimizer in optimizers:
-            if not isinstance(optimizer, (cst.Name, cst.Attribute)) or not is_pure(optimizer):
+            if not plain_optimizer(optimizer):
                 raise Unfixable(f"the optimizer passed to `amp.scale_loss` at line {self._line(call)} is not a plain name")
         if "delay_unscale" in bound:
             self._note("`delay_unscale` goes: GradScaler keeps gradients scaled until `unscale_`/`step`")
@@ -1874,3 +1895,4 @@ def _runs_in_order(names, block: cst.CSTNode, function: cst.CSTNode) -> bool:
     function's body, or a script's `if __name__ == "__main__":` body."""
     parent = names.parent(block)
     return isinstance(block, cst.IndentedBlock) and (parent is function or (isinstance(parent, cst.If) and is_main_guard(parent)))
+

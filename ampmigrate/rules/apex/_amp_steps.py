@@ -29,7 +29,7 @@ from ampmigrate.analysis.statements import (
     walk,
 )
 from ampmigrate.api import CLIP_GRAD
-from ampmigrate.rules.apex._amp_common import Step, Unfixable
+from ampmigrate.rules.apex._amp_common import Step, Unfixable, plain_optimizer
 from ampmigrate.rules.apex._class_input_gradient import class_input_gradient
 from ampmigrate.rules.apex._optimizer_alias import optimizer_aliases
 from ampmigrate.rules.apex._presence import Unsupported, simplify
@@ -139,7 +139,7 @@ class StepRewrites:
             if isinstance(node, cst.Call)
             and isinstance(node.func, cst.Attribute)
             and node.func.attr.value == "step"
-            and isinstance(node.func.value, (cst.Name, cst.Attribute))
+            and (isinstance(node.func.value, (cst.Name, cst.Attribute)) or plain_optimizer(node.func.value))
         ]
 
     def _emit_steps(self, steps: List[Step]) -> None:

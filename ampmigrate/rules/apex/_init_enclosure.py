@@ -182,6 +182,8 @@ class InitEnclosure:
         made: Set[str] = set()
         for statement in preceding(self.names, self.p.init_line):
             made |= _made_by_calls(statement)
+            if isinstance(statement, cst.If):
+                made |= self._made_by_chain_without_else(statement, loop)
         for optimizer in elements:
             if isinstance(optimizer, cst.Call):
                 continue  # `amp.initialize(model, Adam(...))`: a new one each time
@@ -192,6 +194,34 @@ class InitEnclosure:
                     f"(`{self.p.ctx.code(optimizer).strip()}`) not made anew in the iteration before it: apex raised "
                     "RuntimeError ('A given optimizer should only be passed through amp.initialize once') at the second"
                 )
+
+    def _made_by_chain_without_else(self, top: cst.If, loop: cst.CSTNode) -> Set[str]:
+        """`if args.optm == "SGD": optimizer = SGD(...)` `elif args.optm == "Adam": optimizer =
+        Adam(...)`, no `else` (a k-fold loop's choice): the names every arm binds to a new object,
+        where the tests read nothing the loop changes (every iteration takes the arm the first one
+        took) and the chain holds every binding of the name in the function but `amp.initialize`'s
+        own (had no arm run, the first iteration would have stopped with a NameError there)."""
+        links, arms = [top], [top.body]
+        while isinstance(links[-1].orelse, cst.If):
+            links.append(links[-1].orelse)
+            arms.append(links[-1].body)
+        if links[-1].orelse is not None or not all(isinstance(arm, cst.IndentedBlock) for arm in arms):
+            return set()
+        stored = stores_in(loop)
+        for link in links:
+            for read in reads_of(link.test):
+                if any(read == s or read.startswith(s + ".") or s.startswith(read + ".") for s in stored):
+                    return set()
+        sets = [set().union(*(_made_by_calls(s) for s in arm.body)) for arm in arms if not _raises_at_end(arm)]
+        if not sets:
+            return set()
+        scope = self.p._function_scope(top)
+        return {
+            name for name in set.intersection(*sets)
+            if "." not in name and name not in scope.global_names and name not in scope.nonlocal_names
+            and scope.bindings.get(name)
+            and all(self._inside(b.node, top) or self._inside(b.node, self.p.init_line) for b in scope.bindings[name])
+        }
 
     # ---- when the fix is planned
     def check_uses(self) -> None:

@@ -108,7 +108,8 @@ class ApexAmpCastAnnotations(Rule):
             "autograd.Function"
         )
 
-    def _no_fix_reason(self, ctx, ref: AmpRef) -> Optional[str]:
+    @staticmethod
+    def _no_fix_reason(ctx, ref: AmpRef) -> Optional[str]:
         if ref.api not in _DTYPE:
             if ref.api == "promote_function":
                 return "torch.autocast promotes its own list of ops; a user function cannot be added to it"
@@ -151,6 +152,20 @@ class ApexAmpCastAnnotations(Rule):
                 '`torch.autocast("cuda", enabled=False)`'
             )
         return None
+
+
+def cast_left_behind(file_ctx, ref: AmpRef) -> Optional[str]:
+    """The dtype apex ran code in by `ref` (a registration or a cast decorator) that a migration
+    to torch.autocast would silently stop: None when autocast already casts that op so, or AMP105
+    rewrites the decorator to `custom_fwd`. The AMP101 migration of the file is then unsafe."""
+    from ampmigrate.engine.context import RuleContext
+
+    ctx = RuleContext(file_ctx, ApexAmpCastAnnotations())
+    if _registration_autocast_keeps(ctx, ref) is not None:
+        return None
+    if ref.api in _DTYPE and ApexAmpCastAnnotations._no_fix_reason(ctx, ref) is None:
+        return None
+    return "float32" if ref.api in ("register_float_function", "float_function") else "float16"
 
 
 def _decorated(ctx, ref: AmpRef) -> Tuple[Optional[cst.FunctionDef], Optional[cst.ClassDef]]:
