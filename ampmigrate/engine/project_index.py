@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from ampmigrate.engine import collector
+from ampmigrate.engine.apex_cast_registrations import cast_registrations
 from ampmigrate.engine.apex_checkpoint import state_key, summarize_checkpoint
 from ampmigrate.engine.apex_setup_helper import setup_key
 from ampmigrate.engine.apex_attrs import apex_attr_loads, apex_attr_stores
@@ -48,7 +49,7 @@ from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 22
+_FORMAT = 23
 
 
 @dataclass
@@ -115,6 +116,9 @@ class ModuleSummary:
     # The other top-level functions of a B side that may be handed the optimizer harmlessly: no
     # apex, no `.step()`/`.backward()`, no call of a step function (an `adjust_lr(optimizer, ...)`).
     apex_plain_functions: List[str] = field(default_factory=list)
+    # apex.amp cast registrations torch.autocast would not honour (engine/apex_cast_registrations.py):
+    # (the call as written, its line). Process-wide: a migration of any file of the run changes them.
+    apex_cast_registrations: List[Tuple[str, int]] = field(default_factory=list)
     # Step functions that never step: an input gradient's helper, optimizer optional
     # (engine/apex_input_gradients.py); and, in a file that sets apex up and scales its own
     # losses, the calls after `amp.initialize` passing its optimizer: (callee, line, position or
@@ -187,6 +191,7 @@ def _as_data(summary: ModuleSummary) -> dict:
         },
         "apex_step_relays": dict(summary.apex_step_relays),
         "apex_plain_functions": list(summary.apex_plain_functions),
+        "apex_cast_registrations": [tuple(item) for item in summary.apex_cast_registrations],
         "apex_gradient_functions": list(summary.apex_gradient_functions),
         "apex_gradient_calls": [tuple(item) for item in summary.apex_gradient_calls],
         "apex_state_functions": {
@@ -303,6 +308,7 @@ class ProjectIndex:
         summary.apex_step_functions = {k: (list(v[0]), *v[1:]) for k, v in summary.apex_step_functions.items()}
         summary.apex_state_functions = {k: (list(v[0]), *v[1:]) for k, v in summary.apex_state_functions.items()}
         summary.apex_name_uses = {k: tuple(v) for k, v in summary.apex_name_uses.items()}
+        summary.apex_cast_registrations = [tuple(item) for item in summary.apex_cast_registrations]
         for module, name in summary.from_imports:
             self._exports.setdefault(module, set()).add(name)
         self.modules[path] = summary
@@ -665,6 +671,17 @@ class ProjectIndex:
                     found.append((other, name, param))
         return found[0] if len(found) == 1 else None
 
+    def cast_registrations_elsewhere(self, path: str) -> List[Tuple[str, str, int]]:
+        """apex.amp cast registrations autocast would not honour, in the other files of the run:
+        (the file, relative; the call; its line), in path order."""
+        absolute = os.path.abspath(path)
+        return [
+            (self.relative(other), code, line)
+            for other, summary in sorted(self.modules.items())
+            if other != absolute
+            for code, line in summary.apex_cast_registrations
+        ]
+
     def importers_of(self, path: str) -> Tuple[str, ...]:
         """The files of the run that may import the module at `path` (by any of its names, not
         only the imports the apex records keep)."""
@@ -717,6 +734,9 @@ class ProjectIndex:
             if summary.apex_initializes:  # its functions gaining a scaler: who calls them (_threaded_importers.py)
                 for caller in self.importers_of(absolute):
                     parts.append(f"apex_init_importer={self.digests.get(caller, '')}")
+                registrations = self.cast_registrations_elsewhere(absolute)
+                if registrations:  # they make its migration unsafe (_amp_migration.py)
+                    parts.append(f"apex_cast_registrations={registrations}")
             if summary.apex_amp_params:  # the files handing it apex's amp module plan with it
                 for caller in self.importers_of(absolute):
                     parts.append(f"apex_amp_caller={self.digests.get(caller, '')}")
@@ -957,6 +977,7 @@ def summarize(raw: bytes, package: str, shortcuts: bool = True, *, test_file: bo
             summary.apex_amp_getters = apex_amp_getters(tree)
             summary.apex_amp_args = apex_amp_args(tree, _dotted)
             summary.apex_star_exports = apex_star_exports(tree)
+            summary.apex_cast_registrations = cast_registrations(tree)
         if needs_results:
             summary.trained_results = _trained_results(tree, summary.from_imports, raw)
         if needs_savers:

@@ -612,6 +612,12 @@ class _Planner(
                     f"`{code}` at line {self._line(ref.node)} made apex run that code in {dtype}; torch.autocast "
                     "runs it as its own cast lists say, so its precision changes until it is cast by hand (AMP105)"
                 )
+        index = self.ctx.project_index
+        for where, code, line in index.cast_registrations_elsewhere(self.ctx.path) if index is not None else ():
+            self.unsafe.append(
+                f"`{code}` ({where}:{line}) changed how apex ran that op in the whole program; torch.autocast has no "
+                "such registration, so its precision changes until it is cast by hand (AMP105)"
+            )
 
     # ------------------------------------------------------------------ inference (no optimizers)
     def _inference_fix(self, plan: AmpPlan, init: AmpRef, spec) -> Fix:
