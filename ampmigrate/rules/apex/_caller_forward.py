@@ -61,6 +61,8 @@ class CallerForward:
         for node in walk(self.module, into_scopes=True):
             if not (isinstance(node, cst.Attribute) and node.attr.value == name):
                 continue
+            if self._tensor_receiver(node, step):
+                continue  # `scaled_loss.backward()` in a method named `backward`: the tensor's own
             call = self.names.parent(node)
             caller = self._function_scope(node)
             if not (
@@ -102,6 +104,23 @@ class CallerForward:
             "forward pass in each (" + ", ".join(dict.fromkeys(f"`{c.node.name.value}()`" for _, c in calls)) + ")"
         )
         return regions
+
+    def _tensor_receiver(self, node: cst.Attribute, step: Step) -> bool:
+        """`x.<name>` where every binding of `x` is the scaled loss of an `amp.scale_loss` block or
+        a parameter some scaled backward of its function takes as its loss: a tensor's method, not
+        the trainer's."""
+        receiver = node.value
+        bindings = self.names.bindings_of(receiver) if isinstance(receiver, cst.Name) else []
+        if not bindings:
+            return False
+        scaled = {id(r.call) for r in self.refs if r.api in ("scale_loss", "handle.scale_loss") and r.call is not None}
+        losses = {
+            (id(s.function), s.loss.value) for s in getattr(self, "fp16_steps", [step]) if isinstance(s.loss, cst.Name)
+        }
+        return all(
+            (b.kind == "with" and id(b.value) in scaled) or (b.kind == "param" and (id(b.scope), b.name) in losses)
+            for b in bindings
+        )
 
     def _single_caller_regions(self, step: Step) -> Optional[List[Region]]:
         """A module-level function that scales the loss it is given, called once in this file by
