@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
+import json
+import os
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -47,6 +48,17 @@ def fix(text: str, path: str = "example.py", **options) -> str:
 
 def codes(findings) -> List[str]:
     return [f.code for f in findings]
+
+
+def project_findings(cli, project: Path, *extra: str, select: str = "AMP101", file: str = "train.py") -> List[dict]:
+    """`check --output-format json` of a project folder, run from inside it: the findings in `file`."""
+    cwd = os.getcwd()
+    os.chdir(project)
+    try:
+        result = cli("check", "--exit-zero", "--select", select, "--output-format", "json", *extra, ".")
+    finally:
+        os.chdir(cwd)
+    return [f for f in json.loads(result.output) if f["filename"].endswith(file)]
 
 
 @pytest.fixture

@@ -7,12 +7,12 @@ file's registrations."""
 from __future__ import annotations
 
 import ast
-import json
-import os
 import re
 from pathlib import Path
 
 import pytest
+
+from conftest import project_findings
 
 from ampmigrate.engine.apex_cast_registrations import cast_registrations
 
@@ -42,16 +42,6 @@ def test_only_registrations_autocast_would_not_honour_are_facts(code, expected):
     assert all(line == 3 for _, line in found)
 
 
-def _findings(cli, project: Path, *extra: str):
-    cwd = os.getcwd()
-    os.chdir(project)
-    try:
-        result = cli("check", "--exit-zero", "--select", "AMP101", "--output-format", "json", *extra, ".")
-    finally:
-        os.chdir(cwd)
-    return [f for f in json.loads(result.output) if f["filename"].endswith("train.py")]
-
-
 def test_a_registration_in_another_file_of_the_run_makes_the_migration_unsafe(cli, tmp_path):
     project = tmp_path / "p"
     project.mkdir()
@@ -60,10 +50,10 @@ def test_a_registration_in_another_file_of_the_run_makes_the_migration_unsafe(cl
         'import torch\nfrom apex import amp\n\namp.register_half_function(torch, "einsum")\n', encoding="utf-8"
     )
     cache = ["--cache-dir", str(tmp_path / "cache")]
-    assert {f["fix"]["applicability"] for f in _findings(cli, project, *cache)} == {"safe"}
+    assert {f["fix"]["applicability"] for f in project_findings(cli, project, *cache)} == {"safe"}
     (project / "losses.py").write_text(
         'import torch\nfrom apex import amp\n\namp.register_float_function(torch, "sigmoid")\n', encoding="utf-8"
     )
-    findings = _findings(cli, project, *cache)  # the same cache: train.py's entry must not be reused
+    findings = project_findings(cli, project, *cache)  # the same cache: train.py's entry must not be reused
     assert {f["fix"]["applicability"] for f in findings} == {"unsafe"}
     assert "`amp.register_float_function(torch, 'sigmoid')` (losses.py:4) changed how apex ran that op" in findings[0]["fix"]["message"]

@@ -6,11 +6,11 @@ nothing. The per-file cache follows the importers' bytes (engine/project_index.p
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import pytest
+
+from conftest import project_findings
 
 TRAIN = '''\
 import torch
@@ -68,16 +68,6 @@ from train import train_step
 '''
 
 
-def _findings(cli, project: Path, *extra: str):
-    cwd = os.getcwd()
-    os.chdir(project)
-    try:
-        result = cli("check", "--exit-zero", "--select", "AMP101", "--output-format", "json", *extra, ".")
-    finally:
-        os.chdir(cwd)
-    return [f for f in json.loads(result.output) if f["filename"].endswith("train.py")]
-
-
 def _project(tmp_path: Path, other: str) -> Path:
     project = tmp_path / "p"
     project.mkdir()
@@ -96,7 +86,7 @@ def _project(tmp_path: Path, other: str) -> Path:
     ids=["from_import", "module_attribute", "passed_on"],
 )
 def test_a_function_gaining_the_scaler_used_by_another_file_refuses(cli, tmp_path, other, why):
-    findings = _findings(cli, _project(tmp_path, other), "--no-cache")
+    findings = project_findings(cli, _project(tmp_path, other), "--no-cache")
     assert len(findings) == 2
     for finding in findings:
         assert finding["fix"] is None
@@ -107,14 +97,14 @@ def test_a_function_gaining_the_scaler_used_by_another_file_refuses(cli, tmp_pat
 
 @pytest.mark.parametrize("other", [OTHER_NAME, UNUSED_IMPORT], ids=["other_name", "unused_import"])
 def test_a_file_importing_without_calling_it_changes_nothing(cli, tmp_path, other):
-    findings = _findings(cli, _project(tmp_path, other), "--no-cache")
+    findings = project_findings(cli, _project(tmp_path, other), "--no-cache")
     assert [f["fix"]["applicability"] for f in findings] == ["safe", "safe"]
 
 
 def test_a_call_added_later_in_another_file_reaches_the_cached_result(cli, tmp_path):
     project = _project(tmp_path, UNUSED_IMPORT)  # the same names imported before and after
     cache = tmp_path / "cache"
-    assert [f["fix"]["applicability"] for f in _findings(cli, project, "--cache-dir", str(cache))] == ["safe", "safe"]
+    assert [f["fix"]["applicability"] for f in project_findings(cli, project, "--cache-dir", str(cache))] == ["safe", "safe"]
     (project / "finetune.py").write_text(FROM_IMPORT_CALL, encoding="utf-8")
-    findings = _findings(cli, project, "--cache-dir", str(cache))
+    findings = project_findings(cli, project, "--cache-dir", str(cache))
     assert [f["fix"] for f in findings] == [None, None]

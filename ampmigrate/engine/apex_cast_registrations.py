@@ -20,6 +20,7 @@ import ast
 from typing import Dict, List, Optional, Tuple
 
 from ampmigrate.api import AUTOCAST_CUDA_FLOAT_OPS, AUTOCAST_CUDA_HALF_OPS
+from ampmigrate.engine.caller_uses import dotted
 
 _REGISTRATIONS = {
     "register_float_function": AUTOCAST_CUDA_FLOAT_OPS,
@@ -35,11 +36,11 @@ def cast_registrations(tree: ast.Module) -> List[Tuple[str, int]]:
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _REGISTRATIONS):
             continue
-        if _dotted(node.func.value) not in amp_spellings:
+        if dotted(node.func.value) not in amp_spellings:
             continue
         table = _REGISTRATIONS[node.func.attr]
         if table is not None and len(node.args) == 2 and not node.keywords:
-            module = _resolve(_dotted(node.args[0]), modules)
+            module = _resolve(dotted(node.args[0]), modules)
             op = node.args[1]
             if isinstance(op, ast.Constant) and isinstance(op.value, str) and op.value in table.get(module or "", ()):
                 continue  # autocast already casts it so (AMP105 drops the registration)
@@ -73,20 +74,11 @@ def _bindings(tree: ast.Module) -> Tuple[set, Dict[str, str]]:
     return amp_spellings, modules
 
 
-def _resolve(dotted: Optional[str], modules: Dict[str, str]) -> Optional[str]:
-    if dotted is None:
-        return None
-    head, _, rest = dotted.partition(".")
+def _resolve(spelled: str, modules: Dict[str, str]) -> Optional[str]:
+    """The torch module a name or attribute chain of the file denotes (`F` -> torch.nn.functional)."""
+    head, _, rest = spelled.partition(".")
     base = modules.get(head)
     if base is None:
         return None
     return f"{base}.{rest}" if rest else base
 
-
-def _dotted(node: ast.AST) -> Optional[str]:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        inner = _dotted(node.value)
-        return f"{inner}.{node.attr}" if inner is not None else None
-    return None
