@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import project_findings
+from conftest import FIXTURES, fix, project_findings
 
 from ampmigrate.engine.apex_cast_registrations import cast_registrations
 
@@ -57,3 +57,13 @@ def test_a_registration_in_another_file_of_the_run_makes_the_migration_unsafe(cl
     findings = project_findings(cli, project, *cache)  # the same cache: train.py's entry must not be reused
     assert {f["fix"]["applicability"] for f in findings} == {"unsafe"}
     assert "`amp.register_float_function(torch, 'sigmoid')` (losses.py:4) changed how apex ran that op" in findings[0]["fix"]["message"]
+
+
+def test_the_migration_beside_a_registration_is_unsafe_and_keeps_it():
+    code = (FIXTURES / "AMP101" / "register_float_sigmoid_unsafe.py").read_text(encoding="utf-8")
+    assert fix(code, select=["AMP1"]) == code
+    migrated = fix(code, select=["AMP1"], **{"unsafe-fixes": True})
+    assert 'amp.register_float_function(torch, "sigmoid")' in migrated and "from apex import amp" in migrated
+    assert "amp.initialize" not in migrated and "amp.scale_loss" not in migrated
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=use_apex)' in migrated
+    compile(migrated, "migrated.py", "exec")
