@@ -153,7 +153,10 @@ def _initializer(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[str]
     init = next(n for n in uses if n.attr in ("initialize", "init"))
     function = _enclosing_top_function(tree, init)
     if function is None and not any(n is init for n in _own_nodes(tree)):
-        return  # a method: not this shape (the in-file reasons stand)
+        from ampmigrate.engine.apex_base_class import setup_class
+
+        setup_class(tree, summary, init, uses)  # a base class's `__init__` (engine/apex_base_class.py)
+        return  # any other method: not this shape (the in-file reasons stand)
     summary.apex_init_function = function.name if function is not None else "<module>"
     function = function if function is not None else tree
     problem = _initializer_problem(tree, function, init, uses)
@@ -269,6 +272,12 @@ def _step_functions(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[s
         summary.apex_step_functions[function.name] = (positional, optimizer, scaler, problem)
     summary.apex_plain_functions = _plain_functions(tree, amp_names, summary.apex_step_functions)
     outside = [n for n in uses if n.attr == "scale_loss" and _enclosing_top_function(tree, n) is None]
+    if outside:
+        from ampmigrate.engine.apex_base_class import subclass_steps  # a subclass of another file's setup class
+
+        summary.apex_subclass_steps, left = subclass_steps(tree, uses, outside, module_level_import)
+        taken = {id(n) for n in outside} - {id(n) for n in left}
+        uses, outside = [n for n in uses if id(n) not in taken], left
     if outside:
         from ampmigrate.engine.apex_trainer_class import step_classes  # a trainer class's method
 

@@ -34,6 +34,7 @@ from ampmigrate.engine.apex_setup_helper import setup_key
 from ampmigrate.engine.apex_attrs import apex_attr_loads, apex_attr_stores
 from ampmigrate.engine.apex_attrs import wanted as attr_stores_wanted
 from ampmigrate.engine.apex_star import apex_star_exports, provider_key, star_bound, star_key
+from ampmigrate.engine.apex_base_class import base_class_key
 from ampmigrate.engine.apex_threading import summarize_threading, threading_key
 from ampmigrate.engine.apex_values import (
     apex_amp_args,
@@ -49,7 +50,7 @@ from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 23
+_FORMAT = 24
 
 
 @dataclass
@@ -113,6 +114,13 @@ class ModuleSummary:
     # {step function: the top-level function of the same file that calls it, relaying the
     # optimizer it is given (itself among `apex_step_functions`, called by the A sides)}.
     apex_step_relays: Dict[str, str] = field(default_factory=dict)
+    # apex set up by a base class for subclasses in other files (engine/apex_base_class.py). A
+    # side: {top-level class whose `__init__` holds the file's one `amp.initialize`: (the model
+    # attribute, the optimizer attribute, why not or "")}. B side: {class deriving from a class
+    # imported by name, scaling a loss with an optimizer it never stores: (the module as
+    # imported, the base's name there, the optimizer attribute, why not or "")}.
+    apex_setup_classes: Dict[str, Tuple[str, str, str]] = field(default_factory=dict)
+    apex_subclass_steps: Dict[str, Tuple[str, str, str, str]] = field(default_factory=dict)
     # The other top-level functions of a B side that may be handed the optimizer harmlessly: no
     # apex, no `.step()`/`.backward()`, no call of a step function (an `adjust_lr(optimizer, ...)`).
     apex_plain_functions: List[str] = field(default_factory=list)
@@ -190,6 +198,8 @@ def _as_data(summary: ModuleSummary) -> dict:
             for name, (positional, optimizer, scaler, problem) in summary.apex_step_functions.items()
         },
         "apex_step_relays": dict(summary.apex_step_relays),
+        "apex_setup_classes": {name: tuple(record) for name, record in summary.apex_setup_classes.items()},
+        "apex_subclass_steps": {name: tuple(record) for name, record in summary.apex_subclass_steps.items()},
         "apex_plain_functions": list(summary.apex_plain_functions),
         "apex_cast_registrations": [tuple(item) for item in summary.apex_cast_registrations],
         "apex_gradient_functions": list(summary.apex_gradient_functions),
@@ -258,6 +268,8 @@ class ProjectIndex:
             if (
                 data.get("apex_step_functions")
                 or data.get("apex_init_function")
+                or data.get("apex_setup_classes")
+                or data.get("apex_subclass_steps")
                 or data.get("apex_state_functions")
                 or data.get("apex_initializes")
             ):
@@ -756,6 +768,9 @@ class ProjectIndex:
         users = provider_key(self, absolute) if summary is not None and summary.apex_star_exports else ""
         if users:
             parts.append(f"apex_star_users={users}")
+        inherited = base_class_key(self, absolute)
+        if inherited:
+            parts.append(f"apex_base_class={inherited}")
         threading = threading_key(self, absolute)
         if threading:
             parts.append(f"apex_threading={threading}")

@@ -67,6 +67,18 @@ class ForwardRegions:
             return access.cls.self_attrs.get(node.attr.value, [])
         return found
 
+    def _is_instance_attribute(self, node: cst.Attribute) -> bool:
+        """`self.attr` is set on the instance: by the method's class (or the home class it derives
+        from in this file), or by a base class of another file that the scaler's access names
+        (the model a setup class handed to `amp.initialize`, _base_class.py)."""
+        if self._instance_attribute_bindings(node):
+            return True
+        inherited = getattr(getattr(self, "access", None), "inherited_attributes", frozenset())
+        return (
+            node.attr.value in inherited and isinstance(node.value, cst.Name)
+            and self.names.method_class_scope(node.value) is not None
+        )
+
     def _model_test(self, function: Scope):
         """A statement runs the model: calls it (`model(x)`, `model.module(x)`, `model.forward(x)`)
         or passes it to a call (`loss = compute_loss(model, batch)`); other methods
@@ -81,7 +93,7 @@ class ForwardRegions:
             if isinstance(node, cst.Name):
                 return node.value in keys and node in self.names.loads
             if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
-                return f"self.{node.attr.value}" in keys and bool(self._instance_attribute_bindings(node))
+                return f"self.{node.attr.value}" in keys and self._is_instance_attribute(node)
             if holder is not None and isinstance(node, cst.Attribute) and isinstance(node.value, cst.Attribute):
                 # `self.GAN.G` in a class holding the scaler's class as `self.GAN`
                 inner = node.value
@@ -117,7 +129,7 @@ class ForwardRegions:
                 and node.attr.value in model_names
                 and isinstance(node.value, cst.Attribute)
                 and isinstance(node.value.value, cst.Name)
-                and bool(self._instance_attribute_bindings(node.value))
+                and self._is_instance_attribute(node.value)
             )
 
         def looks_like_forward(statement: cst.CSTNode) -> bool:
@@ -134,7 +146,7 @@ class ForwardRegions:
                     if bindings and all(b.scope is function and b.kind in ("param", "assign", "for", "with") for b in bindings):
                         return True
                 if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
-                    if self._instance_attribute_bindings(func):
+                    if self._is_instance_attribute(func):
                         return True
                     if self._self_method_call(node, function) is not None:
                         return True  # `outputs = self.batch_outputs(batch)`: a method of the class
@@ -142,7 +154,7 @@ class ForwardRegions:
                     isinstance(func, cst.Attribute)
                     and isinstance(func.value, cst.Attribute)
                     and isinstance(func.value.value, cst.Name)
-                    and self._instance_attribute_bindings(func.value)
+                    and self._is_instance_attribute(func.value)
                 ):
                     return True  # `loss = self._state.model(inputs)`: a network a held container keeps
             return False

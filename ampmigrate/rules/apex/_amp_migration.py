@@ -118,11 +118,15 @@ def amp_plan(ctx: FileContext) -> AmpPlan:
 
 def _planner_for(ctx: FileContext) -> "_Planner":
     # A file that is one side of an apex setup split across two files (_cross_threading.py).
+    from ampmigrate.rules.apex._base_class import base_class_planner
     from ampmigrate.rules.apex._checkpoint_threading import checkpoint_planner
     from ampmigrate.rules.apex._cross_threading import split_planner
     from ampmigrate.rules.apex._setup_helper import setup_helper_planner
 
-    return setup_helper_planner(ctx) or split_planner(ctx) or checkpoint_planner(ctx) or _Planner(ctx)
+    return (
+        setup_helper_planner(ctx) or split_planner(ctx) or base_class_planner(ctx) or checkpoint_planner(ctx)
+        or _Planner(ctx)
+    )
 
 
 # A GradScaler call longer than this goes one argument a line (black's default width is 88; the

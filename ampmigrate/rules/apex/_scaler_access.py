@@ -36,6 +36,9 @@ class ScalerAccess:
     """Where the scaler lives and how each use site spells it (see the module docstring)."""
 
     carriers: dict = {}  # {function scope: carrier expression} (_amp_carrier.py); none in subclasses
+    # The home class's subclasses in other files read the scaler (_base_class.py): an attribute
+    # even though no other function of this file uses it.
+    serves_other_files = False
     optional: dict = {}  # (see __init__); none in subclasses
 
     def __init__(self, planner: "_Planner", use_scopes: List[Scope]) -> None:
@@ -63,7 +66,7 @@ class ScalerAccess:
         # subclasses of the home class in this file whose methods use apex (_inherits_setup): they
         # read the scaler the inherited `__init__` made, as `self.<scaler>`
         self.subclasses: Dict[Scope, None] = {}
-        if others and home_class is not None:
+        if (others or self.serves_other_files) and home_class is not None:
             for scope in others:
                 if scope.kind == "function" and (
                     scope.parent is home_class

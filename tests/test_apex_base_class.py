@@ -1,0 +1,170 @@
+"""apex.amp set up by a base class of one file for its subclasses in others: `trainers/base.py`'s
+`BaseTrainer.__init__` calls `amp.initialize` on `self.model, self.optimizer`; the subclasses of
+`trainers/classifier.py` and `trainers/regressor.py` scale their losses with `self.optimizer`
+(engine/apex_base_class.py has the facts and the decision, rules/apex/_base_class.py both sides).
+
+The fixture tests/fixtures/AMP101/apex_base_class.project is written from scratch. The base's
+`__init__` makes `self.scaler` where `amp.initialize` was (before its `if`, `enabled=` its test),
+the subclasses read it; every side migrates or none does.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ampmigrate.engine.apex_base_class import decide_base
+from ampmigrate.engine.project_index import summarize
+
+from conftest import FIXTURES
+from test_apex_threading import ROOT, _compiles_and_is_stable, _edit, _fix, _index, _refused
+
+PROJECT = FIXTURES / "AMP101" / "apex_base_class.project"
+
+
+def _copy(tmp_path: Path) -> Path:
+    project = tmp_path / "p"
+    shutil.copytree(PROJECT, project)
+    return project
+
+
+def test_index_records_the_setup_class_and_its_subclasses():
+    a = summarize((PROJECT / "trainers" / "base.py").read_bytes(), "trainers")
+    assert a.apex_setup_classes == {"BaseTrainer": ("model", "optimizer", "")}
+    assert a.apex_init_function == ""
+    b = summarize((PROJECT / "trainers" / "classifier.py").read_bytes(), "trainers")
+    assert b.apex_subclass_steps == {"ClassifierTrainer": ("trainers.base", "BaseTrainer", "optimizer", "")}
+    assert b.apex_step_functions == {}
+    c = summarize((PROJECT / "trainers" / "regressor.py").read_bytes(), "trainers")
+    assert c.apex_subclass_steps == {"RegressorTrainer": ("trainers.base", "BaseTrainer", "optimizer", "")}
+
+
+def test_the_decision_names_every_subclass(tmp_path):
+    project = _copy(tmp_path)
+    index = _index(project)
+    decision = decide_base(index, str(project / "trainers" / "base.py"), "BaseTrainer")
+    assert decision.migrate and decision.scaler == "scaler" and decision.model == "model"
+    assert [(Path(path).name, classes) for path, classes in decision.members] == [
+        ("classifier.py", ("ClassifierTrainer",)),
+        ("regressor.py", ("RegressorTrainer",)),
+    ]
+
+
+def test_fix_makes_the_scaler_in_the_base_and_reads_it_in_the_subclasses(tmp_path):
+    project = _copy(tmp_path)
+    _fix(project)
+    base = (project / "trainers" / "base.py").read_text()
+    classifier = (project / "trainers" / "classifier.py").read_text()
+    regressor = (project / "trainers" / "regressor.py").read_text()
+    assert "apex" not in base + classifier + regressor
+    assert (
+        "        # mixed precision\n"
+        '        self.scaler = torch.amp.GradScaler("cuda", enabled=self.args.fp16)\n'
+        "\n"
+        "        self.epoch = 0\n"
+    ) in base
+    assert (
+        "            self.optimizer.zero_grad()\n"
+        '            with torch.autocast("cuda", dtype=torch.float16, enabled=self.scaler.is_enabled()):\n'
+        "                logits = self.model(inputs)\n"
+        "                loss = F.cross_entropy(logits, labels)\n"
+        "            if self.args.fp16:\n"
+        "                self.scaler.scale(loss).backward()\n"
+        "                self.scaler.unscale_(self.optimizer)\n"
+    ) in classifier
+    assert (
+        "            if self.args.fp16:\n"
+        "                self.scaler.step(self.optimizer)\n"
+        "                self.scaler.update()\n"
+        "            else:\n"
+        "                self.optimizer.step()\n"
+    ) in classifier
+    assert (
+        '            with torch.autocast("cuda", dtype=torch.float16, enabled=self.scaler.is_enabled()):\n'
+        "                prediction = self.model(inputs)\n"
+        "                loss = self.weight * torch.nn.functional.mse_loss(prediction, targets)\n"
+        "            self.optimizer.zero_grad()\n"
+        "            self.scaler.scale(loss).backward()\n"
+        "            self.scaler.step(self.optimizer)\n"
+        "            self.scaler.update()\n"
+    ) in regressor
+    assert (project / "main.py").read_text() == (PROJECT / "main.py").read_text()
+    _compiles_and_is_stable(project)
+
+
+def test_a_subclass_that_does_not_run_the_base_init_first_stops_every_side(tmp_path):
+    project = _copy(tmp_path)
+    _edit(
+        project / "trainers" / "regressor.py",
+        "        super(RegressorTrainer, self).__init__(args, model)\n        self.weight = weight\n",
+        "        self.weight = weight\n        super(RegressorTrainer, self).__init__(args, model)\n",
+    )
+    reasons = _refused(project)
+    why = "`RegressorTrainer.__init__` does not start by running `Base.__init__`"
+    assert why in reasons["base.py"] and why in reasons["classifier.py"] and why in reasons["regressor.py"]
+
+
+def test_another_file_scaling_with_apex_without_setting_it_up_stops_every_side(tmp_path):
+    project = _copy(tmp_path)
+    (project / "finetune.py").write_text(
+        "from apex import amp\n\nfrom trainers.base import BaseTrainer\n\n\n"
+        "def finetune(trainer, batch):\n"
+        "    loss = trainer.model(batch).sum()\n"
+        "    with amp.scale_loss(loss, trainer.optimizer) as scaled:\n"
+        "        scaled.backward()\n"
+        "    trainer.optimizer.step()\n"
+    )
+    reasons = _refused(project)
+    why = "finetune.py imports trainers/base.py and scales a loss with apex's amp elsewhere than in a subclass"
+    assert why in reasons["base.py"] and why in reasons["classifier.py"]
+
+
+def test_a_subclass_of_a_subclass_in_a_third_file_stops_every_side(tmp_path):
+    project = _copy(tmp_path)
+    (project / "smoothed.py").write_text(
+        "from apex import amp\n\nfrom trainers.classifier import ClassifierTrainer\n\n\n"
+        "class SmoothedTrainer(ClassifierTrainer):\n"
+        "    def train_epoch(self, loader):\n"
+        "        for inputs, labels in loader:\n"
+        "            loss = self.model(inputs).logsumexp(-1).mean()\n"
+        "            with amp.scale_loss(loss, self.optimizer) as scaled_loss:\n"
+        "                scaled_loss.backward()\n"
+        "            self.optimizer.step()\n"
+    )
+    reasons = _refused(project)
+    why = "smoothed.py imports trainers/classifier.py and scales a loss with apex's amp without setting it up"
+    assert why in reasons["base.py"] and why in reasons["regressor.py"]
+
+
+def test_an_attribute_named_scaler_elsewhere_gives_the_gradscaler_another_name(tmp_path):
+    project = _copy(tmp_path)
+    _edit(project / "main.py", "    trainer = ClassifierTrainer(args, model)\n",
+          "    trainer = ClassifierTrainer(args, model)\n    trainer.scaler = None  # a data scaler\n")
+    _fix(project)
+    base = (project / "trainers" / "base.py").read_text()
+    classifier = (project / "trainers" / "classifier.py").read_text()
+    assert 'self.grad_scaler = torch.amp.GradScaler("cuda", enabled=self.args.fp16)\n' in base
+    assert "self.grad_scaler.scale(loss).backward()\n" in classifier and "self.scaler" not in classifier
+
+
+def _check_cached(project: Path, cache: Path):
+    done = subprocess.run(
+        [sys.executable, "-m", "ampmigrate", "check", "--cache-dir", str(cache), "--exit-zero", "--select", "AMP101",
+         "--output-format", "json", "."],
+        cwd=project, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=False,
+    )
+    return {Path(f["filename"]).name: f.get("no_fix_reason") for f in json.loads(done.stdout)}
+
+
+def test_each_side_follows_a_change_in_another_subclass_file_through_the_cache(tmp_path):
+    project = _copy(tmp_path)
+    cache = tmp_path / "cache"
+    first = _check_cached(project, cache)
+    assert first["base.py"] is None and first["classifier.py"] is None  # fixable
+    _edit(project / "trainers" / "regressor.py", "            self.optimizer.step()\n", "            pass\n")
+    again = _check_cached(project, cache)
+    why = "`self.optimizer.step()` is not called in `RegressorTrainer.train_epoch()`"
+    assert why in (again["base.py"] or "") and why in (again["classifier.py"] or "")
