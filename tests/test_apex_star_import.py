@@ -292,6 +292,32 @@ def test_a_file_importing_amp_itself_sees_torch_from_its_star_import(tmp_path):
     assert "1.0 * scaler.get_scale())" in fixed and "apex" not in fixed
 
 
+def test_a_file_importing_amp_in_its_function_sees_torch_from_its_star_import(tmp_path):
+    """As above, apex's amp imported only in the function that sets it up (`if args.apex_level:
+    from apex import amp`, a reward-model trainer's shape): the star import's `torch` is still torch."""
+    train = textwrap.dedent(
+        """\
+        from util import *
+
+
+        def main(model, optimizer, loader, accumulate):
+            from apex import amp
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for i, (x, y) in enumerate(loader):
+                loss = torch.nn.functional.mse_loss(model(x), y) / accumulate
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
+                if (i + 1) % accumulate == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+        """
+    )
+    root = _write(tmp_path, {"train.py": train, "util/__init__.py": "import torch\n\n__all__ = ['torch']\n"})
+    fixed = (_run(root, "fix") and (root / "train.py").read_text(encoding="utf-8"))
+    assert "1.0 * scaler.get_scale())" in fixed and "apex" not in fixed, fixed
+
+
 def test_an_importer_with_its_own_apex_import_lets_the_provider_go_in_the_same_run(tmp_path):
     """`from apex import amp` in the training script and in the star-imported module: the script's
     `amp` is apex's either way; once its migration removes every use, the provider's import (and its

@@ -351,10 +351,11 @@ def _bound(index: "ProjectIndex", path: str) -> Tuple[Tuple[Tuple[str, str], ...
             for name in sorted(names):
                 if _run(index, path, module, name, {path}, seen, own_bindings=False) == APEX:
                     bound.append((name, APEX_AMP))
-            if any(q == APEX_AMP for _, q in bound) or summary.apex_star_exports:
+            if any(q == APEX_AMP for _, q in bound) or summary.apex_star_exports or summary.apex_initializes:
                 # The file's other free names too, where the chain binds them by imports
                 # (`torch`, `nn`, `F`), when apex's amp comes through the chain or the file imports
-                # it itself (`from apex import amp` beside `from util import *`): the migration must
+                # it itself (`from apex import amp` beside `from util import *`, at the top or in the
+                # function calling `amp.initialize`): the migration must
                 # see `nn.utils.clip_grad_norm_` as the clip it is, and spell torch through the
                 # name the file already has.
                 for name in sorted(module.loaded - names - {n for n, _ in bound}):

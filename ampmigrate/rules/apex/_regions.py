@@ -84,13 +84,74 @@ def assigned_names(node: cst.CSTNode) -> Set[str]:
     return found
 
 
+@dataclass
+class MethodEffects:
+    """What the calls of methods of the enclosing class in one statement (`self.backward_G()`,
+    `loss = self.backward_D_basic(...)`) do to the instance, followed into the methods of the class
+    they call in turn: the attributes they assign and read, and whether any runs a backward pass or
+    an optimizer step. A trainer that computes its losses in such methods (the CycleGAN template's
+    `self.forward(); self.backward_G()` before `amp.scale_loss(self.loss_G, ...)`) is sliced through
+    them; methods the class does not define here (a base class's) have no known effects."""
+
+    stores: Set[str] = field(default_factory=set)
+    reads: Set[str] = field(default_factory=set)
+    steps: bool = False
+
+
+def method_effects(names: NameIndex, statement: cst.CSTNode) -> MethodEffects:
+    effects = MethodEffects()
+    methods = _class_methods(names, statement)
+    if methods:
+        _add_effects(names, statement, methods, effects, set(), 0)
+    return effects
+
+
+def _class_methods(names: NameIndex, node: cst.CSTNode) -> dict:
+    """{name: the method} of the class whose method (taking `self`) holds `node`; {} otherwise."""
+    function = next((a for a in names.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Lambda))), None)
+    if not isinstance(function, cst.FunctionDef) or not _takes_self(function):
+        return {}
+    block = names.parent(function)
+    cls = names.parent(block) if isinstance(block, cst.IndentedBlock) else None
+    if not isinstance(cls, cst.ClassDef):
+        return {}
+    return {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef) and _takes_self(s)}
+
+
+def _takes_self(function: cst.FunctionDef) -> bool:
+    params = function.params.params
+    return not function.decorators and bool(params) and params[0].name.value == "self"
+
+
+def _add_effects(names: NameIndex, node: cst.CSTNode, methods: dict, effects: MethodEffects, seen: Set[str], depth: int) -> None:
+    for call in walk(node):
+        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and _on_self(call.func)):
+            continue
+        method = methods.get(call.func.attr.value)
+        if method is None or call.func.attr.value in seen:
+            continue
+        seen.add(call.func.attr.value)
+        if depth >= 3:
+            effects.steps = True  # too deep to follow: no region crosses it
+            continue
+        effects.stores |= {n for n in assigned_names(method.body) if n.startswith("self.")}
+        effects.reads |= {n for n in read_names(names, method.body) if n.startswith("self.")}
+        if any(
+            isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in ("backward", "step")
+            for n in walk(method.body)
+        ):
+            effects.steps = True
+        _add_effects(names, method.body, methods, effects, seen, depth + 1)
+
+
 def loss_statement(names: NameIndex, with_statement: cst.CSTNode, loss: cst.BaseExpression) -> cst.BaseStatement:
-    """The nearest statement before `with_statement` (same iteration) that assigns the loss."""
+    """The nearest statement before `with_statement` (same iteration) that assigns the loss,
+    itself or through a method of the class it calls (`self.backward_G()` storing `self.loss_G`)."""
     wanted = read_names(names, loss)
     if not wanted:
         raise NoRegion("the loss passed to `amp.scale_loss` is computed inside the call")
     for statement in preceding(names, with_statement):
-        if assigned_names(statement) & wanted:
+        if (assigned_names(statement) | method_effects(names, statement).stores) & wanted:
             return statement
     raise NoRegion(
         f"the loss `{cst.Module([]).code_for_node(loss).strip()}` is not computed in this function's "
@@ -108,6 +169,20 @@ def autocast_regions(
 ) -> List[Region]:
     """The regions for one `amp.scale_loss` (see the module docstring); raises NoRegion."""
     end = loss_statement(names, with_statement, loss)
+    plain_barrier = is_barrier
+    for statement in preceding(names, with_statement):
+        if plain_barrier(statement):
+            break
+        if method_effects(names, statement).steps:
+            # Its backward would put unscaled gradients beside the scaled ones the step unscales.
+            raise NoRegion(
+                f"`{cst.Module([]).code_for_node(statement).strip()}` runs a backward pass or an optimizer step "
+                "in a method of the class, between the last step and this scaled loss"
+            )
+
+    def is_barrier(statement: cst.CSTNode) -> bool:  # a method of the class that runs a backward or a step, too
+        return plain_barrier(statement) or method_effects(names, statement).steps
+
     for predicate in (uses_model, looks_like_forward):
         regions = _search(names, end, predicate, is_barrier)
         if regions is not None:
@@ -120,7 +195,7 @@ def autocast_regions(
 
 
 def _search(names: NameIndex, end: cst.BaseStatement, is_forward: StatementTest, is_barrier: StatementTest) -> Optional[List[Region]]:
-    wanted = read_names(names, end)
+    wanted = read_names(names, end) | method_effects(names, end).reads
     regions: List[Region] = []
     current = end
     include_current = True
@@ -135,9 +210,10 @@ def _search(names: NameIndex, end: cst.BaseStatement, is_forward: StatementTest,
         for statement in candidates:
             if statement is not end and is_barrier(statement):
                 break
-            if statement is end or assigned_names(statement) & wanted:
+            effects = method_effects(names, statement)
+            if statement is end or (assigned_names(statement) | effects.stores) & wanted:
                 slice_statements.append(statement)
-                wanted |= read_names(names, statement)
+                wanted |= read_names(names, statement) | effects.reads
         forward = [s for s in slice_statements if is_forward(s)]
         if forward:
             first = forward[-1]  # slice_statements runs backwards: the last one is the earliest
