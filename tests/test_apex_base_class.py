@@ -168,3 +168,32 @@ def test_each_side_follows_a_change_in_another_subclass_file_through_the_cache(t
     again = _check_cached(project, cache)
     why = "`self.optimizer.step()` is not called in `RegressorTrainer.train_epoch()`"
     assert why in (again["base.py"] or "") and why in (again["classifier.py"] or "")
+
+
+def test_apex_set_up_in_another_method_of_the_base_gets_a_disabled_default_in_its_init(tmp_path):
+    project = _copy(tmp_path)
+    _edit(
+        project / "trainers" / "base.py",
+        "        # mixed precision\n        if self.args.fp16:\n",
+        "        self.epoch = 0\n\n    def enable_fp16(self):\n        if self.args.fp16:\n",
+    )
+    _edit(project / "main.py", "    trainer = ClassifierTrainer(args, model)\n",
+          "    trainer = ClassifierTrainer(args, model)\n    trainer.enable_fp16()\n")
+    _fix(project)
+    base = (project / "trainers" / "base.py").read_text()
+    assert (
+        "    def __init__(self, args, model):\n"
+        '        self.scaler = torch.amp.GradScaler("cuda", enabled=False)\n'
+        "        self.args = args\n"
+    ) in base
+    assert '    def enable_fp16(self):\n        self.scaler = torch.amp.GradScaler("cuda", enabled=self.args.fp16)\n' in base
+    assert "self.scaler.scale(loss).backward()" in (project / "trainers" / "regressor.py").read_text()
+    _compiles_and_is_stable(project)
+
+
+def test_apex_set_up_in_another_method_of_a_base_without_init_stops_every_side(tmp_path):
+    project = _copy(tmp_path)
+    _edit(project / "trainers" / "base.py", "    def __init__(self, args, model):\n", "    def build(self, args, model):\n")
+    reasons = _refused(project)
+    why = "`BaseTrainer` sets apex up in `build()` and has no `__init__` of its own"
+    assert why in reasons["base.py"] and why in reasons["regressor.py"]

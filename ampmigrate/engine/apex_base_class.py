@@ -49,11 +49,12 @@ def _method_of(tree: ast.Module, node: ast.AST) -> Tuple[Optional[ast.ClassDef],
 
 
 def setup_class(tree: ast.Module, summary: "ModuleSummary", init: ast.Attribute, uses: List[ast.Attribute]) -> None:
-    """A side: the file's one `amp.initialize` is in `__init__` of a top-level class and binds two
-    attributes of the instance; the record is (the model attribute, the optimizer attribute, why
-    the migration cannot take it or "")."""
+    """A side: the file's one `amp.initialize` is in a method of a top-level class (`__init__`, or
+    another method beside an `__init__` of the class's own, which then makes a disabled scaler for
+    the instances that never call it) and binds two attributes of the instance; the record is (the
+    model attribute, the optimizer attribute, why the migration cannot take it or "")."""
     cls, method = _method_of(tree, init)
-    if cls is None or method is None or method.name != "__init__":
+    if cls is None or method is None:
         return
     instance = method.args.args[0].arg if method.args.args else ""
     call = _parent_call(method, init)
@@ -71,7 +72,9 @@ def setup_class(tree: ast.Module, summary: "ModuleSummary", init: ast.Attribute,
     if other is not None:
         problem = f"the file also uses `amp.{other}`"
     elif cls.decorator_list or cls.keywords or method.decorator_list:
-        problem = f"`{cls.name}` or its `__init__` is decorated or has a metaclass"
+        problem = f"`{cls.name}` or its `{method.name}()` is decorated or has a metaclass"
+    elif method.name != "__init__" and not any(isinstance(s, ast.FunctionDef) and s.name == "__init__" for s in cls.body):
+        problem = f"`{cls.name}` sets apex up in `{method.name}()` and has no `__init__` of its own to make the scaler every instance reads"
     elif len(call.args) != 2 or any(isinstance(a, ast.Starred) for a in call.args):
         problem = "`amp.initialize` is not given one model and one optimizer"
     else:

@@ -76,7 +76,6 @@ class _BaseSide(_Planner):
         if (
             self.init.api != "initialize" or cls is None or cls.kind != "class"
             or cls.parent is not self.names.module_scope or cls.node.name.value not in facts.apex_setup_classes
-            or self.home.node.name.value != "__init__"
         ):
             return super()._fix_without_steps(plan)
         name = cls.node.name.value
@@ -94,6 +93,11 @@ class _BaseSide(_Planner):
         self.fp32 = False
         self.unsafe.extend(u for u in unsafe if u not in self.unsafe)
         self.access = _InheritedHome(self, decision.scaler)
+        if self.home.node.name.value != "__init__" and self.access.default_init is None:
+            raise Unfixable(
+                f"{NO_STEP_REASON} (`{name}.__init__` cannot make the disabled scaler that the instances which never "
+                f"call `{self.home.node.name.value}()` read)"
+            )
         self.scaler_scopes = [self.home]  # tests of apex's presence here become `self.scaler.is_enabled()`
         self._plan_presence_tests()
         self._plan_scaler_creation()
@@ -103,8 +107,9 @@ class _BaseSide(_Planner):
         where = ", ".join(
             f"`{c}` ({self.ctx.project_index.relative(m)})" for m, classes in decision.members for c in classes
         )
+        made = f"`{name}.{self.home.node.name.value}()`"
         return self._finish(
-            f"Migrate apex.amp to torch.amp.GradScaler, made as `self.{decision.scaler}` in `{name}.__init__` for its "
+            f"Migrate apex.amp to torch.amp.GradScaler, made as `self.{decision.scaler}` in {made} for its "
             f"subclasses {where} that scale the loss"
         )
 
