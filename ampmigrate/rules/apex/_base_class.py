@@ -182,7 +182,7 @@ class _SubclassSide(_Planner):
         return self._finish(
             f"Migrate apex.amp to torch.autocast fp16 and torch.amp.GradScaler: {names} "
             f"{'read' if len(classes) > 1 else 'reads'} the GradScaler "
-            f"`self.{self.decision.scaler}` that the base class's `__init__` makes where `amp.initialize` was; "
+            f"`self.{self.decision.scaler}` that the base class makes where `amp.initialize` was; "
             "autocast is enabled when the scaler is"
         )
 
