@@ -77,6 +77,30 @@ def test_another_caller_left_alone_keeps_both_ends(tmp_path):
     assert all(r and "is not migrated" in r for r in _reasons(result, "state.py"))
 
 
+def test_two_scripts_handing_apex_to_the_helpers_and_a_relay_migrate_together(tmp_path):
+    """Two training scripts hand apex's module to state.py's helpers, one through a relay of
+    state.py that only hands it on to `load_checkpoint` (from a nested function, as a signal
+    handler would): each side plans the others, which plan it again, and the group still gets one
+    answer, here that all migrate."""
+    root = _copy(tmp_path)
+    relay = (
+        "\n\ndef resume_later(path, model, amp=None):\n"
+        "    def handler():\n        load_checkpoint(path, model, amp=amp)\n    return handler\n"
+    )
+    (root / "state.py").write_text((root / "state.py").read_text() + relay)
+    train = (root / "train.py").read_text()
+    second = train.replace("from state import TrainingState, load_checkpoint", "from state import TrainingState, resume_later")
+    second = second.replace("        load_checkpoint(args.resume, model, amp=amp)\n", "        resume_later(args.resume, model, amp)()\n")
+    (root / "finetune.py").write_text(second)
+    result = _run(root, "fix")
+    assert not result.errors and not result.findings, [(f.path, f.no_fix_reason) for f in result.findings]
+    finetune = (root / "finetune.py").read_text()
+    assert "        resume_later(args.resume, model, scaler)()\n" in finetune and "state.track_amp_state(scaler)" in finetune
+    assert "apex" not in finetune + (root / "train.py").read_text()
+    again = _run(root, "fix")
+    assert not again.findings and not any(r.new_text for r in again.results)
+
+
 def test_a_static_method_is_matched_by_keyword_only(tmp_path):
     static = (
         "    @staticmethod\n    def save(model, amp):\n        return {\"model\": model.state_dict(), \"amp\": amp.state_dict()}\n\n"

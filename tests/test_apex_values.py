@@ -84,6 +84,23 @@ def test_parameters_used_only_for_amp_state():
     assert found == {"load": [("amp", 2)], "K.save": [("amp", 1), ("handle", -1)]}
 
 
+def test_a_parameter_handed_on_to_a_state_parameter_is_one_too():
+    """A relay (hqa_jukebox's `dump_checkpoint_on_kill(..., amp=None)`, whose signal handler calls
+    `save_checkpoint(..., amp, ...)`): by position or keyword, through a nested function; a
+    parameter handed elsewhere, or to another parameter, is not."""
+    found = apex_state_params(
+        ast.parse(
+            "def save(path, model, amp=None):\n    if amp is not None:\n        torch.save(amp.state_dict(), path)\n"
+            "def on_kill(model, path, amp=None):\n    def handler(signum, frame):\n        save(path, model, amp)\n"
+            "    signal.signal(15, handler)\n"
+            "def by_keyword(path, amp):\n    on_kill(None, path, amp=amp)\n"
+            "def wrong_slot(path, amp):\n    save(amp, None)\n"
+            "def elsewhere(amp):\n    print(amp)\n    save('x', None, amp)\n"
+        )
+    )
+    assert found == {"save": [("amp", 2)], "on_kill": [("amp", 2)], "by_keyword": [("amp", 1)]}
+
+
 def test_calls_handing_apex_amp_record_position_and_keyword():
     from ampmigrate.engine.project_index import _dotted
 

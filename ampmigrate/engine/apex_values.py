@@ -120,18 +120,30 @@ STATE_APIS = frozenset({"state_dict", "load_state_dict", "master_params"})
 def apex_state_params(tree: ast.Module) -> Dict[str, List[Tuple[str, int]]]:
     """{function or "Class.method": [(parameter, its position or -1 for keyword-only)]} for the
     parameters a function uses only as `p.state_dict()`, `p.load_state_dict(...)`,
-    `p.master_params(...)` and in `p is None` / `if p:` tests (at least one such call)."""
+    `p.master_params(...)` and in `p is None` / `if p:` tests (at least one such call), or hands on
+    only to such a parameter of a top-level function of the same file (hqa's
+    `dump_checkpoint_on_kill(..., amp)` whose signal handler calls `save_checkpoint(..., amp, ...)`)."""
     found: Dict[str, List[Tuple[str, int]]] = {}
-    for owner, function in top_functions(tree):
-        params = function_state_params(function, method=bool(owner))
-        if params:
-            found[f"{owner}.{function.name}" if owner else function.name] = params
+    functions = list(top_functions(tree))
+    for _ in range(4):  # relays of relays: a few rounds reach every chain a file writes
+        relays = {name: params for name, params in found.items() if "." not in name}
+        current: Dict[str, List[Tuple[str, int]]] = {}
+        for owner, function in functions:
+            params = function_state_params(function, method=bool(owner), relays=relays)
+            if params:
+                current[f"{owner}.{function.name}" if owner else function.name] = params
+        if current == found:
+            break
+        found = current
     return found
 
 
-def function_state_params(function: ast.FunctionDef, method: bool) -> List[Tuple[str, int]]:
+def function_state_params(
+    function: ast.FunctionDef, method: bool, relays: Optional[Dict[str, List[Tuple[str, int]]]] = None
+) -> List[Tuple[str, int]]:
     """`apex_state_params` of one function: (parameter, its position in the `def`, `self`
-    counted, or -1 for keyword-only); a method's first parameter is never one."""
+    counted, or -1 for keyword-only); a method's first parameter is never one. `relays`: the
+    top-level functions of the same file with such parameters, which it may hand one on to."""
     positional = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
     keyword_only = [a.arg for a in function.args.kwonlyargs]
     candidates = set(positional) | set(keyword_only)
@@ -151,6 +163,8 @@ def function_state_params(function: ast.FunctionDef, method: bool) -> List[Tuple
         if node.id in rejected:
             continue
         use = _state_use(node, parents)
+        if use is None and relays and _relayed(node, parents, relays):
+            use = True
         if use is None:
             rejected.add(node.id)
         elif use:
@@ -160,6 +174,22 @@ def function_state_params(function: ast.FunctionDef, method: bool) -> List[Tuple
         for name in [*positional, *keyword_only]
         if name in called and name not in rejected
     ]
+
+
+def _relayed(node: ast.Name, parents: Dict[ast.AST, ast.AST], relays: Dict[str, List[Tuple[str, int]]]) -> bool:
+    """`node` is an argument of a call of a top-level function of the file (`save_checkpoint(...,
+    amp, ...)`) in the position or keyword of one of its state parameters."""
+    call = parents.get(node)
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in relays):
+        keyword = call if isinstance(call, ast.keyword) else None
+        call = parents.get(keyword) if keyword is not None else None
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in relays):
+            return False
+        return any(param == keyword.arg for param, _ in relays[call.func.id])
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return False
+    position = next((i for i, a in enumerate(call.args) if a is node), None)
+    return position is not None and any(index == position for _, index in relays[call.func.id])
 
 
 def _state_use(node: ast.Name, parents: Dict[ast.AST, ast.AST]) -> Optional[bool]:

@@ -39,7 +39,7 @@ from ampmigrate.engine.apex_threading import summarize_threading, threading_key
 from ampmigrate.engine.apex_values import (
     apex_amp_args,
     apex_amp_getters,
-    function_state_params,
+    apex_state_params,
     top_functions,
 )
 from ampmigrate.engine.caller_uses import source_tree
@@ -646,12 +646,18 @@ class ProjectIndex:
             tree = source_tree(self, other)
             if tree is None:
                 continue
+            state_params = None
             for owner, function in top_functions(tree):
                 if function.name != name or bool(owner) != on_object:
                     continue
                 decorated = any(isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod") for d in function.decorator_list)
                 shift = 1 if owner else 0  # `self` takes the first position of a method
-                for param, index in function_state_params(function, method=bool(owner)):
+                if state_params is None:  # the file's, relays to its other functions included
+                    memo = self.__dict__.setdefault("_apex_state_params", {})
+                    if other not in memo:
+                        memo[other] = apex_state_params(tree)
+                    state_params = memo[other]
+                for param, index in state_params.get(f"{owner}.{function.name}" if owner else function.name, []):
                     by_position = not keyword and position >= 0 and index == position + shift and not decorated
                     if keyword == param or by_position:
                         found.append((other, f"{owner}.{name}" if owner else name, param))

@@ -77,10 +77,16 @@ def unmigrated_caller(ctx: FileContext, files, function: str, caller: Optional[s
 
 
 def group_memo(ctx: FileContext, namespace: str, key, compute) -> Optional[str]:
-    """`compute()` once per run for `key`; while it runs (the files of a group plan each other),
-    asking again answers that they reach each other."""
-    memo = ctx.shared(namespace, dict)
-    if key not in memo:
-        memo[key] = "the files handing apex's amp module to it reach each other"
-        memo[key] = compute()
-    return memo[key]
+    """`compute()` once per run for `key`, kept on the run's project index: the files of a group are
+    planned from the index's bytes in contexts of their own, so a memo per context would let two
+    files handing apex's module to one helper plan each other without end. While it runs, asking
+    again answers None: a member planned from here is planned as if the group migrated, and every
+    reason any member finds (its own plan included, planned whole by the others' keys) still
+    reaches every key, so all migrate or none does."""
+    index = ctx.project_index
+    memo = index.__dict__.setdefault("_apex_group_memo", {}) if index is not None else ctx.shared(namespace, dict)
+    full = (namespace, key)
+    if full not in memo:
+        memo[full] = None  # being decided
+        memo[full] = compute()
+    return memo[full]

@@ -71,18 +71,19 @@ def plan_train_param_arg(planner, ref) -> None:
 
 def group_problem(ctx: FileContext, target: Target, caller: Optional[str] = None) -> Optional[str]:
     """Why the function and the files handing it apex's module cannot all migrate (None: they
-    can). `caller`: the file being planned, which does not plan itself again."""
+    can). One answer per target for every side (`caller`, the file asking, is planned too, from
+    the index's bytes: its own plan asks again and is answered as if the group migrated)."""
     index = ctx.project_index
     path, function, _ = target
 
     def compute() -> Optional[str]:
         return (
             calls_problem(index, target)
-            or (_side_problem(ctx, target) if caller != path else None)
-            or unmigrated_caller(ctx, callers(index, target), function, caller)
+            or _side_problem(ctx, target)
+            or unmigrated_caller(ctx, callers(index, target), function, None)
         )
 
-    return group_memo(ctx, "apex.passed_training", (target, caller), compute)
+    return group_memo(ctx, "apex.passed_training", target, compute)
 
 
 def callers(index, target: Target) -> List[str]:

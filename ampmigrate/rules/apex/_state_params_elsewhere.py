@@ -75,13 +75,14 @@ def plan_state_param_arg(planner, ref) -> None:
 
 def group_problem(ctx: FileContext, target: Target, caller: Optional[str] = None) -> Optional[str]:
     """Why the helper and the files handing it apex's module cannot all migrate (None: they
-    can). `caller`: the file being planned, which does not plan itself again."""
+    can). One answer per target for every side (`caller`, the file asking, is planned too, from
+    the index's bytes: its own plan asks again and is answered as if the group migrated)."""
     index = ctx.project_index
 
     def compute() -> Optional[str]:
-        return helper_problem(index, target) or unmigrated_caller(ctx, callers(index, target), target[1], caller)
+        return helper_problem(index, target) or unmigrated_caller(ctx, callers(index, target), target[1], None)
 
-    return group_memo(ctx, "apex.state_params_elsewhere", (target, caller), compute)
+    return group_memo(ctx, "apex.state_params_elsewhere", target, compute)
 
 
 def helper_problem(index, target: Target) -> Optional[str]:
