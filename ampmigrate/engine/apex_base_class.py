@@ -54,7 +54,7 @@ def setup_class(tree: ast.Module, summary: "ModuleSummary", init: ast.Attribute,
     the instances that never call it) and binds two attributes of the instance; the record is (the
     model attribute, the optimizer attribute, why the migration cannot take it or "")."""
     cls, method = _method_of(tree, init)
-    if cls is None or method is None:
+    if cls is None or method is None or sum(n.attr in ("initialize", "init") for n in uses) != 1:
         return
     instance = method.args.args[0].arg if method.args.args else ""
     call = _parent_call(method, init)
@@ -63,7 +63,7 @@ def setup_class(tree: ast.Module, summary: "ModuleSummary", init: ast.Attribute,
     attributes = [_self_attribute(e, instance) for e in target.elts] if isinstance(target, (ast.Tuple, ast.List)) else []
     if len(attributes) != 2 or None in attributes:
         summary.apex_setup_classes[cls.name] = (
-            "", "", f"`amp.initialize` in `{cls.name}.__init__` does not bind two attributes of `{instance or 'self'}`"
+            "", "", f"`amp.initialize` in `{cls.name}.{method.name}()` does not bind two attributes of `{instance or 'self'}`"
         )
         return
     model, optimizer = attributes
@@ -244,6 +244,16 @@ def setup_of(index: "ProjectIndex", path: str, cls: str) -> Optional[Tuple[str, 
     if other is None or base not in index.modules[other].apex_setup_classes:
         return None
     return other, base
+
+
+def subclassed_elsewhere(index: "ProjectIndex", path: str, cls: str) -> bool:
+    """Some file of the run records a subclass scaling a loss whose base is `cls` of `path`."""
+    absolute = os.path.abspath(path)
+    return any(
+        setup_of(index, other, name) == (absolute, cls)
+        for other, _ in importers(index, absolute)
+        for name in index.modules[other].apex_subclass_steps
+    )
 
 
 def decide_base(index: "ProjectIndex", path: str, cls: str) -> BaseDecision:

@@ -20,7 +20,7 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 
 from ampmigrate.diagnostics import SAFE, Fix
-from ampmigrate.engine.apex_base_class import BaseDecision, decide_base, setup_of
+from ampmigrate.engine.apex_base_class import BaseDecision, decide_base, setup_of, subclassed_elsewhere
 from ampmigrate.engine.context import FileContext, FixBuilder
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._amp_common import AmpPlan, Unfixable
@@ -80,6 +80,8 @@ class _BaseSide(_Planner):
             return super()._fix_without_steps(plan)
         name = cls.node.name.value
         decision = decide_base(self.ctx.project_index, self.ctx.path, name)
+        if not decision.migrate and not subclassed_elsewhere(self.ctx.project_index, self.ctx.path, name):
+            return super()._fix_without_steps(plan)  # no subclass of another file: not this shape
         if not decision.migrate:
             raise Unfixable(f"{NO_STEP_REASON} ({decision.reason})")
         problem, unsafe = group_check(self.ctx, self.ctx.path, name) if self.verify else (None, [])

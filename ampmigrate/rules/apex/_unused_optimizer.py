@@ -89,6 +89,8 @@ def optimizer_never_read(planner: "_Planner", init: "AmpRef") -> bool:
         if not isinstance(node, cst.Name) or node.value != name or node is optimizer:
             continue
         if planner._line(node) > after:
+            if _zero_grad_only(planner, node, home):
+                continue
             return False  # read (or bound again) after the call: its use may be training
         if planner._function_scope(node) is not home:
             return False  # a function or lambda of its own may read it later
@@ -101,6 +103,19 @@ def optimizer_never_read(planner: "_Planner", init: "AmpRef") -> bool:
         if not _dead_argument(planner, root, node):
             return False  # handed to something that may keep it (a trainer built before `initialize`)
     return made
+
+
+def _zero_grad_only(planner: "_Planner", node: cst.Name, home) -> bool:
+    """`optimizer.zero_grad()` as a statement of its own in the function (an evaluation script
+    copied from its training script clears gradients it never computes): no training."""
+    attribute = planner.names.parent(node)
+    call = planner.names.parent(attribute) if isinstance(attribute, cst.Attribute) else None
+    expr = planner.names.parent(call) if isinstance(call, cst.Call) else None
+    return (
+        isinstance(attribute, cst.Attribute) and attribute.value is node and attribute.attr.value == "zero_grad"
+        and isinstance(call, cst.Call) and call.func is attribute and isinstance(expr, cst.Expr)
+        and planner._function_scope(node) is home
+    )
 
 
 def _params(func: cst.FunctionDef):
