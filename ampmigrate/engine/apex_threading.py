@@ -66,6 +66,9 @@ def summarize_threading(tree: ast.Module, summary: "ModuleSummary") -> None:
     inits = [n for n in uses if n.attr in ("initialize", "init")]
     if inits and "scale_loss" not in apis:
         _initializer(tree, summary, amp_names, uses)
+        from ampmigrate.engine.apex_owned_optimizer import instance_setup  # `amp.initialize(m, m.optimizer)`
+
+        instance_setup(tree, summary, inits[0], uses)
     elif "scale_loss" in apis and not inits and not _spelled_out_inits(tree):
         _step_functions(tree, summary, amp_names, uses)
     elif len(inits) == 1:
@@ -275,7 +278,10 @@ def _step_functions(tree: ast.Module, summary: "ModuleSummary", amp_names: Set[s
     if outside:
         from ampmigrate.engine.apex_base_class import subclass_steps  # a subclass of another file's setup class
 
+        from ampmigrate.engine.apex_owned_optimizer import owned_optimizer_classes  # a class owning its optimizer
+
         summary.apex_subclass_steps, left = subclass_steps(tree, uses, outside, module_level_import)
+        summary.apex_owned_optimizers, left = owned_optimizer_classes(tree, uses, left, module_level_import)
         taken = {id(n) for n in outside} - {id(n) for n in left}
         uses, outside = [n for n in uses if id(n) not in taken], left
     if outside:

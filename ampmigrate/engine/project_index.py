@@ -35,6 +35,7 @@ from ampmigrate.engine.apex_attrs import apex_attr_loads, apex_attr_stores
 from ampmigrate.engine.apex_attrs import wanted as attr_stores_wanted
 from ampmigrate.engine.apex_star import apex_star_exports, provider_key, star_bound, star_key
 from ampmigrate.engine.apex_base_class import base_class_key
+from ampmigrate.engine.apex_owned_optimizer import owned_key
 from ampmigrate.engine.apex_threading import summarize_threading, threading_key
 from ampmigrate.engine.apex_values import (
     apex_amp_args,
@@ -50,7 +51,7 @@ from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 24
+_FORMAT = 25
 
 
 @dataclass
@@ -121,6 +122,12 @@ class ModuleSummary:
     # imported, the base's name there, the optimizer attribute, why not or "")}.
     apex_setup_classes: Dict[str, Tuple[str, str, str]] = field(default_factory=dict)
     apex_subclass_steps: Dict[str, Tuple[str, str, str, str]] = field(default_factory=dict)
+    # apex set up by a script on an object whose class owns its optimizer (engine/apex_owned_optimizer.py).
+    # Script: [(the object's name, the optimizer attribute `amp.initialize` is given, why not or "")].
+    # Class: {top-level class building `self.<attribute>` in `__init__` and scaling with it: (the
+    # attribute, why not or "")}.
+    apex_instance_setups: List[Tuple[str, str, str]] = field(default_factory=list)
+    apex_owned_optimizers: Dict[str, Tuple[str, str]] = field(default_factory=dict)
     # The other top-level functions of a B side that may be handed the optimizer harmlessly: no
     # apex, no `.step()`/`.backward()`, no call of a step function (an `adjust_lr(optimizer, ...)`).
     apex_plain_functions: List[str] = field(default_factory=list)
@@ -200,6 +207,8 @@ def _as_data(summary: ModuleSummary) -> dict:
         "apex_step_relays": dict(summary.apex_step_relays),
         "apex_setup_classes": {name: tuple(record) for name, record in summary.apex_setup_classes.items()},
         "apex_subclass_steps": {name: tuple(record) for name, record in summary.apex_subclass_steps.items()},
+        "apex_instance_setups": [tuple(record) for record in summary.apex_instance_setups],
+        "apex_owned_optimizers": {name: tuple(record) for name, record in summary.apex_owned_optimizers.items()},
         "apex_plain_functions": list(summary.apex_plain_functions),
         "apex_cast_registrations": [tuple(item) for item in summary.apex_cast_registrations],
         "apex_gradient_functions": list(summary.apex_gradient_functions),
@@ -270,6 +279,8 @@ class ProjectIndex:
                 or data.get("apex_init_function")
                 or data.get("apex_setup_classes")
                 or data.get("apex_subclass_steps")
+                or data.get("apex_instance_setups")
+                or data.get("apex_owned_optimizers")
                 or data.get("apex_state_functions")
                 or data.get("apex_initializes")
             ):
@@ -777,6 +788,9 @@ class ProjectIndex:
         inherited = base_class_key(self, absolute)
         if inherited:
             parts.append(f"apex_base_class={inherited}")
+        owned = owned_key(self, absolute)
+        if owned:
+            parts.append(f"apex_owned_optimizer={owned}")
         threading = threading_key(self, absolute)
         if threading:
             parts.append(f"apex_threading={threading}")

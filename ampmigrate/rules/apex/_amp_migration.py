@@ -121,11 +121,12 @@ def _planner_for(ctx: FileContext) -> "_Planner":
     from ampmigrate.rules.apex._base_class import base_class_planner
     from ampmigrate.rules.apex._checkpoint_threading import checkpoint_planner
     from ampmigrate.rules.apex._cross_threading import split_planner
+    from ampmigrate.rules.apex._owned_optimizer import owned_planner
     from ampmigrate.rules.apex._setup_helper import setup_helper_planner
 
     return (
-        setup_helper_planner(ctx) or split_planner(ctx) or base_class_planner(ctx) or checkpoint_planner(ctx)
-        or _Planner(ctx)
+        setup_helper_planner(ctx) or split_planner(ctx) or base_class_planner(ctx) or owned_planner(ctx)
+        or checkpoint_planner(ctx) or _Planner(ctx)
     )
 
 

@@ -130,17 +130,66 @@ class _InheritedHome(ScalerAccess):
 
 
 # ---------------------------------------------------------------------------------- B
-class _SubclassSide(_Planner):
-    """The subclasses' methods read the scaler their base's `__init__` made."""
+class AttributeReadingSide(_Planner):
+    """A file whose classes' methods scale losses with a GradScaler another file makes for them as
+    `self.<scaler>` (the subclasses here; rules/apex/_owned_optimizer.py's owning classes): the
+    in-file planner on the scaled backwards, nothing created here. Subclasses say who decides
+    (`_decide`: the decision, its `scaler` the attribute), which classes may scale
+    (`_reading_classes`) and the fix's message."""
 
     verify = True
+
+    def _decide(self, facts):
+        raise NotImplementedError
+
+    def _reading_classes(self, facts):
+        raise NotImplementedError
+
+    def _message(self, classes: List[str]) -> str:
+        raise NotImplementedError
+
+    def _allowed(self, ref, facts) -> bool:
+        return ref.api in (None, "scale_loss", "master_params")
 
     def _build(self, plan: AmpPlan) -> Fix:
         self._check_star_refs()
         self._check_unreached_uses()
         self._check_other_refs()
+        facts = self.ctx.project_index.modules[os.path.abspath(self.ctx.path)]
+        self.decision = self._decide(facts)
+        for binding in self.usage.import_bindings:
+            if self.ctx.reexported(binding):
+                raise Unfixable(f"`{binding.name}` is re-exported from here; the modules that import it must be migrated first")
+        if not all(self._allowed(r, facts) for r in self.refs):
+            raise Unfixable(NO_INIT_REASON)
+        _check_min_torch(self)
+        self.fp32 = False
+        self.spec = None
+        self.builder = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
+        steps = [self._step(r) for r in self.refs if r.api == "scale_loss"]
+        self.readers: List[Scope] = []
+        for step in steps:
+            cls = step.function.parent
+            if cls is None or cls.kind != "class" or cls.parent is not self.names.module_scope:
+                raise Unfixable(NO_INIT_REASON)
+            if cls.node.name.value not in self._reading_classes(facts):
+                raise Unfixable(NO_INIT_REASON)
+            self.readers.append(cls)
+        self._plan_fp16(steps)
+        self._plan_imports()
+        self._emit_removals()
+        self._check_nesting()
+        return self._finish(self._message(list(dict.fromkeys(s.node.name.value for s in self.readers))))
+
+    def _plan_scaler_creation(self) -> None:
+        """The scaler is made in another file (or by `emit`)."""
+
+
+class _SubclassSide(AttributeReadingSide):
+    """The subclasses' methods read the scaler their base made."""
+
+    def _decide(self, facts) -> BaseDecision:
         index = self.ctx.project_index
-        facts = index.modules[os.path.abspath(self.ctx.path)]
         decisions: List[BaseDecision] = []
         for name, record in facts.apex_subclass_steps.items():
             setup = setup_of(index, self.ctx.path, name)
@@ -156,32 +205,14 @@ class _SubclassSide(_Planner):
             self.unsafe.extend(u for u in unsafe if u not in self.unsafe)
         if len({d.scaler for d in decisions}) != 1:
             raise Unfixable(f"{NO_INIT_REASON} (the base classes of this file's subclasses name the scaler differently)")
-        self.decision = decisions[0]
-        for binding in self.usage.import_bindings:
-            if self.ctx.reexported(binding):
-                raise Unfixable(f"`{binding.name}` is re-exported from here; the modules that import it must be migrated first")
-        if any(r.api not in (None, "scale_loss", "master_params") for r in self.refs):
-            raise Unfixable(NO_INIT_REASON)
-        _check_min_torch(self)
-        self.fp32 = False
-        self.spec = None
-        self.builder = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
-        steps = [self._step(r) for r in self.refs if r.api == "scale_loss"]
-        self.subclasses: List[Scope] = []
-        for step in steps:
-            cls = step.function.parent
-            if cls is None or cls.kind != "class" or cls.parent is not self.names.module_scope:
-                raise Unfixable(NO_INIT_REASON)
-            if cls.node.name.value not in facts.apex_subclass_steps:
-                raise Unfixable(NO_INIT_REASON)
-            self.subclasses.append(cls)
-        self._plan_fp16(steps)
-        self._plan_imports()
-        self._emit_removals()
-        self._check_nesting()
-        classes = list(dict.fromkeys(s.node.name.value for s in self.subclasses))
+        return decisions[0]
+
+    def _reading_classes(self, facts):
+        return facts.apex_subclass_steps
+
+    def _message(self, classes: List[str]) -> str:
         names = ", ".join(f"`{c}`" for c in classes)
-        return self._finish(
+        return (
             f"Migrate apex.amp to torch.autocast fp16 and torch.amp.GradScaler: {names} "
             f"{'read' if len(classes) > 1 else 'reads'} the GradScaler "
             f"`self.{self.decision.scaler}` that the base class makes where `amp.initialize` was; "
@@ -191,9 +222,6 @@ class _SubclassSide(_Planner):
     def _scaler_access(self, scopes: List[Scope]):
         return _InheritedAccess(self, scopes)
 
-    def _plan_scaler_creation(self) -> None:
-        """The scaler is made by the base class, in its own file."""
-
 
 class _InheritedAccess(_ParameterAccess):
     """`self.<scaler>` in the subclasses' methods; nothing to add to any signature."""
@@ -201,7 +229,7 @@ class _InheritedAccess(_ParameterAccess):
     def __init__(self, planner: _SubclassSide, scopes: List[Scope]) -> None:
         self.p = planner
         self.name = planner.decision.scaler
-        self.model = planner.decision.model
+        self.model = getattr(planner.decision, "model", "")  # the base's model attribute, when a base set apex up
         # set by the base class in its own file, so no binding here shows it (rules/apex/_amp_forward.py)
         self.inherited_attributes = frozenset({self.model} if self.model else ())
         self.threaded: List[Scope] = []
