@@ -732,6 +732,8 @@ class MultiInits:
                 if o1_only or self._same_model_roots(first, other) or self._models_apart_by_none(first, other):
                     continue
                 return False
+            if name == "optimizers" and a is not None and b is not None and self._optimizers_apart_by_test(first, other):
+                continue
             if name == "optimizers" and a is not None and b is not None and self._rebinds_own_optimizer(first) and self._rebinds_own_optimizer(other):
                 # `o.optimizer = amp.initialize(m, o.optimizer)` in one arm, `o = amp.initialize(m, o)` in
                 # the other (a scheduler wrapper or the bare optimizer): apex patches each in place and
@@ -754,6 +756,43 @@ class MultiInits:
     def _same_model_roots(self, first: AmpRef, other: AmpRef) -> bool:
         roots = [self._model_roots(ref) for ref in (first, other)]
         return bool(roots[0]) and roots[0] == roots[1]
+
+    def _optimizers_apart_by_test(self, first: AmpRef, other: AmpRef) -> bool:
+        """`if dis_optimizer: model, [opt, dis_opt] = amp.initialize(model, [opt, dis_opt],
+        num_losses=2) else: model, opt = amp.initialize(model, opt, num_losses=1)` (a GAN whose
+        discriminator is optional): the arms list the same optimizers but the one the `if` tests
+        (`if x:`, `if x is not None:`), which the arm leaving it out does not have. One GradScaler
+        serves whichever optimizers the training steps name, so they are one setup."""
+        outer = self._arms_if(first, other)
+        test = outer.test if outer is not None else None
+        set_arm = "body"
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, set_arm = test.expression, "orelse"
+        if (
+            isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, (cst.Is, cst.IsNot))
+            and isinstance(test.comparisons[0].comparator, cst.Name) and test.comparisons[0].comparator.value == "None"
+        ):
+            if set_arm == "orelse":
+                return False
+            set_arm = "body" if isinstance(test.comparisons[0].operator, cst.IsNot) else "orelse"
+            test = test.left
+        tested = _dotted_name(test) if test is not None else None
+        if tested is None:
+            return False
+        arms = {_arm(outer, list(self.names.ancestors(self._init_line(ref)))): ref for ref in (first, other)}
+        if set(arms) != {"body", "orelse"}:
+            return False
+
+        def listed(ref: AmpRef) -> Optional[Set[str]]:
+            value = bound_arguments(ref.call, INITIALIZE_PARAMS)["optimizers"].value
+            elements = [e.value for e in value.elements] if isinstance(value, (cst.List, cst.Tuple)) else [value]
+            keys = [_dotted_name(e) for e in elements]
+            return None if None in keys or len(set(keys)) != len(keys) else set(keys)
+
+        with_it = listed(arms[set_arm])
+        without = listed(arms["orelse" if set_arm == "body" else "body"])
+        return with_it is not None and without is not None and with_it - without == {tested} and without <= with_it
 
     def _models_apart_by_none(self, first: AmpRef, other: AmpRef) -> bool:
         """`if model_old is not None: [model, model_old], opt = amp.initialize([model, model_old],
