@@ -64,9 +64,10 @@ def owned_optimizer_classes(
     tree: ast.Module, uses: List[ast.Attribute], scales: List[ast.Attribute], module_level_import: bool
 ) -> Tuple[Dict[str, Tuple[str, str]], List[ast.Attribute]]:
     """B side: of the `amp.scale_loss` uses in methods of top-level classes (`scales`), those of a
-    class that builds the optimizer it scales with in its own `__init__` (`self.optimizer =
-    torch.optim.Adam(...)`, not a parameter: that is the trainer class's shape): ({class: (the
-    optimizer attribute, why not or "")}, the uses left to the other shapes)."""
+    class that builds the optimizer it scales with in its own `__init__`, by a call (`self.optimizer
+    = torch.optim.Adam(...)`; a parameter or a local stored there is the trainer class's shape or a
+    setup helper's): ({class: (the optimizer attribute, why not or "")}, the uses left to the other
+    shapes)."""
     from ampmigrate.engine.apex_base_class import _method_of
     from ampmigrate.engine.apex_threading import scaled_with_problem
 
@@ -92,15 +93,14 @@ def owned_optimizer_classes(
         init = next((s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
         if init is None or not init.args.args:
             continue
-        params = {a.arg for a in [*init.args.args, *init.args.kwonlyargs]}
         builds = [
             s for s in init.body
             if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Attribute)
             and s.targets[0].attr == optimizer and isinstance(s.targets[0].value, ast.Name)
             and s.targets[0].value.id == init.args.args[0].arg
         ]
-        if len(builds) != 1 or (isinstance(builds[0].value, ast.Name) and builds[0].value.id in params):
-            continue  # handed in (the trainer class's shape), or built more than once
+        if len(builds) != 1 or not isinstance(builds[0].value, ast.Call):
+            continue  # handed in (the trainer class's shape), taken from a local or built more than once
         problem = ""
         inside = {id(n) for n in ast.walk(cls)}
         # the class's own checkpoint (`'amp': amp.state_dict()` in its `save()`) becomes the scaler's

@@ -371,7 +371,10 @@ def _classify_callers(index: "ProjectIndex", path: str, name: str) -> Tuple[List
             if name in how.names:
                 return [], [], f"{where} imports `{name}()` and never calls it"
             continue
-        if other not in index.apex_sources or not index.modules[other].apex_step_functions:
+        facts = index.modules[other]
+        if other not in index.apex_sources or not (
+            facts.apex_step_functions or facts.apex_subclass_steps or facts.apex_owned_optimizers
+        ):  # (those of a setup class's subclasses or of a class owning its optimizer scale losses too)
             if helper is None:
                 helper, _ = helper_of_source(index, absolute)
             why, what = _inference_use(index, other, helper, found.spellings)
