@@ -197,3 +197,16 @@ def test_apex_set_up_in_another_method_of_a_base_without_init_stops_every_side(t
     reasons = _refused(project)
     why = "`BaseTrainer` sets apex up in `build()` and has no `__init__` of its own"
     assert why in reasons["base.py"] and why in reasons["regressor.py"]
+
+
+def test_a_class_of_another_file_skipping_a_subclass_init_stops_every_side(tmp_path):
+    """It inherits the scaled training step but its instances would never get the scaler."""
+    project = _copy(tmp_path)
+    (project / "tuned.py").write_text(
+        "from trainers.classifier import ClassifierTrainer\n\n\n"
+        "class TunedTrainer(ClassifierTrainer):\n    def __init__(self, args, model, optimizer):\n"
+        "        self.args, self.model, self.optimizer, self.epoch = args, model, optimizer, 0\n"
+    )
+    reasons = _refused(project)
+    why = "`TunedTrainer` in tuned.py derives from `BaseTrainer` or a subclass of it"
+    assert why in reasons["base.py"] and why in reasons["classifier.py"]

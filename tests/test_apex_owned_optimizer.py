@@ -97,3 +97,18 @@ def test_each_side_follows_a_change_in_the_other_through_the_cache(tmp_path):
     _edit(project / "train.py", 'opt_level="O1")', 'opt_level="O1", cast_inputs=True)')
     again = _check_cached(project, cache)
     assert again["train.py"] is not None and "`amp.initialize` is given `cast_inputs`" in (again["registration.py"] or "")
+
+
+def test_a_subclass_skipping_the_owners_init_stops_both(tmp_path):
+    """Its instances would never get the disabled scaler the owner's `__init__` makes, and its
+    fp32 path would then fail where the original ran."""
+    project = _copy(tmp_path)
+    (project / "models" / "lite.py").write_text(
+        "import torch\nfrom torch import nn\n\nfrom models.registration import RegNet\n\n\n"
+        "class LiteRegNet(RegNet):\n    def __init__(self, config):\n        nn.Module.__init__(self)\n"
+        "        self.config = config\n        self.net = nn.Conv2d(2, 2, 1)\n"
+        '        self.optimizer = torch.optim.SGD(self.parameters(), lr=config["lr"])\n'
+    )
+    reasons = _refused(project)
+    why = "`LiteRegNet` in models/lite.py derives from a class owning its optimizer"
+    assert why in reasons["train.py"] and why in reasons["registration.py"]

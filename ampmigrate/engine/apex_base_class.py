@@ -311,6 +311,15 @@ def _decide(index: "ProjectIndex", absolute: str, cls: str) -> BaseDecision:
                     False, f"{index.relative(other)} imports {index.relative(member)} and scales a loss with apex's amp "
                     "without setting it up"
                 )
+    from ampmigrate.engine.apex_owned_optimizer import _subclass_skipping_init
+
+    names = {cls, *(c for _, classes in members for c in classes)}
+    skipping = _subclass_skipping_init(index, [absolute, *(m for m, _ in members)], names)
+    if skipping and not (skipping[0] in dict(members) and skipping[1] in dict(members)[skipping[0]]):
+        return BaseDecision(
+            False, f"`{skipping[1]}` in {index.relative(skipping[0])} derives from `{cls}` or a subclass of it and does not "
+            "start its `__init__` with its base's, so its instances would miss the scaler the base makes"
+        )
     scaler = _free_name(index, readers)
     if not scaler:
         return BaseDecision(False, "every usual name for the scaler is an attribute name in these files")

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Dict, List, Set, Tuple
 from ampmigrate.engine.apex_attrs import imports_apex_amp
 from ampmigrate.engine.apex_threading import _INIT_KEYWORDS, _SAFE_LEVELS, _parent_call
 from ampmigrate.engine.apex_base_class import _free_name
+from ampmigrate.engine.caller_uses import source_tree
 
 if TYPE_CHECKING:
     from ampmigrate.engine.project_index import ModuleSummary, ProjectIndex
@@ -185,10 +186,42 @@ def _decide(index: "ProjectIndex", attribute: str) -> OwnedDecision:
     readers = list(group)
     for member in group:
         readers.extend(index.importers_of(member))
+    skipping = _subclass_skipping_init(index, [p for p, _ in classes], {c for _, c in classes})
+    if skipping:
+        return OwnedDecision(
+            False, f"`{skipping[1]}` in {index.relative(skipping[0])} derives from a class owning its optimizer and does "
+            "not start its `__init__` with its base's, so its instances would miss the scaler the base makes"
+        )
     scaler = _free_name(index, readers)
     if not scaler:
         return OwnedDecision(False, "every usual name for the scaler is an attribute name in these files")
     return OwnedDecision(True, "", scaler, tuple(scripts), tuple(classes))
+
+
+def _subclass_skipping_init(index: "ProjectIndex", paths: List[str], names: Set[str]):
+    """(file, class) of a class of those files or of a file importing them that names one of the
+    owning classes as a base (by its last name: a conservative match) and has an `__init__` that
+    does not start with its base's; None when there is none."""
+    from ampmigrate.engine.apex_base_class import _starts_with_base_init
+
+    seen: Set[str] = set()
+    for path in paths:
+        for other in (path, *index.importers_of(path)):
+            if other in seen:
+                continue
+            seen.add(other)
+            tree = source_tree(index, other)
+            if tree is None:
+                return other, "?"
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.ClassDef):
+                    continue
+                bases = [b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else "" for b in node.bases]
+                base = next((b for b in bases if b in names), None)
+                init = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+                if base is not None and init is not None and not _starts_with_base_init(init, node.name, base):
+                    return other, node.name
+    return None
 
 
 def owned_key(index: "ProjectIndex", path: str) -> str:
