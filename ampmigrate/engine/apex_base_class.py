@@ -354,10 +354,15 @@ def base_class_key(index: "ProjectIndex", path: str) -> str:
         involved = [p for p, s in sorted(index.modules.items()) if s.apex_setup_classes or s.apex_subclass_steps]
         for member in involved:
             summary = index.modules[member]
-            parts.append(repr((member, sorted(summary.apex_setup_classes.items()), sorted(summary.apex_subclass_steps.items()),
+            parts.append(repr((member, _plain(summary.apex_setup_classes), _plain(summary.apex_subclass_steps),
                                index.digests.get(member))))
             for other in index.importers_of(member):
                 parts.append(repr((member, other, index.digests.get(other))))
         cached = hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest()
         index._base_class_digest = cached
     return cached
+
+
+def _plain(records: Dict[str, tuple]) -> List[Tuple[str, tuple]]:
+    """Records as the key reads them, whether summarized now (tuples) or loaded from the cache (lists)."""
+    return sorted((name, tuple(record)) for name, record in records.items())

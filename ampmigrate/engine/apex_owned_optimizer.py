@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Dict, List, Set, Tuple
 
 from ampmigrate.engine.apex_attrs import imports_apex_amp
 from ampmigrate.engine.apex_threading import _INIT_KEYWORDS, _SAFE_LEVELS, _parent_call
-from ampmigrate.engine.apex_base_class import _free_name
+from ampmigrate.engine.apex_base_class import _free_name, _plain
 from ampmigrate.engine.caller_uses import source_tree
 
 if TYPE_CHECKING:
@@ -235,7 +235,7 @@ def owned_key(index: "ProjectIndex", path: str) -> str:
         parts = []
         for member, summary in sorted(index.modules.items()):
             if summary.apex_instance_setups or summary.apex_owned_optimizers or summary.apex_step_functions or summary.apex_subclass_steps:
-                parts.append(repr((member, summary.apex_instance_setups, sorted(summary.apex_owned_optimizers.items()),
+                parts.append(repr((member, [tuple(r) for r in summary.apex_instance_setups], _plain(summary.apex_owned_optimizers),
                                    index.digests.get(member))))
                 for other in index.importers_of(member):
                     parts.append(repr((member, other, index.digests.get(other))))
