@@ -12,6 +12,7 @@ from typing import List, Tuple
 
 import libcst as cst
 
+from ampmigrate.analysis.autocast_banned import banned_call
 from ampmigrate.analysis.statements import body_of, indent_continuations, walk
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._amp_common import Step, Unfixable
@@ -34,8 +35,21 @@ class ForwardRegions:
                 raise Unfixable("the forward pass is on one line with its block header")
             self._emit_region(region)
 
+    def _refuse_banned_calls(self, region: Region) -> None:
+        """CUDA autocast raises on `binary_cross_entropy` whatever its inputs (see
+        analysis/autocast_banned.py); apex ran it on fp32 inputs, so wrapping it would break the step."""
+        call = banned_call(self.names, region.statements)
+        if call is None:
+            return
+        raise Unfixable(
+            f"the autocast region would hold the binary cross-entropy at line {self._line(call)} "
+            f"(`{self.module.code_for_node(call.func).strip()}`), which CUDA autocast refuses to run: compute it "
+            "from logits (`BCEWithLogitsLoss`), or after the region with `.float()` inputs, then migrate"
+        )
+
     def _emit_region(self, region: Region) -> None:
         """`with torch.autocast("cuda", dtype=torch.float16[, enabled=...]):` around the region."""
+        self._refuse_banned_calls(region)
         first = region.statements[0]
         torch = self._torch(first)
         dtype = f"{torch}.float16"

@@ -695,6 +695,7 @@ class _Planner(
         torch = self._torch(self.init_line)
         args = f'{self.ctx.string("cuda").value}, dtype={torch}.float16' + (f", enabled={enabled}" if enabled else "")
         for statement in runs:
+            self._refuse_banned_calls(Region(block, [statement]))
             header = self.ctx.parse_statement(f"with {torch}.autocast({args}):\n    pass\n")
             inner = indent_continuations(statement.with_changes(leading_lines=()), self.module.default_indent)
             wrapped = header.with_changes(body=header.body.with_changes(body=[inner]), leading_lines=statement.leading_lines)
