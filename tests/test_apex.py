@@ -457,10 +457,14 @@ def test_this_files_code_reading_gradients_in_the_window_gets_them_unscaled_as_a
     assert window.index("scaler.unscale_(optimizer)") < window.index("perturb.attack()") < window.index("scaler.step(optimizer)")
 
 
-def test_a_reader_before_a_plain_backward_is_refused():
-    """The adversarial backward after the read would add unscaled gradients to scaled ones."""
-    (reason,) = _amp101_reasons("window_reader_then_backward.py")
-    assert "`loss_adv.backward()` at line 36 adds gradients after they are unscaled at line 34" in reason
+def test_a_plain_backward_after_a_reader_stays_unscaled():
+    """apex unscaled at the block's exit, before the read; the adversarial backward then added its
+    own gradients at scale 1. `unscale_` goes before the read, and the backward stays as it is."""
+    assert _amp101_reasons("window_reader_then_backward.py") == {None}
+    migrated = fix((FIXTURES / "AMP101" / "window_reader_then_backward.py").read_text(encoding="utf-8"))
+    window = migrated[migrated.index("scaler.scale(loss).backward()"):]
+    assert window.index("scaler.unscale_(optimizer)") < window.index("adversary.attack()")
+    assert "        loss_adv.backward()\n        adversary.restore()\n        scaler.step(optimizer)" in window
 
 
 def test_a_reader_on_every_micro_step_is_refused():
@@ -502,9 +506,15 @@ def test_a_grad_is_none_test_in_the_window_is_no_read():
     assert _amp101_reasons("window_reader_grad_is_none.py") == {None}
 
 
-def test_a_plain_backward_after_the_unscale_is_refused():
-    (reason,) = _amp101_reasons("plain_backward_after_clip.py")
-    assert "`reg_loss.backward()` at line 14 adds gradients after they are unscaled at line 12" in reason
+def test_a_plain_backward_after_the_unscale_stays_unscaled():
+    migrated = fix((FIXTURES / "AMP101" / "plain_backward_after_clip.py").read_text(encoding="utf-8"))
+    assert "scaler.unscale_(optimizer)\n        torch.nn.utils.clip_grad_norm_(" in migrated
+    assert "        reg_loss.backward()\n        scaler.step(optimizer)" in migrated
+
+
+def test_a_plain_backward_after_an_unscale_on_some_paths_only_is_refused():
+    (reason,) = _amp101_reasons("plain_backward_after_conditional_clip.py")
+    assert "`reg_loss.backward()` at line 15 adds gradients after they are unscaled at line 13 on some paths only" in reason
 
 
 def test_a_normalized_attack_in_the_window_keeps_the_migration():

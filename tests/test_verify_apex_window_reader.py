@@ -4,7 +4,8 @@ nudge along the raw gradient and a gradient log line). apex had unscaled the gra
 `scale_loss` block ended; the safe fix puts `scaler.unscale_(optimizer)` there
 (`rules/apex/_window_readers.py`). `verify` says the migration trains like the apex original, and
 rejects a control whose `unscale_` comes after the nudge (which then moves the weights by the
-gradient times the loss scale)."""
+gradient times the loss scale). With `--adversarial`, a plain backward after the nudge adds its
+gradients to the unscaled ones, as in apex, and stays as it is (`_amp_steps._rewrite_plain_backwards`)."""
 
 from __future__ import annotations
 
@@ -53,3 +54,17 @@ def test_the_nudge_on_scaled_gradients_is_rejected(cli, monkeypatch, tmp_path):
 
     assert result.exit_code == 1, result.output
     assert data["verdict"] == "not equivalent" and data["reasons"], data
+
+
+def test_a_plain_backward_after_the_unscale_trains_like_apex(cli, monkeypatch, tmp_path):
+    project = copy_of(PROJECT, tmp_path / "apex_window_reader")
+    fixed = _safe_fix(project)["train.py"]
+    assert fixed.index(UNSCALE) < fixed.index(NUDGE) < fixed.index("                loss_adv.backward()\n")
+    assert "scaler.scale(loss_adv)" not in fixed
+
+    result, data = run_verify(
+        cli, monkeypatch, project, "train.py", "--no-unsafe-fixes", "--steps", "30", "--runs", "2", "--", "--adversarial"
+    )
+
+    assert result.exit_code == 0, result.output
+    assert data["verdict"] == "equivalent" and not data["reasons"], data

@@ -360,6 +360,12 @@ def _step_problem(tree, function: ast.FunctionDef, scales, uses, amp_names, modu
         isinstance(t, ast.Name) and t.id == optimizer for t in ast.walk(n) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)
     ) for n in ast.walk(function)):
         return f"`{optimizer}` is rebound in `{function.name}()`", ""
+    if any(
+        optimizer in _params(n) + [a.arg for a in n.args.kwonlyargs]
+        for n in ast.walk(function) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and n is not function
+    ):
+        # A closure scaling with its own `optimizer` parameter, not the one the callers pass.
+        return f"a function inside `{function.name}()` takes its own `{optimizer}`", ""
     steps = [
         n
         for n in ast.walk(function)

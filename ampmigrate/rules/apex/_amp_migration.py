@@ -87,6 +87,7 @@ from ampmigrate.rules.apex._presence import (
     simplify,
     unwrap,
 )
+from ampmigrate.rules.apex._checkpoint_entries import plan_checkpoint_entry
 from ampmigrate.rules.apex._regions import NoRegion, Region, autocast_regions
 from ampmigrate.rules.apex._removal import Removal, none_assignments, unused_after
 from ampmigrate.rules.apex._scaler_access import ScalerAccess
@@ -157,7 +158,9 @@ class _Planner(
         refs = [r for r in usage.refs if r.api not in APEX_AMP_CAST_ANNOTATIONS]
         plan = AmpPlan()
         for ref in refs:
-            if ref.api in (None, "pass", "carry", "state_arg", "state_pass", "train_pass") or (ref.via_handle and ref.api == "handle"):
+            if ref.api in (None, "pass", "carry", "state_arg", "state_pass", "train_pass", "save_entry") or (
+                ref.via_handle and ref.api == "handle"
+            ):
                 continue  # presence tests, the module handed on or stored and the handle are not findings
             api = ref.node.attr.value if ref.api == "unknown" and isinstance(ref.node, cst.Attribute) else ref.api
             plan.sites.append(Site(ref.node, self._code_for(ref), api))
@@ -1161,7 +1164,9 @@ class _Planner(
         self.fp16_steps = steps
         scaler_scopes = [s.function for s in steps]
         for ref in self.refs:
-            if ref.api in ("state_dict", "load_state_dict", "state_arg", "state_pass", "train_pass") or (ref.api == "_amp_state"):
+            if ref.api in ("state_dict", "load_state_dict", "state_arg", "state_pass", "train_pass", "save_entry") or (
+                ref.api == "_amp_state"
+            ):
                 scaler_scopes.append(self._function_scope(ref.node))
         from ampmigrate.rules.apex._checkpoint_threading import (
             helper_calls,
@@ -1203,11 +1208,11 @@ class _Planner(
             self.builder.replace(step.with_node, self._scaled_backward(step))
             self.handled.add(step.with_node)
         plain = self._plain_backwards(steps)
-        regions.extend(self._scale_plain_backwards(plain))
+        regions.extend(self._plain_backward_regions(plain))
         self._emit_steps(steps)
         self._plan_regions(regions)
         self._plan_unscale(steps)
-        self._check_plain_backwards_before_unscale(plain, self._unscale_points)
+        self._rewrite_plain_backwards(plain, self._unscale_points)
         self._plan_simple_refs()
         self._plan_presence_tests()
         self._plan_scaler_creation()
@@ -1285,6 +1290,8 @@ class _Planner(
                 plan_state_loader_arg(self, ref)
             elif ref.api == "state_pass":
                 plan_state_param_arg(self, ref)
+            elif ref.api == "save_entry":
+                plan_checkpoint_entry(self, ref)
             elif ref.api == "train_pass":
                 plan_train_param_arg(self, ref)
             elif ref.api == "disable_casts":
@@ -1532,10 +1539,10 @@ class _Planner(
                     f"apex's amp module is handed to a training function of another file at line {self._line(ref.node)}; "
                     "under O0 no GradScaler is made here to hand it"
                 )
-            elif ref.api in ("state_dict", "load_state_dict", "_amp_state", "state_arg", "state_pass"):
+            elif ref.api in ("state_dict", "load_state_dict", "_amp_state", "state_arg", "state_pass", "save_entry"):
                 raise Unfixable(
                     f"`amp.{ref.api}` has no fp32 counterpart; remove it from the checkpoint code by hand"
-                    if ref.api not in ("state_arg", "state_pass") else
+                    if ref.api not in ("state_arg", "state_pass", "save_entry") else
                     f"apex's amp module is handed to a checkpoint loader at line {self._line(ref.node)}, which has no "
                     "fp32 counterpart; remove it from the checkpoint code by hand"
                 )

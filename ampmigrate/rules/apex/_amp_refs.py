@@ -27,6 +27,7 @@ from ampmigrate.rules.apex._amp_carrier import Carrier, find_carrier
 from ampmigrate.rules.apex._amp_options import INITIALIZE_PARAMS
 from ampmigrate.rules.apex._keyword_dict import register as register_keyword_dict
 from ampmigrate.rules.apex._state_loader_args import mark_state_loader_args
+from ampmigrate.rules.apex._checkpoint_entries import mark_checkpoint_entries
 from ampmigrate.rules.apex._passed_training import mark_train_param_args
 from ampmigrate.rules.apex._state_params_elsewhere import mark_state_param_args
 
@@ -45,7 +46,8 @@ class AmpRef:
     carrier: Optional[cst.BaseExpression] = None
     # api "state_pass": the module handed to a checkpoint helper of another file, (its file, the
     # function, the parameter) (_state_params_elsewhere.py); api "train_pass": to a training
-    # function of another file (_passed_training.py)
+    # function of another file (_passed_training.py); api "save_entry": a value of a checkpoint
+    # handler's `to_save` dict (_checkpoint_entries.py)
     elsewhere: Optional[Tuple[str, str, str]] = None
 
 
@@ -95,6 +97,7 @@ def _collect(ctx: FileContext) -> AmpUsage:
             register_keyword_dict(names, ref.call, INITIALIZE_PARAMS)  # `**amp_args` (_keyword_dict.py)
     slots = _follow_into_functions(ctx, refs)
     mark_state_loader_args(ctx, refs)  # `restart_from_checkpoint(..., amp=apex.amp)` (_state_loader_args.py)
+    mark_checkpoint_entries(ctx, refs)  # ignite's `to_save={"amp": amp}` (_checkpoint_entries.py)
     mark_state_param_args(ctx, refs)  # `state.track_amp_state(amp)` (_state_params_elsewhere.py)
     mark_train_param_args(ctx, refs)  # `train_one_epoch(..., amp)` of another file (_passed_training.py)
     carrier = find_carrier(ctx, refs)

@@ -273,7 +273,8 @@ class StepRewrites:
         """`x.backward()` between the scaled backward and the step (an adversarial or a
         regularization loss): apex had unscaled the gradients by then, so it added `x`'s at scale
         1. GradScaler keeps them scaled until the step, which would divide those by the loss
-        scale; `_scale_plain_backwards` scales `x` too. Returns each with its step."""
+        scale; `_rewrite_plain_backwards` scales `x` too (unless an `unscale_` comes first). Returns
+        each with its step."""
         scaled = [step.with_node for step in steps]
         found: List[Tuple[cst.SimpleStatementLine, cst.Name, Step]] = []
         for step in self._stepping(steps):
@@ -302,20 +303,17 @@ class StepRewrites:
                         and containing_block(self.names, line) is not None
                     ):
                         raise Unfixable(f"{refusal}, and it is not a `loss.backward()` statement of its own to scale")
-                    if self._needed_guard(step, line) is not None:
-                        raise Unfixable(f"{refusal}, and the scaler is not disabled where apex was off")
                     if not any(line is seen for seen, _, _ in found):
                         found.append((line, node.func.value, step))
                 if stop:
                     break
         return found
 
-    def _scale_plain_backwards(self, plain) -> List[Tuple[object, Step]]:
-        """`x.backward()` -> `scaler.scale(x).backward()`, with the autocast region of `x`'s
-        forward pass (apex O1 ran it in float16 too); the regions are returned for merging."""
+    def _plain_backward_regions(self, plain) -> List[Tuple[object, Step]]:
+        """The autocast regions of the forward passes of the plain backwards (apex O1 ran them in
+        float16 too), returned for merging."""
         regions = []
         for line, loss, step in plain:
-            call = line.body[0].value
             function = self._function_scope(line)
             try:
                 found = autocast_regions(
@@ -324,6 +322,35 @@ class StepRewrites:
             except NoRegion:
                 found = []
             regions.extend((r, step) for r in found)
+        return regions
+
+    def _rewrite_plain_backwards(self, plain, points: List[cst.CSTNode]) -> None:
+        """`x.backward()` -> `scaler.scale(x).backward()` while the gradients are still scaled.
+        After an `unscale_` the fix put where apex had unscaled (a gradient reader in the window,
+        an FGM/PGD attack's `backup_grad()`), on every path to it, the gradients are at scale 1
+        as apex had them: `x` adds its own unscaled, as in apex, and the step does not unscale
+        again. A backward that an `unscale_` precedes on some paths only has no such place."""
+        for line, loss, step in plain:
+            function = self._function_scope(line)
+            before = [p for p in points if self._function_scope(p) is function and self._start(p) < self._start(line)]
+            if before and any(self._dominates(p, line) for p in before):
+                self._note(
+                    f"`{loss.value}.backward()` at line {self._line(line)} runs after `unscale_`, where apex had "
+                    "unscaled the gradients too, so it stays unscaled"
+                )
+                continue
+            if before:
+                raise Unfixable(
+                    f"`{loss.value}.backward()` at line {self._line(line)} adds gradients after they are unscaled "
+                    f"at line {self._line(before[0])} on some paths only, and before the step"
+                )
+            if self._needed_guard(step, line) is not None:
+                raise Unfixable(
+                    f"`{self.ctx.code(line.body[0].value.func).strip()}()` at line {self._line(line)} adds gradients "
+                    f"after the scaled backward at line {self._line(step.call)} and before the step: apex had unscaled "
+                    "by then, GradScaler has not, and the scaler is not disabled where apex was off"
+                )
+            call = line.body[0].value
             scaler = self.access.expression(line)
             args = ", ".join(self.ctx.code(a).strip().rstrip(",") for a in call.args)
             new = self.ctx.parse_statement(f"{scaler}.scale({loss.value}).backward({args})\n")
@@ -333,7 +360,6 @@ class StepRewrites:
                 f"`{loss.value}.backward()` at line {self._line(line)} runs between the scaled backward and the "
                 "step, so it is scaled too (apex had unscaled the gradients before it)"
             )
-        return regions
 
     # ---- unscale_ before gradient reads
     def _plan_unscale(self, steps: List[Step]) -> Set[cst.CSTNode]:

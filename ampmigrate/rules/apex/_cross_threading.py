@@ -124,6 +124,16 @@ def split_planner(ctx: FileContext) -> Optional[_Planner]:
 
 
 # ---------------------------------------------------------------------------------- B
+def threaded_function(scope: Scope) -> Scope:
+    """The function that takes the scaler for a step in `scope`: `scope` itself, or, for a closure
+    (ignite's `def update_fn(engine, batch)` inside `create_trainer(model, optimizer, ...)`, handed
+    to `Engine` and called with its arguments), the function enclosing it, whose parameter the
+    closure reads. The index summarizes the outer function (`ast.walk` reaches the closure)."""
+    while scope.kind == "function" and scope.parent is not None and scope.parent.kind == "function":
+        scope = scope.parent
+    return scope
+
+
 class _StepSide(_Planner):
     """B: the functions scaling the loss get the scaler as a new parameter."""
 
@@ -158,7 +168,7 @@ class _StepSide(_Planner):
         steps = [self._step(r) for r in self.refs if r.api == "scale_loss"]
         self.trainer_classes: List[Scope] = []
         for step in steps:
-            owner = step.function
+            owner = threaded_function(step.function)
             if owner.parent is not None and owner.parent.kind == "class":  # a trainer class's method
                 from ampmigrate.rules.apex._trainer_class import trainer_class
 
@@ -211,7 +221,7 @@ class _ParameterAccess:
         self.hoist_before = None
         self.enabled_keys = frozenset()
         self.conditions = []
-        self.scopes = list(dict.fromkeys(scopes))
+        self.scopes = list(dict.fromkeys(threaded_function(s) for s in scopes))
         names = {d.scaler for d in planner.decisions.values()}
         if len(names) != 1:
             raise Unfixable("the step functions of this file would take the scaler under different names")
@@ -240,10 +250,11 @@ class _ParameterAccess:
         """The parameters named like a model (`model`, `net`, `generator_model`): what the caller
         passes its model in. A call of another parameter still looks like a forward pass (the
         planner's `_forward_like_test`)."""
-        node = function.node
-        if not isinstance(node, cst.FunctionDef):
-            return set()
-        params = [p.name.value for p in (*node.params.posonly_params, *node.params.params)]
+        params = []
+        for scope in dict.fromkeys((function, threaded_function(function))):  # a closure reads the outer's
+            node = scope.node
+            if isinstance(node, cst.FunctionDef):
+                params += [p.name.value for p in (*node.params.posonly_params, *node.params.params)]
         return {p for p in params if "model" in p.lower() or "net" in p.lower()}
 
     def emit(self) -> None:
@@ -289,7 +300,7 @@ class _InitSide(_Planner):
         # The setup's own checkpoint (`amp.state_dict()` saved beside the model's) reads the scaler
         # made here; any other use of apex's amp in this file is not this shape.
         states = [r for r in self.refs if r.api in ("state_dict", "load_state_dict")]
-        if any(r.api not in (None, "initialize", "state_dict", "load_state_dict") for r in self.refs) or any(
+        if any(r.api not in (None, "initialize", "state_dict", "load_state_dict", "save_entry") for r in self.refs) or any(
             self._function_scope(r.node) is not self.home for r in states
         ):
             raise Unfixable(NO_STEP_REASON)

@@ -815,6 +815,20 @@ def add_parameter(params: cst.Parameters, name: str, optional: bool = False) -> 
         return params.with_changes(params=existing + [new_param])
     kwonly = list(params.kwonly_params)
     star_arg = params.star_arg
+    trailing = _trailing_comma_lines(params)
+    if trailing is not None and params.star_kwarg is None:
+        # One parameter a line, a comma after the last (`    non_blocking=True,\n):`): so are `*` and the new one.
+        separator, closing = trailing
+        if kwonly:
+            kwonly[-1] = kwonly[-1].with_changes(comma=separator)
+        elif isinstance(star_arg, cst.MaybeSentinel):
+            before = list(params.params)
+            before[-1] = before[-1].with_changes(comma=separator)
+            params = params.with_changes(params=before)
+            star_arg = cst.ParamStar(comma=separator)
+        else:
+            star_arg = star_arg.with_changes(comma=separator)
+        return params.with_changes(star_arg=star_arg, kwonly_params=kwonly + [new_param.with_changes(comma=closing)])
     if isinstance(star_arg, cst.MaybeSentinel):
         star_arg = cst.ParamStar(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         # the parameter before `*` needs a comma
@@ -829,6 +843,19 @@ def add_parameter(params: cst.Parameters, name: str, optional: bool = False) -> 
     if params.star_kwarg is not None:
         new_param = new_param.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
     return params.with_changes(star_arg=star_arg, kwonly_params=kwonly + [new_param])
+
+
+def _trailing_comma_lines(params: cst.Parameters):
+    """(the comma to put between two parameters, the comma after the last) when the last
+    parameter has a comma and the closing parenthesis is on a line of its own; None otherwise."""
+    items = [*params.params, *([params.star_arg] if isinstance(params.star_arg, (cst.Param, cst.ParamStar)) else []), *params.kwonly_params]
+    if not items or not isinstance(items[-1].comma, cst.Comma):
+        return None
+    closing = items[-1].comma
+    if not isinstance(closing.whitespace_after, cst.ParenthesizedWhitespace):
+        return None
+    between = items[-2].comma if len(items) > 1 and isinstance(items[-2].comma, cst.Comma) else None
+    return between or cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")), closing
 
 
 def _binds_looser_than_and(code: str) -> bool:

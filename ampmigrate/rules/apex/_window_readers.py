@@ -10,9 +10,9 @@ until `unscale_`/`step`. `_amp_steps` puts `unscale_` before the reads it knows 
   `grad.sign()`: a power-of-two scale changes neither), `_amp_steps._plan_unscale` puts
   `scaler.unscale_` before the statement that makes the call, where apex had unscaled, and
   refuses where that cannot run once per step (a read on every micro-step);
-- a plain `x.backward()` (see `_amp_steps._plain_backwards`), which the fix scales too: that is
-  only right while the gradients are still scaled, so an `unscale_` the fix puts before it
-  refuses the migration.
+- a plain `x.backward()` (see `_amp_steps._plain_backwards`), which the fix scales while the
+  gradients are still scaled; after an `unscale_` the fix puts before it on every path, it adds
+  unscaled gradients as in apex and stays as it is (`_amp_steps._rewrite_plain_backwards`).
 
 Code in other files is not seen (an FGM imported from `callback/adversarial.py`, network
 slimming's `BNOptimizer.updateBN(model.module_list, s)` adding an L1 term to the BN gradients):
@@ -31,7 +31,6 @@ from typing import Dict, List, Optional, Set
 import libcst as cst
 
 from ampmigrate.analysis.statements import expression_key, walk
-from ampmigrate.rules.apex._amp_common import Unfixable
 from ampmigrate.rules.apex._remote_grad_reads import reads_scaled_gradients, remote_body
 
 
@@ -159,16 +158,6 @@ class WindowReaders:
         if isinstance(node, (cst.ListComp, cst.GeneratorExp)):
             return self._holds_gradients(node.for_in.iter, holders)
         return False
-
-    def _check_plain_backwards_before_unscale(self, plain, points: List[cst.CSTNode]) -> None:
-        for line, loss, _ in plain:
-            for point in points:
-                if self._function_scope(point) is self._function_scope(line) and self._start(point) < self._start(line):
-                    raise Unfixable(
-                        f"`{loss.value}.backward()` at line {self._line(line)} adds gradients after they are unscaled "
-                        f"at line {self._line(point)} and before the step; the fix scales such a backward only while "
-                        "the gradients are still scaled"
-                    )
 
     # ---- resolving a call to this module's code
     def _reads_grad_attribute(self, node: cst.CSTNode) -> bool:

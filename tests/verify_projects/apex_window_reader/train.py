@@ -1,7 +1,9 @@
 """apex O1 training whose step also reads the gradients through code of the same file: a weight
 noise "attack" that moves each weight a little along its raw gradient after the backward (the
 shape of adversarial weight perturbation and gradient loggers), and a gradient-norm log line.
-With apex both read unscaled gradients: the scale was gone when the `scale_loss` block ended."""
+With apex both read unscaled gradients: the scale was gone when the `scale_loss` block ended.
+`--adversarial` adds a second, plain backward after the nudge (an adversarial loss at the nudged
+weights, the FGM shape): apex added its gradients at scale 1 to the unscaled ones."""
 
 import argparse
 
@@ -36,6 +38,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--epsilon", type=float, default=0.05)
     parser.add_argument("--log-every", type=int, default=10)
+    parser.add_argument("--adversarial", action="store_true")
     args = parser.parse_args()
     torch.manual_seed(0)
     x, y = make_data()
@@ -56,6 +59,9 @@ def main():
             if step % args.log_every == 0:
                 print(f"step {step} loss {loss.item():.4f} grad linf {gradient_linf(model):.4f}")
             nudge.nudge()
+            if args.adversarial:
+                loss_adv = 0.5 * nn.functional.cross_entropy(model(inputs), targets)
+                loss_adv.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
             optimizer.step()
             step += 1

@@ -1,0 +1,53 @@
+"""apex's amp module as an entry of the objects a checkpoint handler saves.
+
+PyTorch-Ignite's documented apex recipe checkpoints `to_save={"model": model, "optimizer":
+optimizer, "amp": amp}` (`Checkpoint(to_save, ...)`, or `engine.add_event_handler(event,
+ModelCheckpoint(...), to_save={...})`); the handler calls `state_dict()` on each value
+(https://pytorch.org/ignite/generated/ignite.handlers.checkpoint.Checkpoint.html). A GradScaler
+has the same `state_dict()`, so the entry becomes `"amp": scaler` (api "save_entry"): the key
+stays, and the file's `amp.load_state_dict(checkpoint["amp"])` becomes the guarded load of the
+scaler (_state_load_guard.py), which also takes what apex saved.
+
+Only saving: a `to_load` dict would hand apex's `{"loss_scaler0": ...}` to
+`GradScaler.load_state_dict`, which cannot read it; such an entry stays a value use the fix does
+not follow. The dict must be written in the call (`to_save={...}`, or `Checkpoint`'s first
+argument), in a file that imports ignite.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ampmigrate.engine.context import FileContext
+
+_CHECKPOINT_CLASSES = frozenset({"ignite.handlers.Checkpoint", "ignite.handlers.checkpoint.Checkpoint"})
+
+
+def mark_checkpoint_entries(ctx: FileContext, refs) -> None:
+    """Module references that are a value of a `to_save` dict become api "save_entry"."""
+    names = ctx.names
+    if not any(q.startswith("ignite.") for _, qnames in names.qualified_expressions() for q in qnames):
+        return
+    for ref in refs:
+        if ref.api is not None:
+            continue
+        element = names.parent(ref.node)
+        if not (isinstance(element, cst.DictElement) and element.value is ref.node):
+            continue
+        mapping = names.parent(element)
+        arg = names.parent(mapping) if isinstance(mapping, cst.Dict) else None
+        call = names.parent(arg) if isinstance(arg, cst.Arg) else None
+        if not (isinstance(call, cst.Call) and arg.value is mapping):
+            continue
+        if arg.keyword is not None:
+            saves = arg.keyword.value == "to_save"
+        else:
+            saves = call.args[0] is arg and bool(names.qualified_names(call.func) & _CHECKPOINT_CLASSES)
+        if saves:
+            ref.api = "save_entry"
+
+
+def plan_checkpoint_entry(planner, ref) -> None:
+    """`{"amp": amp}` -> `{"amp": scaler}`."""
+    planner.builder.replace(ref.node, planner.ctx.parse_expression(planner.access.expression(ref.node)))
+    planner.handled.add(ref.node)
