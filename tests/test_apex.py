@@ -617,3 +617,14 @@ def test_a_module_naming_custom_fwds_attributes_is_left_alone():
     )
     (finding,) = [f for f in check(text, select=["AMP105"]) if f.code == "AMP105"]
     assert finding.fix is None and "`_dtype` or `_fwd_used_autocast`" in finding.no_fix_reason
+
+
+def test_a_loss_a_loop_rebinds_is_not_taken_from_before_the_loop():
+    """tests/fixtures/AMP101/loss_read_in_optimizer_loop.py takes a loss computed before a loop
+    that only reads it; here the loop assigns `loss_dict` again, so a later iteration scales the
+    value of an earlier one and the region stays unknown."""
+    reasons = _amp101_reasons("loss_rebound_in_optimizer_loop.py")
+    assert reasons and all("the loss `loss_dict[\"G\"]` is not computed in this function's training step" in r for r in reasons)
+    migrated = fix((FIXTURES / "AMP101" / "loss_read_in_optimizer_loop.py").read_text(encoding="utf-8"))
+    assert migrated.count('with torch.autocast("cuda", dtype=torch.float16):') == 1
+    assert '            scaler.scale(loss_dict["D_" + name]).backward()' in migrated

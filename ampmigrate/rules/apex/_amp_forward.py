@@ -58,10 +58,13 @@ class ForwardRegions:
         args = f'{self.ctx.string("cuda").value}, dtype={dtype}' + (f", enabled={enabled}" if enabled else "")
         header = self.ctx.parse_statement(f"with {torch}.autocast({args}):\n    pass\n")
         assert isinstance(header, cst.With)
-        indent = self.module.default_indent
+        # The region's own block's step, not the file's first (a file indented by 3 in its first
+        # function and by 4 elsewhere, IAST's trainer.py).
+        own = region.block.indent if isinstance(region.block, cst.IndentedBlock) else None
+        indent = own if own is not None else self.module.default_indent
         inner = [indent_continuations(s, indent) for s in [first.with_changes(leading_lines=()), *region.statements[1:]]]
         with_node = header.with_changes(
-            body=header.body.with_changes(body=inner), leading_lines=first.leading_lines
+            body=header.body.with_changes(body=inner, indent=own), leading_lines=first.leading_lines
         )
         self.builder.replace(first, with_node)
         for statement in region.statements[1:]:

@@ -153,10 +153,38 @@ def loss_statement(names: NameIndex, with_statement: cst.CSTNode, loss: cst.Base
     for statement in preceding(names, with_statement):
         if (assigned_names(statement) | method_effects(names, statement).stores) & wanted:
             return statement
+    found = _before_reading_loops(names, with_statement, wanted)
+    if found is not None:
+        return found
     raise NoRegion(
         f"the loss `{cst.Module([]).code_for_node(loss).strip()}` is not computed in this function's "
         "training step (it comes from a caller or an earlier iteration), so there is no forward pass to wrap"
     )
+
+
+def _before_reading_loops(names: NameIndex, with_statement: cst.CSTNode, wanted: Set[str]) -> Optional[cst.BaseStatement]:
+    """The statement before the loops around `with_statement` that assigns the loss, where those
+    loops only read it: one forward pass, then a step per optimizer (`loss_dict = net(x)`, the
+    generator's step, then `for name, opt in d_optimizers.items(): ... amp.scale_loss(
+    loss_dict["D_" + name], opt)`). Each loop's own targets (`name`) are bound by its header; a
+    loop whose body assigns any other name the loss reads may carry it from an earlier iteration:
+    None. The statement runs once per iteration of the loop outside, before the scaled loss."""
+    wanted = set(wanted)
+    node = with_statement
+    while True:
+        loop = next((a for a in names.ancestors(node) if isinstance(a, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ClassDef))), None)
+        if not isinstance(loop, (cst.For, cst.While)) or loop.orelse is not None:
+            return None
+        if wanted & (assigned_names(loop.body) | method_effects(names, loop.body).stores):
+            return None
+        if isinstance(loop, cst.For):
+            wanted -= assigned_names(cst.For(target=loop.target, iter=cst.Name("_"), body=cst.IndentedBlock([])))
+        if not wanted:
+            return None
+        for statement in preceding(names, loop):
+            if (assigned_names(statement) | method_effects(names, statement).stores) & wanted:
+                return statement
+        node = loop
 
 
 def autocast_regions(
