@@ -139,6 +139,7 @@ class ForwardRegions:
         # the initialized models' own names (`model` for `self.model` or a local `model`): a held
         # container's attribute spelled so is the model (`mhop_loss(self._state.model, batch)`)
         model_names = {n.rpartition(".")[2] for n in getattr(self.access, "model_names", ())}
+        runs_model = self._model_test(function)
 
         def held_model(node: cst.CSTNode) -> bool:
             return (
@@ -162,6 +163,10 @@ class ForwardRegions:
                     bindings = self.names.bindings_of(func)
                     if bindings and all(b.scope is function and b.kind in ("param", "assign", "for", "with") for b in bindings):
                         return True
+                    if bindings and all(b.kind == "def" and isinstance(b.node, cst.FunctionDef) for b in bindings) and any(
+                        runs_model(b.node.body) for b in bindings
+                    ):
+                        return True  # `loss, acc = forward_step(batch)`: a function of this file that runs the model
                 if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
                     if self._is_instance_attribute(func):
                         return True

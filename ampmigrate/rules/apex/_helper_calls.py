@@ -52,7 +52,7 @@ def helper_calls(names: "NameIndex", function: "Scope") -> Optional[List[HelperC
     is something else (a value passed on, a partial kept on an object or called elsewhere) or an
     argument cannot be matched to a parameter plainly (`*args`, keywords given to the partial)."""
     func = function.node
-    if not isinstance(func, cst.FunctionDef) or function.parent is None or function.parent.kind != "module":
+    if not isinstance(func, cst.FunctionDef) or function.parent is None or function.parent.kind not in ("module", "function"):
         return None
     binding = next((b for b in function.parent.bindings.get(func.name.value, []) if b.node is func), None)
     if binding is None or len(function.parent.bindings.get(func.name.value, [])) != 1:

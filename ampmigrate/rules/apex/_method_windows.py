@@ -356,10 +356,10 @@ class MethodWindows:
         parameter of the backward's function that the call passes under the same name."""
         function = step.function
         func = function.node
+        if isinstance(func, cst.FunctionDef) and function in getattr(self.access, "helper_calls", {}):
+            return self._helper_caller_steps(step, optimizer)
         if not isinstance(func, cst.FunctionDef) or not isinstance(optimizer, cst.Name):
             return []
-        if function in getattr(self.access, "helper_calls", {}):
-            return self._helper_caller_steps(step, optimizer)
         params = func.params
         positional = [p.name.value for p in (*params.posonly_params, *params.params)]
         if optimizer.value not in positional + [p.name.value for p in params.kwonly_params]:
@@ -404,10 +404,12 @@ class MethodWindows:
         found: List[cst.Call] = []
         starts: List[cst.CSTNode] = []
         for helper_call in self.access.helper_calls[step.function]:
-            argument = helper_call.arguments.get(optimizer.value)
+            caller = self._function_scope(helper_call.call)
+            argument = helper_call.arguments.get(optimizer.value) if isinstance(optimizer, cst.Name) else None
+            if argument is None and self._same_in_caller(step.function, optimizer, caller):
+                argument = optimizer  # a closure's `self.optimizer`: the caller's `self` is the closure's
             if not isinstance(argument, (cst.Name, cst.Attribute)) or not is_pure(argument):
                 return []
-            caller = self._function_scope(helper_call.call)
             statement = self.names.statement_of(helper_call.call)
             wanted = expression_key(argument)
             calls: List[cst.Call] = []
@@ -431,6 +433,17 @@ class MethodWindows:
             "followed by the step of the optimizer it passes, which goes through the scaler"
         )
         return found
+
+    def _same_in_caller(self, helper: Scope, expression: cst.BaseExpression, caller: Scope) -> bool:
+        """`expression` (`self.optimizer`) reads, in the closure `helper`, a name of an enclosing
+        function that `caller` sees bound the same way: it denotes the same object there."""
+        root = expression
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        if not isinstance(root, cst.Name) or helper.parent is None or root.value in helper.bindings:
+            return False
+        outer = self.names.lookup(root.value, helper.parent)
+        return bool(outer) and self.names.lookup(root.value, caller) is outer
 
     def _step_after_outer_loop(self, caller: Scope, statement: cst.CSTNode, wanted: str) -> List[cst.Call]:
         """The step on its own line right after the caller's outermost loop around the call, in

@@ -103,6 +103,7 @@ class ScalerAccess:
         else:
             for scope in others:
                 if self._nested_in(scope, self.home) or self.home.kind == "module":
+                    self._closure_helper(scope)
                     continue
                 if self._thread(scope, ()):
                     continue
@@ -198,6 +199,33 @@ class ScalerAccess:
         if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
             return False
         return any(b.kind == "class" and b.node is home_class.node for b in self.names.bindings_of(value.func))
+
+    def _closure_helper(self, scope: Scope) -> None:
+        """A backward helper defined in the function that sets apex up and called there
+        (awesome-align's `def backward_loss(loss, tot_loss)`: the loss is its parameter, the
+        optimizer it scales with the enclosing function's): its calls are a helper's
+        (_helper_calls.py), each passing the optimizer by the name the helper reads freely. It reads
+        the scaler the same way, so nothing is threaded."""
+        if scope.kind != "function" or scope.parent is None or scope.parent.kind != "function":
+            return
+        calls = helper_calls(self.names, scope)
+        if not calls:
+            return
+        free = {
+            name for name in _loaded_names(self.names, scope.node.body)
+            if name not in scope.bindings and self.names.lookup(name, scope.parent)
+        }
+        for call in calls:
+            caller = self.p._function_scope(call.call)
+            if not (caller is scope.parent or self._nested_in(caller, scope.parent)):
+                return
+            for name in free:
+                if self.names.lookup(name, caller) is not self.names.lookup(name, scope.parent):
+                    return  # rebound on the way: the caller's is not the helper's
+        for call in calls:
+            for name in free:
+                call.arguments.setdefault(name, cst.Name(name))
+        self.helper_calls[scope] = calls
 
     def _nested_in(self, scope: Scope, outer: Scope) -> bool:
         current = scope.parent
@@ -856,6 +884,10 @@ def _trailing_comma_lines(params: cst.Parameters):
         return None
     between = items[-2].comma if len(items) > 1 and isinstance(items[-2].comma, cst.Comma) else None
     return between or cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")), closing
+
+
+def _loaded_names(names, node: cst.CSTNode) -> Set[str]:
+    return {n.value for n in walk(node) if isinstance(n, cst.Name) and n in names.loads}
 
 
 def _binds_looser_than_and(code: str) -> bool:
