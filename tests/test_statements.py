@@ -19,6 +19,8 @@ from ampmigrate.analysis.statements import is_pure
         'args.opt_level in ("O1", "O2")',
         "torch.cuda.is_available() and args.amp",  # a query of the machine (SSD-pytorch's setup)
         "torch.distributed.is_initialized()",
+        'self.optimizer_type.lower() == "adam"',  # elsa_chatbot: a string's own query
+        'args.opt_level.startswith("O")',
     ],
 )
 def test_pure(code):
@@ -37,6 +39,9 @@ def test_pure(code):
         "torch.cuda.set_device(0)",
         "torch.cuda.device_count(load())",
         "th.cuda.is_available()",  # an alias of torch is not followed
+        "load().lower()",  # the receiver is a call
+        "name.startswith(prefix())",
+        "args.mode.strip(chars=' ')",
     ],
 )
 def test_not_pure(code):

@@ -257,6 +257,21 @@ _PURE_QUERIES = frozenset({
 })
 
 
+# Methods of `str` that read the string (`args.optimizer.lower() == "adam"`, `name.startswith("O")`):
+# a configuration value's, called with literal arguments or none.
+_STR_QUERIES = frozenset({
+    "lower", "upper", "casefold", "strip", "lstrip", "rstrip", "startswith", "endswith", "isdigit", "isalpha",
+})
+
+
+def _str_query(expression: cst.CSTNode) -> bool:
+    return (
+        isinstance(expression, cst.Call) and isinstance(expression.func, cst.Attribute)
+        and expression.func.attr.value in _STR_QUERIES and is_pure(expression.func.value)
+        and all(a.keyword is None and not a.star and isinstance(a.value, _PURE_LEAVES) for a in expression.args)
+    )
+
+
 def _mapping_get(expression: cst.CSTNode) -> bool:
     """`<pure>.get("key")` or `<pure>.get("key", <literal>)`: a dict's (or a config object's)
     lookup by a string key. A string key keeps out `queue.get(True)` and the like."""
@@ -297,6 +312,8 @@ def is_pure(expression: cst.CSTNode) -> bool:
     if _mapping_get(expression):  # `cfg.train.get("use_fp16")`: a lookup, as `cfg.train["use_fp16"]`
         return True
     if isinstance(expression, cst.Call) and not expression.args and _dotted(expression.func) in _PURE_QUERIES:
+        return True
+    if _str_query(expression):
         return True
     if (
         isinstance(expression, cst.BinaryOperation) and isinstance(expression.operator, cst.Modulo)
