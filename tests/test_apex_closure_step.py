@@ -98,3 +98,13 @@ def test_a_dict_to_load_or_outside_ignite_stays_a_value_use():
         reasons = {f.no_fix_reason for f in check(text, select=["AMP1"]) if f.code == "AMP101"}
         assert reasons and all("apex.amp is used as a value at line 6" in (r or "") for r in reasons), reasons
         assert fix(text, select=["AMP1"]) == text
+
+
+def test_a_dict_bound_to_a_name_only_saved_is_an_entry_too():
+    named = SAVER.replace(
+        'handler = Checkpoint({"model": model, "optimizer": optimizer, "amp": amp}, DiskSaver("ckpt"))',
+        'to_save = {"model": model, "optimizer": optimizer, "amp": amp}\nhandler = Checkpoint(to_save, DiskSaver("ckpt"))',
+    )
+    assert 'to_save = {"model": model, "optimizer": optimizer, "amp": scaler}' in fix(named, select=["AMP1"])
+    resumed = named + "Checkpoint.load_objects(to_load=to_save, checkpoint=ckpt)\n"  # apex's saved state would reach the scaler
+    assert fix(resumed, select=["AMP1"]) == resumed

@@ -11,7 +11,8 @@ scaler (_state_load_guard.py), which also takes what apex saved.
 Only saving: a `to_load` dict would hand apex's `{"loss_scaler0": ...}` to
 `GradScaler.load_state_dict`, which cannot read it; such an entry stays a value use the fix does
 not follow. The dict must be written in the call (`to_save={...}`, or `Checkpoint`'s first
-argument), in a file that imports ignite.
+argument), or bound once to a name used only so (`to_save = {...}`), in a file that imports
+ignite.
 """
 
 from __future__ import annotations
@@ -35,16 +36,45 @@ def mark_checkpoint_entries(ctx: FileContext, refs) -> None:
         if not (isinstance(element, cst.DictElement) and element.value is ref.node):
             continue
         mapping = names.parent(element)
-        arg = names.parent(mapping) if isinstance(mapping, cst.Dict) else None
-        call = names.parent(arg) if isinstance(arg, cst.Arg) else None
-        if not (isinstance(call, cst.Call) and arg.value is mapping):
+        if not isinstance(mapping, cst.Dict):
             continue
-        if arg.keyword is not None:
-            saves = arg.keyword.value == "to_save"
-        else:
-            saves = call.args[0] is arg and bool(names.qualified_names(call.func) & _CHECKPOINT_CLASSES)
-        if saves:
+        uses = _dict_uses(names, mapping)
+        if uses and all(_saves(names, arg) for arg in uses):
             ref.api = "save_entry"
+
+
+def _dict_uses(names, mapping: cst.Dict):
+    """The call arguments `mapping` reaches: itself as one, or, assigned to a name bound once
+    (`to_save = {...}`), every use of that name, each of which must be an argument."""
+    parent = names.parent(mapping)
+    if isinstance(parent, cst.Arg):
+        return [parent]
+    if not (isinstance(parent, cst.Assign) and parent.value is mapping and len(parent.targets) == 1):
+        return []
+    target = parent.targets[0].target
+    if not isinstance(target, cst.Name):
+        return []
+    scope = names.scope_of(target)
+    bindings = scope.bindings.get(target.value, [])
+    if len(bindings) != 1:
+        return []
+    args = []
+    for load in names.references(bindings[0]):
+        arg = names.parent(load)
+        if not (isinstance(arg, cst.Arg) and arg.value is load):
+            return []
+        args.append(arg)
+    return args
+
+
+def _saves(names, arg: cst.Arg) -> bool:
+    """`arg` hands the dict to a checkpoint handler to save: `to_save=...`, or `Checkpoint`'s first argument."""
+    call = names.parent(arg)
+    if not isinstance(call, cst.Call):
+        return False
+    if arg.keyword is not None:
+        return arg.keyword.value == "to_save"
+    return call.args[0] is arg and bool(names.qualified_names(call.func) & _CHECKPOINT_CLASSES)
 
 
 def plan_checkpoint_entry(planner, ref) -> None:
