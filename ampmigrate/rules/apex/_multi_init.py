@@ -732,7 +732,12 @@ class MultiInits:
                 if o1_only or self._same_model_roots(first, other) or self._models_apart_by_none(first, other):
                     continue
                 return False
-            if name == "optimizers" and a is not None and b is not None and self._optimizers_apart_by_test(first, other):
+            if name == "optimizers" and a is not None and b is not None and (
+                o1_only or self._optimizers_apart_by_test(first, other)
+            ):
+                # O1 patches torch, not the optimizers' parameters (no fp32 master copies): one
+                # GradScaler serves whichever optimizers the training steps name, listed in either arm
+                # (`[optimizer, optimizer_center]` where a center loss trains too).
                 continue
             if name == "optimizers" and a is not None and b is not None and self._rebinds_own_optimizer(first) and self._rebinds_own_optimizer(other):
                 # `o.optimizer = amp.initialize(m, o.optimizer)` in one arm, `o = amp.initialize(m, o)` in
