@@ -1,10 +1,12 @@
-"""Autocast regions must not hold a call CUDA autocast refuses (analysis/autocast_banned.py).
+"""Autocast regions must not run a call CUDA autocast refuses (analysis/autocast_banned.py).
 
 apex ran `binary_cross_entropy` when its inputs were fp32; CUDA autocast raises on it whatever
-they are, and CPU autocast does not, so `verify` on a CPU cannot see the break. The fixtures
-tests/fixtures/AMP101/region_bce_*.py (written from scratch) hold the shapes: a `BCELoss`
-bound in the module, one hidden in the file's own loss module called from a trainer method, and
-the logits form, which autocast runs in fp32 and the region may hold.
+they are, and CPU autocast does not, so `verify` on a CPU cannot see the break. Where the call is
+a line of its own, it runs as apex ran it, with autocast disabled on `.float()` inputs; inside a
+larger expression the setup is refused. The fixtures tests/fixtures/AMP101/region_bce_*.py
+(written from scratch) hold the shapes: a `BCELoss` bound in the module, one in the model's own
+`forward` (a click-through model), one inside a sum in the file's own loss module, and the logits
+form, which autocast runs in fp32 and the region may hold.
 """
 
 from __future__ import annotations
@@ -22,16 +24,24 @@ def _reasons(path):
     return {f.no_fix_reason for f in check(path.read_text(), select=["AMP1"]) if f.code == "AMP101"}
 
 
-@pytest.mark.parametrize("case,line,callee", [
-    ("region_bce_loss_module", 13, "criterion"),
-    ("region_bce_in_own_loss", 21, "self.criterion"),
-])
-def test_a_region_holding_binary_cross_entropy_is_refused(case, line, callee):
-    path = FIXTURES / "AMP101" / f"{case}.py"
+def test_a_binary_cross_entropy_inside_a_sum_is_refused():
+    path = FIXTURES / "AMP101" / "region_bce_in_own_loss.py"
     reasons = _reasons(path)
-    expected = f"the autocast region would hold the binary cross-entropy at line {line} (`{callee}`)"
-    assert reasons and all(r and expected in r for r in reasons), reasons
+    expected = "the autocast region would hold the binary cross-entropy at line 12 (`self.criterion`)"
+    assert reasons and all(r and expected in r and "inside a larger expression" in r for r in reasons), reasons
     assert fix(path.read_text(), select=["AMP1"]) == path.read_text()
+
+
+@pytest.mark.parametrize("case,line", [
+    ("region_bce_loss_module", '        with torch.autocast("cuda", enabled=False):\n            loss = criterion(out.float(), y.float())\n'),
+    ("region_bce_in_model_forward", '            with torch.autocast("cuda", enabled=False):\n                loss = self.criterion(probs.float(), label.float())\n'),
+])
+def test_a_binary_cross_entropy_on_its_own_line_runs_outside_autocast_on_fp32_inputs(case, line):
+    path = FIXTURES / "AMP101" / f"{case}.py"
+    assert _reasons(path) == {None}
+    migrated = fix(path.read_text(), select=["AMP1"])
+    assert line in migrated and "apex" not in migrated.split("\n", 3)[-1]
+    assert fix(migrated, select=["AMP1"]) == migrated
 
 
 def test_the_logits_form_is_wrapped():

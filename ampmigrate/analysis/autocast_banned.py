@@ -16,7 +16,7 @@ the class and `forward`s of the file's own modules the statements call, a few ca
 
 from __future__ import annotations
 
-from typing import Iterable, List, Optional, Set
+from typing import Iterable, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -36,33 +36,37 @@ _DEPTH = 3
 
 
 def banned_call(names: NameIndex, statements: Iterable[cst.CSTNode]) -> Optional[cst.Call]:
-    """The first call in `statements` (or in what they call in this file) that CUDA autocast
-    refuses, or None."""
+    """The first call in `statements` that CUDA autocast refuses, or that leads to one through
+    what it calls in this file; None when there is none."""
+    found = banned_calls(names, statements)
+    return found[0][0] if found else None
+
+
+def banned_calls(names: NameIndex, statements: Iterable[cst.CSTNode]) -> List[Tuple[cst.Call, cst.Call]]:
+    """(the call in `statements`, the banned call it is or leads to) for each banned call found,
+    in order; a body reached twice is searched once."""
     seen: Set[int] = set()
+    found: List[Tuple[cst.Call, cst.Call]] = []
     for statement in statements:
-        found = _search(names, statement, seen, 0)
-        if found is not None:
-            return found
-    return None
+        _search(names, statement, seen, 0, None, found)
+    return found
 
 
-def _search(names: NameIndex, node: cst.CSTNode, seen: Set[int], depth: int) -> Optional[cst.Call]:
+def _search(names: NameIndex, node: cst.CSTNode, seen: Set[int], depth: int, top: Optional[cst.Call], found) -> None:
     for call in walk(node):
         if not isinstance(call, cst.Call):
             continue
-        if names.qualified_names(call.func) & AUTOCAST_CUDA_BANNED:
-            return call
-        if names.instance_classes(call.func) & AUTOCAST_CUDA_BANNED_MODULES:
-            return call
+        here = top or call
+        if names.qualified_names(call.func) & AUTOCAST_CUDA_BANNED or names.instance_classes(call.func) & AUTOCAST_CUDA_BANNED_MODULES:
+            found.append((here, call))
+            continue
         if depth >= _DEPTH:
             continue
         for body in _callee_bodies(names, call.func):
             if id(body) in seen:
                 continue
             seen.add(id(body))
-            if _search(names, body, seen, depth + 1) is not None:
-                return call  # the call in the region that leads to it
-    return None
+            _search(names, body, seen, depth + 1, here, found)
 
 
 def _callee_bodies(names: NameIndex, func: cst.BaseExpression) -> List[cst.CSTNode]:
@@ -82,8 +86,19 @@ def _callee_bodies(names: NameIndex, func: cst.BaseExpression) -> List[cst.CSTNo
         if binding.kind == "def" and isinstance(binding.node, cst.FunctionDef):
             bodies.append(binding.node.body)
         elif binding.kind == "assign" and isinstance(binding.value, cst.Call):
-            bodies.extend(_forward_bodies(names, binding.value.func))
+            bodies.extend(_forward_bodies(names, _constructor(binding.value)))
     return bodies
+
+
+# nn.Module methods that return the module itself: `Net().cuda()`, `Net().to(device).train()`.
+_RETURNS_SELF = frozenset({"cuda", "cpu", "to", "train", "eval", "float", "half", "double", "bfloat16", "requires_grad_"})
+
+
+def _constructor(call: cst.Call) -> cst.BaseExpression:
+    """The callee that built the object: `Net` for `Net(...).cuda()`."""
+    while isinstance(call.func, cst.Attribute) and call.func.attr.value in _RETURNS_SELF and isinstance(call.func.value, cst.Call):
+        call = call.func.value
+    return call.func
 
 
 def _forward_bodies(names: NameIndex, constructor: cst.BaseExpression) -> List[cst.CSTNode]:

@@ -8,11 +8,11 @@ A mixin of the planner (`_amp_migration._Planner`).
 from __future__ import annotations
 
 import re
-from typing import List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from ampmigrate.analysis.autocast_banned import banned_call
+from ampmigrate.analysis.autocast_banned import banned_calls
 from ampmigrate.analysis.statements import body_of, indent_continuations, walk
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._amp_common import Step, Unfixable
@@ -35,21 +35,81 @@ class ForwardRegions:
                 raise Unfixable("the forward pass is on one line with its block header")
             self._emit_region(region)
 
-    def _refuse_banned_calls(self, region: Region) -> None:
+    def _escape_banned_calls(self, region: Region) -> Dict[int, cst.BaseStatement]:
         """CUDA autocast raises on `binary_cross_entropy` whatever its inputs (see
-        analysis/autocast_banned.py); apex ran it on fp32 inputs, so wrapping it would break the step."""
-        call = banned_call(self.names, region.statements)
-        if call is None:
-            return
-        raise Unfixable(
-            f"the autocast region would hold the binary cross-entropy at line {self._line(call)} "
-            f"(`{self.module.code_for_node(call.func).strip()}`), which CUDA autocast refuses to run: compute it "
-            "from logits (`BCEWithLogitsLoss`), or after the region with `.float()` inputs, then migrate"
-        )
+        analysis/autocast_banned.py), where apex ran it on fp32 inputs (apex O1 refused fp16 ones,
+        O2 gave the loss fp32 outputs). Each such call, a statement of its own (`loss =
+        criterion(probs, target)`, `return F.binary_cross_entropy(p, y)`), runs as apex ran it:
+        under `torch.autocast("cuda", enabled=False)` on `.float()` inputs. Those in the region's
+        statements are returned ({id(line): its new form}) for `_emit_region`; those in the file's
+        functions the region calls are rewritten in place. Any other shape refuses."""
+        found = banned_calls(self.names, region.statements)
+        if not found:
+            return {}
+        inside = {id(n) for statement in region.statements for n in walk(statement)}
+        rewritten: Dict[int, cst.BaseStatement] = {}
+        done: set = set()
+        for top, call in found:
+            line = self._own_statement(call)
+            if line is None:
+                raise Unfixable(
+                    f"the autocast region would hold the binary cross-entropy at line {self._line(call)} "
+                    f"(`{self.module.code_for_node(top.func).strip()}`), which CUDA autocast refuses to run, inside a larger "
+                    "expression: compute it from logits (`BCEWithLogitsLoss`), or on a line of its own, then migrate"
+                )
+            if id(line) in done:
+                continue
+            done.add(id(line))
+            new = self._fp32_line(line, call)
+            if id(line) in inside:
+                rewritten[id(line)] = new
+            elif self.builder.replaces(line) or any(self.builder.replaces(a) for a in self.names.ancestors(line)):
+                raise Unfixable(f"the binary cross-entropy at line {self._line(call)} is in code this fix also rewrites")
+            else:
+                self.builder.replace(line, new)
+            self._note(
+                f"the binary cross-entropy at line {self._line(call)} runs with autocast disabled on `.float()` inputs, "
+                "as apex ran it (CUDA autocast refuses it)"
+            )
+        return rewritten
+
+    def _own_statement(self, call: cst.Call) -> Optional[cst.SimpleStatementLine]:
+        """The line holding `call` as its one statement's whole value (`x = call`, `return call`,
+        `call`), with the loss's input and target as its first two arguments; None otherwise."""
+        line = self.names.statement_of(call)
+        if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
+            return None
+        small = line.body[0]
+        if not (isinstance(small, (cst.Assign, cst.AnnAssign, cst.Return, cst.Expr)) and small.value is call):
+            return None
+        if isinstance(small, cst.Assign) and len(small.targets) != 1:
+            return None
+        first_two = call.args[:2]
+        if len(first_two) != 2 or any(a.star or a.keyword is not None for a in first_two):
+            return None
+        if not isinstance(self.names.parent(line), cst.IndentedBlock):
+            return None
+        return line
+
+    def _fp32_line(self, line: cst.SimpleStatementLine, call: cst.Call) -> cst.With:
+        torch = self._torch(line)
+        header = self.ctx.parse_statement(f"with {torch}.autocast({self.ctx.string('cuda').value}, enabled=False):\n    pass\n")
+        args = list(call.args)
+        for index in (0, 1):
+            value = args[index].value
+            code = self.module.code_for_node(value)
+            if not isinstance(value, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)):
+                code = f"({code})"
+            args[index] = args[index].with_changes(value=self.ctx.parse_expression(f"{code}.float()"))
+        small = line.body[0].with_changes(value=call.with_changes(args=args))
+        block = self.names.parent(line)
+        own = block.indent if isinstance(block, cst.IndentedBlock) else None
+        inner = line.with_changes(body=[small], leading_lines=())
+        return header.with_changes(body=header.body.with_changes(body=[inner], indent=own), leading_lines=line.leading_lines)
 
     def _emit_region(self, region: Region) -> None:
         """`with torch.autocast("cuda", dtype=torch.float16[, enabled=...]):` around the region."""
-        self._refuse_banned_calls(region)
+        fp32_lines = self._escape_banned_calls(region)
         first = region.statements[0]
         torch = self._torch(first)
         dtype = f"{torch}.float16"
@@ -62,7 +122,8 @@ class ForwardRegions:
         # function and by 4 elsewhere, IAST's trainer.py).
         own = region.block.indent if isinstance(region.block, cst.IndentedBlock) else None
         indent = own if own is not None else self.module.default_indent
-        inner = [indent_continuations(s, indent) for s in [first.with_changes(leading_lines=()), *region.statements[1:]]]
+        statements = [with_lines_replaced(s, fp32_lines) for s in region.statements]
+        inner = [indent_continuations(s, indent) for s in [statements[0].with_changes(leading_lines=()), *statements[1:]]]
         with_node = header.with_changes(
             body=header.body.with_changes(body=inner, indent=own), leading_lines=first.leading_lines
         )
@@ -200,3 +261,17 @@ class ForwardRegions:
                 return True
         return False
 
+
+
+def with_lines_replaced(statement: cst.BaseStatement, lines: Dict[int, cst.BaseStatement]) -> cst.BaseStatement:
+    """`statement` with the lines of `lines` (by identity, at any depth) replaced."""
+    if not lines:
+        return statement
+    if id(statement) in lines:
+        return lines[id(statement)]
+
+    class _Replace(cst.CSTTransformer):
+        def leave_SimpleStatementLine(self, original_node, updated_node):
+            return lines.get(id(original_node), updated_node)
+
+    return statement.visit(_Replace())

@@ -59,7 +59,7 @@ from ampmigrate.rules.apex._amp_common import (
     Unfixable,
     plain_optimizer,
 )
-from ampmigrate.rules.apex._amp_forward import ForwardRegions
+from ampmigrate.rules.apex._amp_forward import ForwardRegions, with_lines_replaced
 from ampmigrate.rules.apex._keyword_dict import expanded as expanded_keywords
 from ampmigrate.rules.apex._amp_options import (
     INITIALIZE_PARAMS,
@@ -698,9 +698,11 @@ class _Planner(
         torch = self._torch(self.init_line)
         args = f'{self.ctx.string("cuda").value}, dtype={torch}.float16' + (f", enabled={enabled}" if enabled else "")
         for statement in runs:
-            self._refuse_banned_calls(Region(block, [statement]))
+            fp32_lines = self._escape_banned_calls(Region(block, [statement]))
             header = self.ctx.parse_statement(f"with {torch}.autocast({args}):\n    pass\n")
-            inner = indent_continuations(statement.with_changes(leading_lines=()), self.module.default_indent)
+            inner = indent_continuations(
+                with_lines_replaced(statement, fp32_lines).with_changes(leading_lines=()), self.module.default_indent
+            )
             wrapped = header.with_changes(body=header.body.with_changes(body=[inner]), leading_lines=statement.leading_lines)
             self.builder.replace(statement, wrapped)
         if anchor is self.init_line:
