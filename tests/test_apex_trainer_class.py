@@ -265,3 +265,15 @@ def test_the_trainer_built_in_its_own_file_trains_like_the_original(monkeypatch,
     assert len(made) == 1 and made[0].is_enabled() is use_amp
     assert len(migrated) == len(original) == 6
     assert migrated == pytest.approx(original, rel=1e-5)
+
+
+def test_a_decorated_method_that_never_uses_apex_keeps_the_class():
+    """A `@torch.no_grad()` evaluation method (or a staticmethod) beside the training step never
+    reads the scaler; a decorated method that scales the loss still refuses."""
+    text = (TRAINER / "training" / "trainer.py").read_text()
+    evaluation = "\n    @torch.no_grad()\n    def evaluate(self, x):\n        return self.model(x).argmax(1)\n\n    @staticmethod\n    def accuracy(p, y):\n        return (p == y).float().mean()\n"
+    plain = summarize((text + evaluation).encode(), "training")
+    assert plain.apex_step_functions["Trainer"][3] == ""
+    decorated = text.replace("    def train_step(self, x, y):", "    @torch.no_grad()\n    def train_step(self, x, y):")
+    problem = summarize(decorated.encode(), "training").apex_step_functions["Trainer"][3]
+    assert problem == "`Trainer.train_step()` is not a plain method"

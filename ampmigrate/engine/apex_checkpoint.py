@@ -85,7 +85,7 @@ def summarize_checkpoint(tree: ast.Module, summary: "ModuleSummary") -> None:
                 summary.apex_state_functions["<other>"] = ([], "", f"`amp.{node.attr}` is used outside a top-level function or a method")
                 return
             if cls.name not in functions:
-                functions[cls.name] = _class_record(cls, loads, scaler, attributes)
+                functions[cls.name] = _class_record(cls, loads, scaler, attributes, {id(n) for n in uses})
             continue
         if function.name in functions:
             continue
@@ -133,13 +133,17 @@ def class_init(cls: ast.ClassDef) -> Optional[ast.FunctionDef]:
     return next((s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
 
 
-def _class_record(cls: ast.ClassDef, loads: Set[str], scaler: str, attributes: Set[str]) -> Tuple[List[str], str, str]:
+def _class_record(
+    cls: ast.ClassDef, loads: Set[str], scaler: str, attributes: Set[str], apex_nodes: Optional[Set[int]] = None
+) -> Tuple[List[str], str, str]:
     """A checkpoint saver class (`TrainingRestorer(opts, model, optimizer)` whose `save()` runs
     `amp.state_dict()`): its constructor takes the scaler as a new parameter, stored first thing
     in `__init__` as `self.<scaler>`, and its methods read it there. The record is the helper's:
     (the constructor's parameters, the scaler's name, why not). Beside `*args` / `**kwargs` the
     scaler is a keyword-only parameter: every call of the run passes it by keyword, and none
-    unpacks arguments (rules/apex/_checkpoint_threading.py `helper_calls`)."""
+    unpacks arguments (rules/apex/_checkpoint_threading.py `helper_calls`). With `apex_nodes`
+    (ids of the file's apex.amp uses), only the methods holding one must be plain: the others
+    never read the scaler (a `@torch.no_grad()` sampler beside the training step)."""
     init = class_init(cls)
     params = _params(init)[1:] if init is not None else []
     problem = ""
@@ -161,7 +165,9 @@ def _class_record(cls: ast.ClassDef, loads: Set[str], scaler: str, attributes: S
                 problem = f"`{cls.name}` declares `__slots__`"
             elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and statement.name in ("__setattr__", "__getattribute__", "__new__"):
                 problem = f"`{cls.name}` defines `{statement.name}`"
-            elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                apex_nodes is None or any(id(n) in apex_nodes for n in ast.walk(statement))
+            ):
                 instance = statement.args.args[0].arg if statement.args.args else None
                 if statement.decorator_list or instance is None:
                     problem = f"`{cls.name}.{statement.name}()` is not a plain method"

@@ -47,7 +47,7 @@ def step_classes(
     attributes = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     records: Dict[str, Tuple[List[str], str, str, str]] = {}
     for name, (cls, nodes) in by_class.items():
-        params, _, problem = _class_record(cls, loads, scaler, attributes)
+        params, _, problem = _class_record(cls, loads, scaler, attributes, {id(n) for n in uses})
         optimizer = ""
         if not problem:
             problem, optimizer = _class_problem(tree, cls, nodes, uses, module_level_import)
