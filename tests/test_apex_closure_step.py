@@ -108,3 +108,28 @@ def test_a_dict_bound_to_a_name_only_saved_is_an_entry_too():
     assert 'to_save = {"model": model, "optimizer": optimizer, "amp": scaler}' in fix(named, select=["AMP1"])
     resumed = named + "Checkpoint.load_objects(to_load=to_save, checkpoint=ckpt)\n"  # apex's saved state would reach the scaler
     assert fix(resumed, select=["AMP1"]) == resumed
+
+
+def test_a_backward_closure_called_before_the_setup_refuses():
+    """tests/fixtures/AMP101/closure_backward_helper_local.py migrates a backward closure of the
+    setup function; called before `amp.initialize`, it would read the scaler before it is made."""
+    early = """import torch
+from apex import amp
+
+
+def train(model, loader, optimizer):
+    def backward_loss(loss):
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+
+    backward_loss(model(next(iter(loader))))
+    optimizer.step()
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for batch in loader:
+        backward_loss(model(batch))
+        optimizer.step()
+"""
+    reasons = {f.no_fix_reason for f in check(early, select=["AMP1"]) if f.code == "AMP101"}
+    expected = "`backward_loss()` scales a loss with apex's amp and is called at line 10, before `amp.initialize` (line 12)"
+    assert reasons and all(expected in (r or "") for r in reasons), reasons
+    assert fix(early, select=["AMP1"]) == early

@@ -219,6 +219,12 @@ class ScalerAccess:
             caller = self.p._function_scope(call.call)
             if not (caller is scope.parent or self._nested_in(caller, scope.parent)):
                 return
+            if self.p._start(call.call) < self.p._start(self.p.init_line):
+                raise Unfixable(
+                    f"`{scope.node.name.value}()` scales a loss with apex's amp and is called at line "
+                    f"{self.p._line(call.call)}, before `amp.initialize` (line {self.p._line(self.p.init_line)}) "
+                    "where the scaler it would read is made"
+                )
             for name in free:
                 if self.names.lookup(name, caller) is not self.names.lookup(name, scope.parent):
                     return  # rebound on the way: the caller's is not the helper's
