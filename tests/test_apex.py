@@ -628,3 +628,9 @@ def test_a_loss_a_loop_rebinds_is_not_taken_from_before_the_loop():
     migrated = fix((FIXTURES / "AMP101" / "loss_read_in_optimizer_loop.py").read_text(encoding="utf-8"))
     assert migrated.count('with torch.autocast("cuda", dtype=torch.float16):') == 1
     assert '            scaler.scale(loss_dict["D_" + name]).backward()' in migrated
+
+
+def test_a_plain_backward_after_one_optimizer_of_two_is_unscaled_is_refused():
+    (reason,) = _amp101_reasons("plain_backward_after_one_optimizers_unscale.py")
+    assert "`reg_loss.backward()` at line 17 adds gradients after they are unscaled at line 15" in reason
+    assert "for some of the step's optimizers only" in reason

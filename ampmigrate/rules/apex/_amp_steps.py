@@ -330,10 +330,13 @@ class StepRewrites:
         an FGM/PGD attack's `backup_grad()`), on every path to it, the gradients are at scale 1
         as apex had them: `x` adds its own unscaled, as in apex, and the step does not unscale
         again. A backward that an `unscale_` precedes on some paths only has no such place."""
+        unscaled = getattr(self, "_unscaled", [])
         for line, loss, step in plain:
             function = self._function_scope(line)
             before = [p for p in points if self._function_scope(p) is function and self._start(p) < self._start(line)]
-            if before and any(self._dominates(p, line) for p in before):
+            covered = {o for p, o in unscaled if p in before and self._dominates(p, line)}
+            wanted = {self.ctx.code(o).strip() for o in step.optimizers}
+            if before and wanted and wanted <= covered:
                 self._note(
                     f"`{loss.value}.backward()` at line {self._line(line)} runs after `unscale_`, where apex had "
                     "unscaled the gradients too, so it stays unscaled"
@@ -342,7 +345,8 @@ class StepRewrites:
             if before:
                 raise Unfixable(
                     f"`{loss.value}.backward()` at line {self._line(line)} adds gradients after they are unscaled "
-                    f"at line {self._line(before[0])} on some paths only, and before the step"
+                    f"at line {self._line(before[0])} on some paths only (or for some of the step's optimizers only), "
+                    "and before the step"
                 )
             if self._needed_guard(step, line) is not None:
                 raise Unfixable(
@@ -431,6 +435,7 @@ class StepRewrites:
                 done.append((point, optimizer))
                 self.builder.insert_before(point, self._scaler_call(step, point, optimizer, unscale=True))
         self._unscale_points = [point for point, _ in done]
+        self._unscaled = done  # (point, optimizer as written): `_rewrite_plain_backwards` reads it
         return {reader for found in readers.values() for reader in found} | set(self._helper_masters) | {
             call for calls in (*self._micro_step_clips.values(), *self._micro_step_norms.values()) for call in calls
         }
