@@ -54,8 +54,9 @@ class ForwardRegions:
             if line is None:
                 raise Unfixable(
                     f"the autocast region would hold the binary cross-entropy at line {self._line(call)} "
-                    f"(`{self.module.code_for_node(top.func).strip()}`), which CUDA autocast refuses to run, inside a larger "
-                    "expression: compute it from logits (`BCEWithLogitsLoss`), or on a line of its own, then migrate"
+                    f"(`{self.module.code_for_node(top.func).strip()}`), which CUDA autocast refuses to run, and it is not "
+                    "a line of its own with the input and target first (`loss = criterion(probs, target)`) that could run "
+                    "outside autocast: compute it from logits (`BCEWithLogitsLoss`), then migrate"
                 )
             if id(line) in done:
                 continue
