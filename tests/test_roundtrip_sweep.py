@@ -1,7 +1,7 @@
 """Round-trip sweep: `fix --unsafe-fixes` over copies of the installed `.py` files.
 
 The installed site-packages (torch, and everything else the test environment installs: several
-thousand real files; every other one in path order within the suite's budget, every one with
+thousand real files; every fourth one in path order within the suite's budget, every one with
 AMPMIGRATE_WHOLE_TREES=1) are copied to a temporary directory and fixed through the same calls
 `ampmigrate fix --unsafe-fixes` makes (`run_files` + `write_changes`), with every registered
 rule enabled. Asserted:
@@ -54,7 +54,7 @@ pytestmark = pytest.mark.slow
 # Variants (CRLF, BOM) are made of changed files up to this size, to bound the sweep's time.
 VARIANT_MAX_BYTES = 256 * 1024
 # The probe sample: every PROBE_EVERY-th installed file (in path order) up to PROBE_MAX_BYTES.
-PROBE_EVERY = 40
+PROBE_EVERY = 60
 PROBE_MAX_BYTES = 24 * 1024
 PROBE_MARKER = "# ampmigrate sweep probe"
 PROBE = f"""
