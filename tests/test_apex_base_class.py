@@ -210,3 +210,76 @@ def test_a_class_of_another_file_skipping_a_subclass_init_stops_every_side(tmp_p
     reasons = _refused(project)
     why = "`TunedTrainer` in tuned.py derives from `BaseTrainer` or a subclass of it"
     assert why in reasons["base.py"] and why in reasons["classifier.py"]
+
+
+# ------------------------------------------------------------------ `import apex`, a registry's decorator
+SPELLED = FIXTURES / "AMP101" / "apex_base_class_spelled.project"
+
+
+def test_the_spelled_out_module_and_a_registry_decorator_are_the_same_shape():
+    """`try: import apex` then `apex.amp.initialize(...)` in the base, `@ENGINES.register(...)`
+    on the subclasses (engine/apex_spelled.py, `registers_only`)."""
+    base = summarize((SPELLED / "engine" / "base.py").read_bytes(), "engine")
+    assert base.apex_setup_classes == {"Engine": ("net", "opt", "")}
+    segmentation = summarize((SPELLED / "engine" / "segmentation.py").read_bytes(), "engine")
+    assert segmentation.apex_subclass_steps == {"SegmentationEngine": (".base", "Engine", "opt", "")}
+
+
+def test_fix_migrates_the_spelled_out_base_and_its_registered_subclasses(tmp_path):
+    project = tmp_path / "p"
+    shutil.copytree(SPELLED, project)
+    _fix(project)
+    base = (project / "engine" / "base.py").read_text()
+    detection = (project / "engine" / "detection.py").read_text()
+    assert "apex" not in base + detection + (project / "engine" / "segmentation.py").read_text()
+    assert (
+        "        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1, momentum=0.9)\n"
+        '        self.scaler = torch.amp.GradScaler("cuda", enabled=bool(args.half))\n'
+    ) in base
+    assert (
+        '            with torch.autocast("cuda", dtype=torch.float16, enabled=self.scaler.is_enabled()):\n'
+        "                logits = self.net(inputs)\n"
+        "                loss = self.weight * F.cross_entropy(logits, labels) + logits.pow(2).mean()\n"
+        "            if self.args.half:\n"
+        "                self.scaler.scale(loss).backward()\n"
+    ) in detection
+    assert '@ENGINES.register("detection")\nclass DetectionEngine(Engine):\n' in detection
+    _compiles_and_is_stable(project)
+
+
+def test_a_decorator_that_may_replace_the_class_stops_every_side(tmp_path):
+    project = tmp_path / "p"
+    shutil.copytree(SPELLED, project)
+    _edit(project / "engine" / "detection.py", '@ENGINES.register("detection")\n', '@ENGINES.register("detection")\n@traced\n')
+    _edit(project / "engine" / "detection.py", "from .registry import ENGINES\n", "from .registry import ENGINES, traced\n")
+    reasons = _refused(project)
+    why = "`DetectionEngine` has a metaclass or decorators"
+    assert why in reasons["base.py"] and why in reasons["segmentation.py"]
+
+
+def test_apex_bound_to_something_else_is_not_read_as_the_package():
+    """A module-level `apex = ...` other than the not-installed None: `apex.amp` may be anything."""
+    import ast
+
+    from ampmigrate.engine.apex_spelled import view
+
+    text = (SPELLED / "engine" / "segmentation.py").read_text()
+    assert view(ast.parse(text)) is not None
+    assert view(ast.parse(text.replace("    apex = None\n", "    apex = None\napex = load_plugin('apex')\n"))) is None
+    assert view(ast.parse(text.replace("    apex = None\n", "    apex = False\n"))) is None
+    assert view(ast.parse(text.replace("class SegmentationEngine(Engine):", "class SegmentationEngine(Engine):\n    apex = 1"))) is None
+    assert view(ast.parse(text.replace("apex.amp.scale_loss", "apex.scale_loss"))) is None  # no `apex.amp` spelled
+
+
+def test_registers_only_reads_registry_decorators():
+    import ast
+
+    from ampmigrate.engine.apex_base_class import registers_only
+
+    def decorator(code: str) -> ast.expr:
+        return ast.parse(f"{code}\nclass C: pass").body[0].decorator_list[0]
+
+    for code in ("@MODELS.register_module()", "@ENGINES.register('x')", "@reg.TRAINERS.register", "@R.register(name='a')"):
+        assert registers_only(decorator(code)), code
+    for code in ("@dataclass", "@register", "@wraps(f)", "@MODELS.build()", "@make_register()"):
+        assert not registers_only(decorator(code)), code

@@ -71,7 +71,7 @@ def setup_class(tree: ast.Module, summary: "ModuleSummary", init: ast.Attribute,
     other = next((n.attr for n in uses if n is not init), None)
     if other is not None:
         problem = f"the file also uses `amp.{other}`"
-    elif cls.decorator_list or cls.keywords or method.decorator_list:
+    elif not all(map(registers_only, cls.decorator_list)) or cls.keywords or method.decorator_list:
         problem = f"`{cls.name}` or its `{method.name}()` is decorated or has a metaclass"
     elif method.name != "__init__" and not any(isinstance(s, ast.FunctionDef) and s.name == "__init__" for s in cls.body):
         problem = f"`{cls.name}` sets apex up in `{method.name}()` and has no `__init__` of its own to make the scaler every instance reads"
@@ -124,6 +124,17 @@ def subclass_steps(
     return records, [n for n in scales if id(n) not in taken]
 
 
+# A registry's decorator (fvcore's and detectron2's `REGISTRY.register()`, mmcv's
+# `MODELS.register_module()`) records the class and hands the same class back.
+_REGISTERING = frozenset({"register", "register_module"})
+
+
+def registers_only(decorator: ast.expr) -> bool:
+    """`@<registry>.register()` / `.register_module(...)` / `.register`: the class stays itself."""
+    func = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return isinstance(func, ast.Attribute) and func.attr in _REGISTERING and isinstance(func.value, (ast.Name, ast.Attribute))
+
+
 def _from_imported(tree: ast.Module) -> Dict[str, Tuple[str, str]]:
     """{name: (module as written with its dots, name there)} for names the module binds once, at
     its top level, by `from m import name [as alias]` and nowhere else."""
@@ -158,7 +169,7 @@ def _subclass_problem(tree, cls: ast.ClassDef, found, uses, optimizer: str, modu
     stray = sorted({n.attr for n in uses if n.attr != "scale_loss" and not (n.attr == "master_params" and id(n) in inside)})
     if stray:
         return f"the file also uses `amp.{stray[0]}`, which the split migration does not rewrite"
-    if cls.decorator_list or cls.keywords:
+    if not all(map(registers_only, cls.decorator_list)) or cls.keywords:
         return f"`{cls.name}` has a metaclass or decorators"
     base = cls.bases[0].id
     for statement in cls.body:

@@ -56,7 +56,12 @@ def summarize_threading(tree: ast.Module, summary: "ModuleSummary") -> None:
     `apex_step_functions` (the B side) of one module."""
     amp_names = _apex_amp_names(tree)
     if not amp_names:
-        return
+        from ampmigrate.engine.apex_spelled import SPELLED, view  # `import apex`, then `apex.amp.scale_loss(...)`
+
+        tree = view(tree)
+        if tree is None:
+            return
+        amp_names = {SPELLED}
     uses = [
         node
         for node in ast.walk(tree)
