@@ -154,3 +154,72 @@ def test_split_initializer_passes_its_scaler_to_a_helper(tmp_path):
     c = (project / "checkpoint.py").read_text()
     assert "def save(model, path, scaler):" in c and '"amp": scaler.state_dict()' in c and "apex" not in c
     _compiles_and_is_stable(project)
+
+
+# ------------------------------------------------------------------ a package re-exporting the helpers
+def _packaged(tmp_path: Path) -> Path:
+    """The helpers in `utils/checkpoint.py`, re-exported by `utils/__init__.py` (Swin-Transformer's
+    forks with a `utils/` package): main.py's `from utils import ...` is unchanged."""
+    project = _copy(tmp_path)
+    (project / "utils").mkdir()
+    (project / "utils.py").rename(project / "utils" / "checkpoint.py")
+    (project / "utils" / "__init__.py").write_text(
+        "from .checkpoint import count_parameters, load_checkpoint, save_checkpoint\n\n"
+        '__all__ = ["count_parameters", "load_checkpoint", "save_checkpoint"]\n'
+    )
+    return project
+
+
+def test_the_callers_of_a_package_reexporting_the_helpers_are_its_callers(tmp_path):
+    project = _packaged(tmp_path)
+    index = _index(project)
+    helper = str(project / "utils" / "checkpoint.py")
+    for name in ("load_checkpoint", "save_checkpoint"):
+        decision = decide_state(index, helper, name)
+        assert decision.migrate and decision.callers == ("main.py",)
+    called = state_helpers_called(index, str(project / "main.py"))
+    assert {spelled: name for spelled, (_, name) in called.items()} == {
+        "load_checkpoint": "load_checkpoint", "save_checkpoint": "save_checkpoint"
+    }
+    _fix(project)
+    a = (project / "main.py").read_text()
+    b = (project / "utils" / "checkpoint.py").read_text()
+    assert "from apex" not in a and "from apex" not in b
+    assert "start = load_checkpoint(cfg, model, optimizer, logger, scaler=scaler)" in a
+    assert "def load_checkpoint(cfg, model, optimizer, logger, scaler):" in b
+    assert (project / "utils" / "__init__.py").read_text().startswith("from .checkpoint import count_parameters")
+    _compiles_and_is_stable(project)
+
+
+def test_a_caller_of_the_package_without_amp_stops_the_caller_with_amp_too(tmp_path):
+    """Before the relay was followed, main.py migrated alone and the helper kept
+    `amp.state_dict()` on the `amp = None` of its failed import."""
+    project = _packaged(tmp_path)
+    (project / "evaluate.py").write_text(
+        "from utils import load_checkpoint\n\n\ndef evaluate(cfg, model, optimizer, logger):\n"
+        "    load_checkpoint(cfg, model, optimizer, logger)\n"
+    )
+    reasons = _refused(project)
+    assert "evaluate.py calls `load_checkpoint()` and has no `amp.initialize`" in reasons["checkpoint.py"]
+    assert "evaluate.py calls `load_checkpoint()` and has no `amp.initialize`" in reasons["main.py"]
+
+
+def test_a_relay_of_the_relay_stops_every_side(tmp_path):
+    project = _packaged(tmp_path)
+    (project / "tools").mkdir()
+    (project / "tools" / "__init__.py").write_text("from utils import load_checkpoint\n")
+    (project / "resume.py").write_text(
+        "from tools import load_checkpoint\n\n\ndef resume(cfg, model, optimizer, logger):\n"
+        "    load_checkpoint(cfg, model, optimizer, logger)\n"
+    )
+    reasons = _refused(project)
+    why = "tools/__init__.py re-exports `load_checkpoint()`"
+    assert why in reasons["checkpoint.py"] and why in reasons["main.py"]
+
+
+def test_a_package_that_calls_the_helper_itself_is_a_caller_not_a_relay(tmp_path):
+    project = _packaged(tmp_path)
+    _edit(project / "utils" / "__init__.py", "\n__all__", "\nRESUMED = load_checkpoint(None, None, None, None)\n__all__")
+    reasons = _refused(project)
+    why = "utils/__init__.py re-exports `load_checkpoint()`"
+    assert why in reasons["checkpoint.py"] and why in reasons["main.py"]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import ast
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Set, Tuple
 
 from ampmigrate.engine.apex_threading import SCALER_NAMES, _apex_amp_names, _enclosing_top_function, _own_nodes, _params
 from ampmigrate.engine.caller_uses import binds, signature, uses
@@ -209,26 +209,29 @@ def decide_state(index: "ProjectIndex", path: str, function: str, alone: bool = 
     callers: List[str] = []
     paths: List[str] = []
     sig = signature(index, absolute, function)
-    for other, how in importers(index, absolute):
+    for other, how, source in _importing(index, absolute):
         where = index.relative(other)
+        if other in relays(index, absolute, function):
+            continue  # a package's `from .checkpoint import save_checkpoint`: its importers call it
         if how.ambiguity(function):
             return StateDecision(
-                False, f"{where} imports `{how.ambiguity(function)}`, which may be {here} or another file of the run, so its "
+                False, f"{where} imports `{how.ambiguity(function)}`, which may be {index.relative(source)} or another file of the run, so its "
                 f"calls of `{function}()` cannot be followed"
             )
         if function not in how.names and not how.module and not how.star:
             continue
-        found = uses(index, other, absolute, function)
+        found = uses(index, other, source, function)
+        there = index.relative(source)
         if found is None:
-            return StateDecision(False, f"{where} imports {here} and cannot be read again")
+            return StateDecision(False, f"{where} imports {there} and cannot be read again")
         if found.escapes:
             return StateDecision(
-                False, f"{where} uses the module `{found.escapes}` ({here}) otherwise than through its attributes, "
+                False, f"{where} uses the module `{found.escapes}` ({there}) otherwise than through its attributes, "
                 f"so its calls of `{function}()` cannot be followed"
             )
         if found.rebound:
             return StateDecision(
-                False, f"{where} imports `*` from {here} and binds `{function}` itself: which one its calls see is unsure"
+                False, f"{where} imports `*` from {there} and binds `{function}` itself: which one its calls see is unsure"
             )
         if found.other:
             return StateDecision(False, f"{where} uses `{function}()` otherwise than by calling it")
@@ -261,12 +264,67 @@ def decide_state(index: "ProjectIndex", path: str, function: str, alone: bool = 
     return StateDecision(True, "", scaler, tuple(callers), tuple(paths))
 
 
-def _helper_importers(index: "ProjectIndex") -> Dict[str, List[Tuple[str, Importing]]]:
-    """{a helper's file: the files that may import it, and how}, once per index."""
+def relays(index: "ProjectIndex", path: str, function: str) -> FrozenSet[str]:
+    """The files that only re-export helper `function` of the module at `path` to others: a
+    package's `__init__.py` with `from .checkpoint import save_checkpoint` (unaliased, never
+    called or used otherwise there) that other files import it from (Swin-Transformer's forks
+    with a `utils/` package). Their importers are the helper's callers; one level only."""
+    memo = index.__dict__.setdefault("_apex_state_relays", {})
+    key = (path, function)
+    if key not in memo:
+        found = set()
+        for other, how in importers(index, path):
+            if function not in how.names or function not in index.imported_from(other) or other == path:
+                continue
+            known = uses(index, other, path, function)
+            if known is not None and known.spellings == {function} and not (
+                known.calls or known.other or known.escapes or known.rebound or known.shadowed
+            ):
+                found.add(other)
+        memo[key] = frozenset(found)
+    return memo[key]
+
+
+def _relays_name(index: "ProjectIndex", helper: str, function: str, source: str) -> bool:
+    """`source` relays `function` of `helper`, directly or through other relays."""
+    seen, frontier = {helper}, [helper]
+    while frontier:
+        current = frontier.pop()
+        for relay in relays(index, current, function) - seen:
+            if relay == source:
+                return True
+            seen.add(relay)
+            frontier.append(relay)
+    return False
+
+
+def _importing(index: "ProjectIndex", path: str) -> List[Tuple[str, Importing, str]]:
+    """(file, how it imports, the module it imports from) for every file that may reach a helper
+    of the module at `path`: its importers, and the importers of its relays (and of theirs: a
+    caller must see the helper it reaches however deep; `decide_state` refuses a relay's relay)."""
+    memo = index.__dict__.setdefault("_apex_helper_importing", {})
+    if path not in memo:
+        found = [(other, how, path) for other, how in importers(index, path)]
+        summary = index.modules.get(path)
+        sources = {path}
+        frontier = [(path, f) for f in (summary.apex_state_functions if summary is not None else ())]
+        while frontier:
+            source, function = frontier.pop(0)
+            for relay in sorted(relays(index, source, function) - sources):
+                sources.add(relay)
+                found.extend((other, how, relay) for other, how in importers(index, relay) if other not in sources)
+                frontier.append((relay, function))
+        memo[path] = found
+    return memo[path]
+
+
+def _helper_importers(index: "ProjectIndex") -> Dict[str, List[Tuple[str, Importing, str]]]:
+    """{a helper's file: the files that may import it (or a relay of it), how, and from where},
+    once per index."""
     memo = index.__dict__.get("_apex_helper_importers")
     if memo is None:
         memo = {
-            path: list(importers(index, path))
+            path: _importing(index, path)
             for path, summary in sorted(index.modules.items())
             if summary.apex_state_functions and "<other>" not in summary.apex_state_functions
         }
@@ -281,13 +339,15 @@ def state_helpers_called(index: "ProjectIndex", path: str) -> Dict[str, Tuple[st
     absolute = os.path.abspath(path)
     found: Dict[str, Tuple[str, str]] = {}
     for helper, importing in _helper_importers(index).items():
-        for other, how in importing:
+        for other, how, source in importing:
             if other != absolute or how.ambiguous:
                 continue
             for name in index.modules[helper].apex_state_functions:
                 if not (name in how.names or how.module or how.star):
                     continue
-                known = uses(index, absolute, helper, name)
+                if source != helper and not _relays_name(index, helper, name, source):
+                    continue
+                known = uses(index, absolute, source, name)
                 for spelling in known.spellings if known is not None else ():
                     found[spelling] = (helper, name)
     return found
@@ -309,9 +369,10 @@ def state_key(index: "ProjectIndex", path: str) -> str:
     helpers |= {p for p, _ in called.values()}
     for helper in sorted(helpers):
         parts.append(repr((helper, sorted(index.modules[helper].apex_state_functions.items()), index.digests.get(helper))))
-        for other, how in _helper_importers(index).get(helper, ()):
+        for other, how, source in _helper_importers(index).get(helper, ()):
             summary = index.modules[other]
-            parts.append(repr((other, sorted(how.names), how.module, how.star, how.ambiguous, sorted(how.ambiguous_names.items()), summary.apex_initializes,
+            parts.append(repr((other, source, sorted(how.names), how.module, how.star, how.ambiguous, sorted(how.ambiguous_names.items()), summary.apex_initializes,
                                index.digests.get(other))))
-    parts.append(resolution_key(index, helpers))
+    relayed = {source for h in helpers for _, _, source in _helper_importers(index).get(h, ())}
+    parts.append(resolution_key(index, helpers | relayed))
     return "|".join(parts)
