@@ -283,3 +283,38 @@ def test_registers_only_reads_registry_decorators():
         assert registers_only(decorator(code)), code
     for code in ("@dataclass", "@register", "@wraps(f)", "@MODELS.build()", "@make_register()"):
         assert not registers_only(decorator(code)), code
+
+
+def _with_package_subclass(tmp_path: Path) -> Path:
+    """`engine/__init__.py` re-exports the base too, and a script subclasses it from there."""
+    project = tmp_path / "p"
+    shutil.copytree(SPELLED, project)
+    _edit(project / "engine" / "__init__.py", "from .registry import ENGINES\n", "from .registry import ENGINES\nfrom .base import Engine\n")
+    (project / "extra.py").write_text(
+        "import torch\nimport apex\n\nfrom engine import Engine\n\n\nclass ExtraEngine(Engine):\n    def run(self):\n"
+        "        for inputs, labels in self.batches():\n            loss = self.net(inputs).sum()\n"
+        "            with apex.amp.scale_loss(loss, self.opt) as scaled:\n                scaled.backward()\n"
+        "            self.opt.step()\n"
+    )
+    return project
+
+
+def test_a_subclass_importing_the_base_from_a_package_joins_the_group(tmp_path):
+    """Before the package's re-export was followed, the base migrated without this subclass,
+    whose `apex.amp.scale_loss` then ran on an optimizer `amp.initialize` never saw."""
+    project = _with_package_subclass(tmp_path)
+    index = _index(project)
+    decision = decide_base(index, str(project / "engine" / "base.py"), "Engine")
+    assert decision.migrate and [Path(p).name for p, _ in decision.members] == ["detection.py", "segmentation.py", "extra.py"]
+    _fix(project)
+    extra = (project / "extra.py").read_text()
+    assert "apex" not in extra and "            self.scaler.scale(loss).backward()\n" in extra
+    _compiles_and_is_stable(project)
+
+
+def test_a_subclass_through_the_package_that_cannot_migrate_stops_every_side(tmp_path):
+    project = _with_package_subclass(tmp_path)
+    _edit(project / "extra.py", "            self.opt.step()\n", "            pass\n")
+    reasons = _refused(project)
+    why = "`self.opt.step()` is not called in `ExtraEngine.run()`"
+    assert why in reasons["base.py"] and why in reasons["segmentation.py"] and why in reasons["extra.py"]

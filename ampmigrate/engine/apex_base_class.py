@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 from ampmigrate.engine.apex_attrs import imports_apex_amp
 from ampmigrate.engine.apex_threading import _INIT_KEYWORDS, _SAFE_LEVELS, SCALER_NAMES, _own_nodes, _parent_call
 from ampmigrate.engine.apex_trainer_class import _self_attribute
-from ampmigrate.engine.caller_uses import source_tree
-from ampmigrate.engine.import_resolution import importers, resolve
+from ampmigrate.engine.caller_uses import importers_through_relays, relayed_by, source_tree
+from ampmigrate.engine.import_resolution import resolve
 
 if TYPE_CHECKING:
     from ampmigrate.engine.project_index import ModuleSummary, ProjectIndex
@@ -252,9 +252,15 @@ def setup_of(index: "ProjectIndex", path: str, cls: str) -> Optional[Tuple[str, 
         return None
     module, base = record[0], record[1]
     other = resolve(index, absolute, module)
-    if other is None or base not in index.modules[other].apex_setup_classes:
+    if other is None:
         return None
-    return other, base
+    if base in index.modules[other].apex_setup_classes:
+        return other, base
+    # `from engine import Engine` where `engine/__init__.py` re-exports it from `engine/base.py`.
+    for setup, summary in index.modules.items():
+        if base in summary.apex_setup_classes and other in relayed_by(index, setup, base):
+            return setup, base
+    return None
 
 
 def subclassed_elsewhere(index: "ProjectIndex", path: str, cls: str) -> bool:
@@ -262,7 +268,7 @@ def subclassed_elsewhere(index: "ProjectIndex", path: str, cls: str) -> bool:
     absolute = os.path.abspath(path)
     return any(
         setup_of(index, other, name) == (absolute, cls)
-        for other, _ in importers(index, absolute)
+        for other, _, _ in importers_through_relays(index, absolute, [cls])
         for name in index.modules[other].apex_subclass_steps
     )
 
@@ -287,10 +293,15 @@ def _decide(index: "ProjectIndex", absolute: str, cls: str) -> BaseDecision:
         return BaseDecision(False, f"in {here}: {problem}")
     members: List[Tuple[str, Tuple[str, ...]]] = []
     readers: List[str] = [absolute]
-    for other, how in importers(index, absolute):
+    relays = relayed_by(index, absolute, cls)
+    for other, how, source in importers_through_relays(index, absolute, [cls]):
         where = index.relative(other)
         if how.ambiguity(cls):
-            return BaseDecision(False, f"{where} imports `{how.ambiguity(cls)}`, which may be {here} or another file of the run")
+            return BaseDecision(
+                False, f"{where} imports `{how.ambiguity(cls)}`, which may be {index.relative(source)} or another file of the run"
+            )
+        if other in relays:
+            continue  # a package re-exporting the class: its importers are read in its place
         facts = index.modules[other]
         readers.append(other)
         mine = [name for name in facts.apex_subclass_steps if setup_of(index, other, name) == (absolute, cls)]
@@ -313,8 +324,8 @@ def _decide(index: "ProjectIndex", absolute: str, cls: str) -> BaseDecision:
     if not members:
         return BaseDecision(False, f"no file of the run scales a loss in a subclass of `{cls}` ({here})")
     # A file importing a subclass file may subclass again and scale there (its base is no setup class).
-    for member, _ in members:
-        for other, _how in importers(index, member):
+    for member, classes in members:
+        for other, _how, _source in importers_through_relays(index, member, list(classes)):
             facts = index.modules[other]
             readers.append(other)
             if other != absolute and (facts.apex_subclass_steps or facts.apex_step_functions) and other not in dict(members):
@@ -369,6 +380,10 @@ def base_class_key(index: "ProjectIndex", path: str) -> str:
                                index.digests.get(member))))
             for other in index.importers_of(member):
                 parts.append(repr((member, other, index.digests.get(other))))
+            classes = sorted({*summary.apex_setup_classes, *summary.apex_subclass_steps})
+            for other, _, source in importers_through_relays(index, member, classes):
+                if source != member:  # through a package re-exporting a class of the group
+                    parts.append(repr((member, source, other, index.digests.get(other))))
         cached = hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest()
         index._base_class_digest = cached
     return cached

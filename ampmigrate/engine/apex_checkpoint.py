@@ -26,11 +26,11 @@ from __future__ import annotations
 import ast
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
 from ampmigrate.engine.apex_threading import SCALER_NAMES, _apex_amp_names, _enclosing_top_function, _own_nodes, _params
-from ampmigrate.engine.caller_uses import binds, signature, uses
-from ampmigrate.engine.import_resolution import Importing, importers
+from ampmigrate.engine.caller_uses import binds, importers_through_relays, relayed_by, relays, signature, uses
+from ampmigrate.engine.import_resolution import Importing
 from ampmigrate.engine.import_resolution import key as resolution_key
 
 if TYPE_CHECKING:
@@ -264,58 +264,9 @@ def decide_state(index: "ProjectIndex", path: str, function: str, alone: bool = 
     return StateDecision(True, "", scaler, tuple(callers), tuple(paths))
 
 
-def relays(index: "ProjectIndex", path: str, function: str) -> FrozenSet[str]:
-    """The files that only re-export helper `function` of the module at `path` to others: a
-    package's `__init__.py` with `from .checkpoint import save_checkpoint` (unaliased, never
-    called or used otherwise there) that other files import it from (Swin-Transformer's forks
-    with a `utils/` package). Their importers are the helper's callers; one level only."""
-    memo = index.__dict__.setdefault("_apex_state_relays", {})
-    key = (path, function)
-    if key not in memo:
-        found = set()
-        for other, how in importers(index, path):
-            if function not in how.names or function not in index.imported_from(other) or other == path:
-                continue
-            known = uses(index, other, path, function)
-            if known is not None and known.spellings == {function} and not (
-                known.calls or known.other or known.escapes or known.rebound or known.shadowed
-            ):
-                found.add(other)
-        memo[key] = frozenset(found)
-    return memo[key]
-
-
-def _relays_name(index: "ProjectIndex", helper: str, function: str, source: str) -> bool:
-    """`source` relays `function` of `helper`, directly or through other relays."""
-    seen, frontier = {helper}, [helper]
-    while frontier:
-        current = frontier.pop()
-        for relay in relays(index, current, function) - seen:
-            if relay == source:
-                return True
-            seen.add(relay)
-            frontier.append(relay)
-    return False
-
-
 def _importing(index: "ProjectIndex", path: str) -> List[Tuple[str, Importing, str]]:
-    """(file, how it imports, the module it imports from) for every file that may reach a helper
-    of the module at `path`: its importers, and the importers of its relays (and of theirs: a
-    caller must see the helper it reaches however deep; `decide_state` refuses a relay's relay)."""
-    memo = index.__dict__.setdefault("_apex_helper_importing", {})
-    if path not in memo:
-        found = [(other, how, path) for other, how in importers(index, path)]
-        summary = index.modules.get(path)
-        sources = {path}
-        frontier = [(path, f) for f in (summary.apex_state_functions if summary is not None else ())]
-        while frontier:
-            source, function = frontier.pop(0)
-            for relay in sorted(relays(index, source, function) - sources):
-                sources.add(relay)
-                found.extend((other, how, relay) for other, how in importers(index, relay) if other not in sources)
-                frontier.append((relay, function))
-        memo[path] = found
-    return memo[path]
+    summary = index.modules.get(path)
+    return importers_through_relays(index, path, sorted(summary.apex_state_functions) if summary is not None else [])
 
 
 def _helper_importers(index: "ProjectIndex") -> Dict[str, List[Tuple[str, Importing, str]]]:
@@ -345,7 +296,7 @@ def state_helpers_called(index: "ProjectIndex", path: str) -> Dict[str, Tuple[st
             for name in index.modules[helper].apex_state_functions:
                 if not (name in how.names or how.module or how.star):
                     continue
-                if source != helper and not _relays_name(index, helper, name, source):
+                if source != helper and source not in relayed_by(index, helper, name):
                     continue
                 known = uses(index, absolute, source, name)
                 for spelling in known.spellings if known is not None else ():

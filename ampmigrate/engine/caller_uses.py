@@ -23,10 +23,11 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Tuple
 
-from ampmigrate.engine.import_resolution import candidates
+from ampmigrate.engine.import_resolution import candidates, importers
 from ampmigrate.source import SourceError, read_regular_file
 
 if TYPE_CHECKING:
+    from ampmigrate.engine.import_resolution import Importing
     from ampmigrate.engine.project_index import ProjectIndex
 
 
@@ -241,3 +242,60 @@ def _bindings(tree: ast.Module, name: str) -> List[str]:
         elif isinstance(node, ast.arg) and node.arg == name:
             found.append("other")
     return sorted(set(found))
+
+
+def relays(index: "ProjectIndex", path: str, name: str) -> FrozenSet[str]:
+    """The files that only re-export `name` of the module at `path` to others: a package's
+    `__init__.py` with `from .checkpoint import save_checkpoint` (unaliased, never called or used
+    otherwise there) that other files import it from (Swin-Transformer's forks with a `utils/`
+    package). Their importers use `name` as if they imported it from `path`."""
+    memo = index.__dict__.setdefault("_caller_relays", {})
+    key = (path, name)
+    if key not in memo:
+        found = set()
+        for other, how in importers(index, path):
+            if name not in how.names or name not in index.imported_from(other) or other == path:
+                continue
+            known = uses(index, other, path, name)
+            if known is not None and known.spellings == {name} and not (
+                known.calls or known.other or known.escapes or known.rebound or known.shadowed
+            ):
+                found.add(other)
+        memo[key] = frozenset(found)
+    return memo[key]
+
+
+def relayed_by(index: "ProjectIndex", path: str, name: str) -> FrozenSet[str]:
+    """Every file re-exporting `name` of the module at `path`, directly or through other relays."""
+    memo = index.__dict__.setdefault("_caller_relayed_by", {})
+    key = (path, name)
+    if key not in memo:
+        seen, frontier = {path}, [path]
+        while frontier:
+            current = frontier.pop()
+            for relay in sorted(relays(index, current, name) - seen):
+                seen.add(relay)
+                frontier.append(relay)
+        memo[key] = frozenset(seen - {path})
+    return memo[key]
+
+
+def importers_through_relays(index: "ProjectIndex", path: str, names: List[str]) -> List[Tuple[str, "Importing", str]]:
+    """(file, how it imports, the module it imports from) for every file that may reach one of
+    `names` of the module at `path`: its importers, and the importers of the relays of those names
+    (and of theirs: a user must see what it reaches however deep; a decision refuses a relay's
+    relay where it cannot follow one)."""
+    memo = index.__dict__.setdefault("_caller_importing", {})
+    key = (path, tuple(names))
+    if key not in memo:
+        found = [(other, how, path) for other, how in importers(index, path)]
+        sources = {path}
+        frontier = [(path, name) for name in names]
+        while frontier:
+            source, name = frontier.pop(0)
+            for relay in sorted(relays(index, source, name) - sources):
+                sources.add(relay)
+                found.extend((other, how, relay) for other, how in importers(index, relay) if other not in sources)
+                frontier.append((relay, name))
+        memo[key] = found
+    return memo[key]

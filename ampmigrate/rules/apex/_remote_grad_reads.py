@@ -13,7 +13,7 @@ One level: the calls that body makes are not followed.
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Set
+from typing import Dict, Optional, Set
 
 from ampmigrate.engine.caller_uses import source_tree
 
