@@ -418,8 +418,8 @@ def test_a_file_handing_the_unused_import_on_still_stops_the_group(tmp_path):
     (project / "finetune.py").write_text(
         "from explain import do_train\n\n\ndef finetune(model, loader, optimizer):\n    do_train(model, loader, optimizer, 10)\n"
     )
-    reasons = _refused(project)
-    assert "explain.py imports `do_train()` and has no `amp.initialize`" in reasons["trainer.py"]
+    reasons = _refused(project)  # the package-like relay is followed to the file that calls it
+    assert "finetune.py calls `do_train()` and has no `amp.initialize`" in reasons["trainer.py"]
 
 
 RELAY = FIXTURES / "AMP101" / "amp_split_relay.project"
@@ -551,3 +551,44 @@ def test_a_side_whose_migration_would_not_be_written_stops_the_group(tmp_path):
     _edit(project / "train_net.py", "    model, optimizer = amp.initialize(", '    amp.load_state_dict(cfg.resume["amp"])\n    model, optimizer = amp.initialize(')
     reasons = _refused(project)
     assert "train_net.py cannot be migrated with it: its migration would read `scaler` in `train()`" in reasons["trainer.py"]
+
+
+# ------------------------------------------------------------------ a package re-exporting the step function
+def _packaged(tmp_path: Path) -> Path:
+    """trainer.py moved into an `engine/` package whose `__init__.py` re-exports `do_train`;
+    train_net.py imports it from the package."""
+    project = _copy(tmp_path)
+    (project / "engine").mkdir()
+    (project / "trainer.py").rename(project / "engine" / "trainer.py")
+    (project / "engine" / "__init__.py").write_text("from .trainer import do_train\n")
+    _edit(project / "train_net.py", "from trainer import do_train\n", "from engine import do_train\n")
+    return project
+
+
+def test_a_step_function_reexported_by_a_package_threads_the_scaler(tmp_path):
+    project = _packaged(tmp_path)
+    decision = decide(_index(project), str(project / "engine" / "trainer.py"), "do_train")
+    assert decision.migrate and decision.callers == ("train_net.py",)
+    _fix(project)
+    a = (project / "train_net.py").read_text()
+    b = (project / "engine" / "trainer.py").read_text()
+    assert "apex" not in a and "apex" not in b
+    assert "do_train(model, data_loader, optimizer, cfg.max_iter, scaler=scaler)" in a
+    assert "def do_train(model, data_loader, optimizer, max_iter, scaler):" in b
+    assert (project / "engine" / "__init__.py").read_text() == "from .trainer import do_train\n"
+    _compiles_and_is_stable(project)
+
+
+def test_a_file_scaling_itself_sees_a_step_function_behind_a_package(tmp_path):
+    """It hands its optimizer to the package's `do_train`: before the relay was followed it
+    migrated alone, leaving `do_train`'s `amp.scale_loss` on an optimizer apex never set up."""
+    project = _packaged(tmp_path)
+    _edit(
+        project / "train_net.py",
+        "    do_train(model, data_loader, optimizer, cfg.max_iter)\n",
+        "    for images, targets in data_loader:\n        loss = model(images, targets)\n"
+        "        with amp.scale_loss(loss, optimizer) as scaled:\n            scaled.backward()\n"
+        "        optimizer.step()\n    do_train(model, data_loader, optimizer, cfg.max_iter)\n",
+    )
+    reasons = _refused(project)
+    assert "hands the optimizer to `do_train()` of engine/trainer.py" in reasons["train_net.py"]

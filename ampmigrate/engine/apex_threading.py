@@ -564,18 +564,22 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
 def followed_uses(index: "ProjectIndex", absolute: str, function: str):
     """Each file of the run that may use `function` of the module at `absolute`: (the file, how it
     imports the module, its uses (engine/caller_uses.py), why they cannot be followed or "")."""
-    here = index.relative(absolute)
-    for other, how in importers(index, absolute):
+    from ampmigrate.engine.caller_uses import importers_through_relays, relayed_by
+
+    relays = relayed_by(index, absolute, function)  # packages re-exporting it: their importers use it
+    for other, how, source in importers_through_relays(index, absolute, [function]):
+        if other in relays:
+            continue
         if how.ambiguity(function):
             yield other, how, None, (
-                f"{index.relative(other)} imports `{how.ambiguity(function)}`, which may be {here} or another file of the "
-                f"run, so its calls of `{function}()` cannot be followed"
+                f"{index.relative(other)} imports `{how.ambiguity(function)}`, which may be {index.relative(source)} or "
+                f"another file of the run, so its calls of `{function}()` cannot be followed"
             )
             continue
         if function not in how.names and not how.module and not how.star:
             continue
-        found = uses(index, other, absolute, function)
-        yield other, how, found, _use_refusal(index, other, absolute, function, found)
+        found = uses(index, other, source, function)
+        yield other, how, found, _use_refusal(index, other, source, function, found)
 
 
 def _use_refusal(index: "ProjectIndex", other: str, target: str, function: str, found) -> str:
@@ -597,16 +601,23 @@ def _use_refusal(index: "ProjectIndex", other: str, target: str, function: str, 
 
 def step_spellings(index: "ProjectIndex", absolute: str) -> Dict[str, Tuple[str, str]]:
     """{a step function as the file at `absolute` spells it (`do_train`, `trainer.do_train`):
-    (B path, function)} for the step functions of files it imports (by name, as a module, `*`)."""
+    (B path, function)} for the step functions of files it imports (by name, as a module, `*`,
+    or from a package re-exporting it)."""
+    from ampmigrate.engine.caller_uses import importers_through_relays, relayed_by
+
     found: Dict[str, Tuple[str, str]] = {}
     for other, summary in sorted(index.modules.items()):
         if not summary.apex_step_functions or other == absolute:
             continue
-        for importer, how in importers(index, other):
+        # through a package re-exporting it too (`from engine import finetune`): `decide` refuses
+        # such a relay, and a file handing its optimizer to the function must see that
+        for importer, how, source in importers_through_relays(index, other, sorted(summary.apex_step_functions)):
             if importer != absolute or how.ambiguous:
                 continue
             for function in summary.apex_step_functions:
-                known = uses(index, absolute, other, function)
+                if source != other and source not in relayed_by(index, other, function):
+                    continue
+                known = uses(index, absolute, source, function)
                 for spelling in known.spellings if known is not None else ():
                     found[spelling] = (other, function)
     return found

@@ -29,8 +29,7 @@ import libcst as cst
 from ampmigrate.analysis.statements import walk
 from ampmigrate.api import TORCH_AMP_GRAD_SCALER_SINCE, format_version
 from ampmigrate.diagnostics import SAFE, Fix
-from ampmigrate.engine.apex_threading import Decision, decide, initializer_targets
-from ampmigrate.engine.caller_uses import uses
+from ampmigrate.engine.apex_threading import Decision, decide, initializer_targets, step_spellings
 from ampmigrate.engine.context import FileContext, FixBuilder, rebuild_args
 from ampmigrate.engine.names import Scope
 from ampmigrate.rules.apex._amp_common import AmpPlan, Unfixable
@@ -313,8 +312,9 @@ class _InitSide(_Planner):
             raise Unfixable(NO_STEP_REASON)
         _check_min_torch(self)
         # `do_train(...)`, `trainer.do_train(...)`, `T.do_train(...)`: as this file spells it
-        found = uses(index, os.path.abspath(self.ctx.path), other, callee)
-        spellings = found.spellings if found is not None else frozenset()
+        spellings = {
+            spelled for spelled, pair in step_spellings(index, os.path.abspath(self.ctx.path)).items() if pair == (other, callee)
+        }  # through a package re-exporting it too
         self.calls = [
             node for node in walk(self.home.node) if isinstance(node, cst.Call) and _spelled(node.func) in spellings
         ]
