@@ -592,3 +592,40 @@ def test_a_file_scaling_itself_sees_a_step_function_behind_a_package(tmp_path):
     )
     reasons = _refused(project)
     assert "hands the optimizer to `do_train()` of engine/trainer.py" in reasons["train_net.py"]
+
+
+# ------------------------------------------------------------------ a second step function nobody calls
+_WARMUP = (
+    "\n\ndef warmup(model, data_loader, optimizer, steps):\n"
+    "    for step, (images, targets) in enumerate(data_loader):\n"
+    "        loss = model(images, targets).sum()\n"
+    "        with amp.scale_loss(loss, optimizer) as scaled:\n            scaled.backward()\n"
+    "        optimizer.step()\n        if step >= steps:\n            break\n"
+)
+
+
+def test_a_step_function_no_file_calls_takes_the_scaler_beside_one_that_runs(tmp_path):
+    """ninpy's `utils.py`: `warmup()` is imported by the script beside `train()` but never called."""
+    project = _copy(tmp_path)
+    (project / "trainer.py").write_text((project / "trainer.py").read_text() + _WARMUP)
+    _edit(project / "train_net.py", "from trainer import do_train\n", "from trainer import do_train, warmup\n")
+    index = _index(project)
+    assert not decide(index, str(project / "trainer.py"), "warmup", alone=True).migrate
+    assert decide(index, str(project / "trainer.py"), "warmup").migrate
+    _fix(project)
+    b = (project / "trainer.py").read_text()
+    assert "apex" not in b and "def warmup(model, data_loader, optimizer, steps, scaler):" in b
+    assert "do_train(model, data_loader, optimizer, cfg.max_iter, scaler=scaler)" in (project / "train_net.py").read_text()
+    _compiles_and_is_stable(project)
+
+
+def test_a_step_function_no_file_calls_stays_when_nothing_else_of_its_file_migrates(tmp_path):
+    project = _copy(tmp_path)
+    (project / "trainer.py").write_text((project / "trainer.py").read_text() + _WARMUP)
+    (project / "finetune.py").write_text(
+        "from trainer import do_train\n\n\ndef finetune(model, loader, optimizer):\n    do_train(model, loader, optimizer, 10)\n"
+    )
+    decision = decide(_index(project), str(project / "trainer.py"), "warmup")
+    assert not decision.migrate
+    assert decision.reason == "no file of the run calls `warmup()` from trainer.py after `amp.initialize`"
+    assert "finetune.py calls `do_train()` and has no `amp.initialize`" in _refused(project)["trainer.py"]

@@ -469,10 +469,13 @@ class Decision:
     caller_paths: Tuple[str, ...] = ()  # absolute
 
 
-def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
+def decide(index: "ProjectIndex", path: str, function: str, alone: bool = False) -> Decision:
     """Whether `function` of the module at `path` (a B side) and every file calling it (its A
     sides) migrate together, by the index facts. Both sides call this, with the same index, and
-    get the same answer (rules/apex/_cross_threading.group_check then plans every side)."""
+    get the same answer (rules/apex/_cross_threading.group_check then plans every side). A step
+    function no file of the run calls (ninpy's `warmup()`, imported beside the `train()` that
+    runs) takes the scaler too when another step function of its file migrates: the run holds
+    the program using the file, and no call of it needs changing; `alone` asks without that."""
     absolute = os.path.abspath(path)
     summary = index.modules.get(absolute)
     if summary is not None and function in summary.apex_step_relays:
@@ -557,7 +560,13 @@ def decide(index: "ProjectIndex", path: str, function: str) -> Decision:
             "take is not in the run"
         )
     if not callers:
-        return Decision(False, f"no file of the run calls `{function}()` from {here} after `amp.initialize`")
+        unused = Decision(False, f"no file of the run calls `{function}()` from {here} after `amp.initialize`")
+        if alone or any(found.calls for _, _, found, _ in followed_uses(index, absolute, function) if found is not None):
+            return unused
+        for other in summary.apex_step_functions:
+            if other != function and other not in summary.apex_step_relays and decide(index, path, other, alone=True).migrate:
+                return Decision(True, "", optimizer, scaler)
+        return unused
     return Decision(True, "", optimizer, scaler, tuple(callers), tuple(paths))
 
 

@@ -26,21 +26,26 @@ class _ApplyChanges(cst.CSTTransformer):
     def __init__(self, replacements: Dict[cst.CSTNode, Any]) -> None:
         super().__init__()
         self.replacements = replacements
+        self.produced: Dict[cst.CSTNode, Any] = {}  # what each replaced node became
 
     def on_leave(self, original_node, updated_node):
         replacement = self.replacements.get(original_node, _MISSING)
         if replacement is not _MISSING:
             if callable(replacement):
                 # Computed from the node as the other changes of the round left it.
-                return replacement(updated_node)
-            if isinstance(replacement, cst.FlattenSentinel):
+                result = replacement(updated_node)
+            elif isinstance(replacement, cst.FlattenSentinel):
                 # Statements inserted around a node keep the changes made inside it.
-                return cst.FlattenSentinel(
+                result = cst.FlattenSentinel(
                     [updated_node if item is original_node else item for item in replacement.nodes]
                 )
-            return replacement
+            else:
+                result = replacement
+            self.produced[original_node] = result
+            return result
         if isinstance(updated_node, (cst.IndentedBlock, cst.Module)):
             updated_node = self._keep_separation(original_node, updated_node)
+            updated_node = self._keep_footer_comments(original_node, updated_node)
         if isinstance(updated_node, cst.IndentedBlock) and not updated_node.body and original_node.body:
             # Every statement of the block was removed: Python needs one.
             return updated_node.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
@@ -69,6 +74,51 @@ class _ApplyChanges(cst.CSTTransformer):
             pending = None
             index += len(replacement.nodes) if isinstance(replacement, cst.FlattenSentinel) else 1
         return updated_node.with_changes(body=body) if changed else updated_node
+
+
+    def _keep_footer_comments(self, original_node, updated_node):
+        """A compound statement rewritten into simple ones (`with amp.scale_loss(...) as s:` into
+        `scaler.scale(loss).backward()`) loses the comments below the last statement of its body
+        (LibCST keeps them in the body's footer): they go before the statement that followed it,
+        or to the end of the block."""
+        body = list(updated_node.body)
+        counts = []
+        for statement in original_node.body:
+            result = self.produced.get(statement, _MISSING)
+            counts.append(
+                1 if result is _MISSING else 0 if result is cst.RemovalSentinel.REMOVE
+                else len(result.nodes) if isinstance(result, cst.FlattenSentinel) else 1
+            )
+        if sum(counts) != len(body):
+            return updated_node
+        index, carry, changed = 0, [], False
+        for statement, count in zip(original_node.body, counts):
+            if carry and count:
+                body[index] = body[index].with_changes(leading_lines=[*carry, *body[index].leading_lines])
+                carry, changed = [], True
+            result = self.produced.get(statement, _MISSING)
+            if result is not _MISSING and result is not cst.RemovalSentinel.REMOVE:
+                carry = _lost_footer(statement, body[index:index + count])
+            index += count
+        if carry:
+            updated_node = updated_node.with_changes(footer=[*updated_node.footer, *carry])
+            changed = True
+        return updated_node.with_changes(body=body) if changed else updated_node
+
+
+def _lost_footer(statement: cst.CSTNode, emitted: Sequence[cst.CSTNode]) -> List[cst.EmptyLine]:
+    """The footer lines of `statement`'s own body, from its first comment to its last, when no
+    statement it became still holds those comments."""
+    block = getattr(statement, "body", None)
+    footer = list(getattr(block, "footer", ()) or ()) if isinstance(block, cst.IndentedBlock) else []
+    marks = [i for i, line in enumerate(footer) if line.comment is not None]
+    if not marks:
+        return []
+    kept = "".join(cst.Module(body=[]).code_for_node(node) for node in emitted)
+    lines = footer[marks[0]: marks[-1] + 1]
+    if all(line.comment is None or line.comment.value in kept for line in lines):
+        return []
+    return lines
 
 
 def _leading_blanks(statement: cst.CSTNode) -> List[cst.EmptyLine]:
