@@ -270,6 +270,9 @@ def test_agrees_with_libcst_on_imported_names(path):
 
         if isinstance(node, cst.Name) and node not in index.loads:
             continue  # LibCST also names import aliases and targets; we index loads
+        names = {n for n in names if not n.startswith(".")}  # a relative import names a module of the
+        # run (`from .registry import ENGINES`: LibCST's `.registry.ENGINES`), which no rule looks up by
+        # name: the pass leaves it unnamed (the project index resolves such imports itself)
         assert names <= ours.get(node, frozenset()), module.code_for_node(node)
     for node, names in ours.items():
         if _only_imports(index, node) and node in theirs:

@@ -49,7 +49,10 @@ def _both(root: Path, files, settings, job, jobs, tmp_path):
 def test_a_run_beside_the_index_is_the_run_after_it(tmp_path, jobs):
     # every multi-file project's files (they need the index) and every other single-file fixture
     every = sorted(str(p) for p in FIXTURES.rglob("*.py"))
-    files = [f for i, f in enumerate(every) if ".project" in f or i % 4 == 0]
+    # Not the single-file fixtures registering a cast function: in one run with every project they
+    # make each apex migration of the run unsafe (engine/apex_cast_registrations.py), a refusal the
+    # projects were not written for, whose reason names whichever group member was planned first.
+    files = [f for i, f in enumerate(every) if ".project" in f or (i % 4 == 0 and "register_" not in Path(f).read_text())]
     outcome = _both(FIXTURES, files, make_settings(), Job("check"), jobs, tmp_path)
     assert sum(1 for _, findings, *_ in outcome if findings) > 100  # the fixtures' findings, all found
     assert all(digest for *_, digest in outcome if digest is not None)
