@@ -100,3 +100,82 @@ def test_a_gradscalers_own_calls_and_a_tpu_path_are_no_readers():
         "        if native:\n            native_scaler.unscale_(optimizer)\n        if tpu:\n            xm.optimizer_step(optimizer)\n",
     ).replace("from slimming import add_bn_sparsity\n", "import torch_xla.core.xla_model as xm\n")
     assert "unscale_(optimizer)\n        if native" not in fix(code)
+
+
+# pix2pix's models: `self.set_requires_grad(self.netD, False)` between the scaled backward and
+# the step runs a method the class inherits from `BaseModel` of `models/base_model.py`, read
+# through the index like any other file's function.
+_BASE = '''\
+class BaseModel:
+    def set_requires_grad(self, nets, requires_grad=False):
+        if not isinstance(nets, list):
+            nets = [nets]
+        for net in nets:
+            for param in net.parameters():
+                param.requires_grad = requires_grad
+'''
+_GAN = '''\
+import torch
+import torch.nn.functional as F
+from apex import amp
+
+from .base_model import BaseModel
+
+
+class GanModel(BaseModel):
+    def __init__(self, opt, netG, netD):
+        self.netG, self.netD = netG, netD
+        self.optimizer_G = torch.optim.Adam(netG.parameters())
+        self.optimizer_D = torch.optim.Adam(netD.parameters())
+        [self.netG, self.netD], [self.optimizer_G, self.optimizer_D] = amp.initialize(
+            [self.netG, self.netD], [self.optimizer_G, self.optimizer_D], opt_level=opt.opt_level)
+
+    def optimize_parameters(self, real, target):
+        self.optimizer_D.zero_grad()
+        loss_D = F.mse_loss(self.netD(self.netG(real).detach()), target)
+        with amp.scale_loss(loss_D, self.optimizer_D) as scaled:
+            scaled.backward()
+        self.optimizer_D.step()
+        self.optimizer_G.zero_grad()
+        loss_G = F.mse_loss(self.netD(self.netG(real)), target)
+        with amp.scale_loss(loss_G, self.optimizer_G) as scaled:
+            scaled.backward()
+        self.set_requires_grad(self.netD, True)
+        self.optimizer_G.step()
+'''
+
+
+def _inheriting(tmp_path: Path, base: str = _BASE) -> Path:
+    project = tmp_path / "p"
+    (project / "models").mkdir(parents=True)
+    (project / "models" / "__init__.py").write_text("")
+    (project / "models" / "base_model.py").write_text(base)
+    (project / "models" / "gan_model.py").write_text(_GAN)
+    return project
+
+
+def test_an_inherited_method_reading_no_gradient_is_no_reader(tmp_path):
+    project = _inheriting(tmp_path)
+    _fix(project)
+    fixed = (project / "models" / "gan_model.py").read_text()
+    assert "amp.initialize" not in fixed and "self.scaler.step(self.optimizer_G)" in fixed
+    assert "unscale_" not in fixed
+    _compiles_and_is_stable(project)
+
+
+def test_an_inherited_method_reading_gradients_stays_a_reader(tmp_path):
+    reading = _BASE + "        print(sum(p.grad.norm() for n in nets for p in n.parameters()))\n"
+    project = _inheriting(tmp_path, reading)
+    _fix(project)
+    assert "amp.initialize" in (project / "models" / "gan_model.py").read_text()
+    _fix(project, "--unsafe-fixes")
+    assert "amp.initialize" not in (project / "models" / "gan_model.py").read_text()
+
+
+def test_an_inherited_method_of_an_ambiguous_module_stays_a_reader(tmp_path):
+    """A second `base_model.py` the module's name alone could denote: the index would not put
+    the base's file in this file's cache key, so its body is not read."""
+    project = _inheriting(tmp_path)
+    (project / "base_model.py").write_text(_BASE.replace("param.requires_grad = requires_grad", "print(param.grad)"))
+    _fix(project)
+    assert "amp.initialize" in (project / "models" / "gan_model.py").read_text()

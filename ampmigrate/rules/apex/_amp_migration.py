@@ -652,16 +652,21 @@ class _Planner(
         self._check_nesting()
         return self._finish("Migrate inference under apex.amp to torch.autocast fp16")
 
-    def _inference_autocast(self, init: AmpRef, spec, why_not: str) -> bool:
+    def _inference_autocast(
+        self, init: AmpRef, spec, why_not: str, anchor: Optional[cst.CSTNode] = None, models: Optional[Set[str]] = None
+    ) -> bool:
         """The statements after the inference `amp.initialize` (`self.init_line`) in its block
         that run the model go under `torch.autocast`, and the call goes; False (nothing planned)
-        where the call is inside a block of its function or no such statement follows."""
+        where the call is inside a block of its function or no such statement follows. `anchor`
+        and `models`: the `if` whose arms hold several such calls, and their models together (the
+        caller removes the calls)."""
         # The line itself, or `if <cond>: model = amp.initialize(...)` alone in its `if` (then the
         # condition joins `enabled` and the `if` goes), directly in the function's (module's) body.
-        anchor, conditions = self.init_line, []
+        arms = anchor
+        anchor, conditions = anchor or self.init_line, []
         parent_block = self.names.parent(anchor)
         guard = self.names.parent(parent_block)
-        if isinstance(guard, cst.If) and guard.orelse is None and len(body_of(parent_block) or ()) == 1:
+        if arms is None and isinstance(guard, cst.If) and guard.orelse is None and len(body_of(parent_block) or ()) == 1:
             if not is_pure(guard.test):
                 raise Unfixable(why_not)
             anchor, conditions = guard, [self.ctx.code(guard.test).strip()]
@@ -681,7 +686,7 @@ class _Planner(
             body = list(body_of(block) or ())
             after = body[body.index(anchor) + 1 :]
             outer = anchor
-        models = self._initialized_names()
+        models = models or self._initialized_names()
         runs = self._statements_running(after, models)
         if not runs:
             return False
@@ -698,6 +703,13 @@ class _Planner(
         torch = self._torch(self.init_line)
         args = f'{self.ctx.string("cuda").value}, dtype={torch}.float16' + (f", enabled={enabled}" if enabled else "")
         for statement in runs:
+            if self.builder.replaces(statement):
+                # another inference setup of the file runs it too, under its own conditions
+                raise Unfixable(
+                    f"line {self._line(statement)} runs models that `amp.initialize` at line {self._line(init.call)} "
+                    "and another inference setup of this file set up under other conditions or options: wrap the "
+                    'inference in `torch.autocast("cuda", dtype=torch.float16)` by hand'
+                )
             fp32_lines = self._escape_banned_calls(Region(block, [statement]))
             header = self.ctx.parse_statement(f"with {torch}.autocast({args}):\n    pass\n")
             inner = indent_continuations(
@@ -705,7 +717,9 @@ class _Planner(
             )
             wrapped = header.with_changes(body=header.body.with_changes(body=[inner]), leading_lines=statement.leading_lines)
             self.builder.replace(statement, wrapped)
-        if anchor is self.init_line:
+        if arms is not None:
+            pass
+        elif anchor is self.init_line:
             self._place_home(None)
         elif self._rebinding() is None:
             self.removal.remove_statement(anchor)
@@ -1219,7 +1233,10 @@ class _Planner(
         self._plan_presence_tests()
         self._plan_scaler_creation()
         # functions gaining a `scaler` parameter: no other file may call them (_threaded_importers.py)
-        check_threaded_importers(self, [*getattr(self.access, "threaded", ()), *getattr(self.access, "helper_calls", {})])
+        returning = [self.access.home] if getattr(self.access, "returned_to", None) is not None else []
+        check_threaded_importers(
+            self, [*getattr(self.access, "threaded", ()), *getattr(self.access, "helper_calls", {}), *returning]
+        )
         self.access.emit()
         if self.usage.carrier is not None:
             emit_stores(self)

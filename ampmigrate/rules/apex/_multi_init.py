@@ -70,6 +70,9 @@ class MultiInits:
             raise Unfixable(why_not)
         self.fp32 = False
         self.builder = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
+        arms = self._inference_arms(inits)
+        if arms is not None:
+            return self._inference_arms_fix(plan, inits, arms, why_not)
         wrapped = False
         for init in inits:
             spec = scaler_spec(self.module, self.names, init.call, self.ctx.quote)
@@ -89,6 +92,49 @@ class MultiInits:
         if wrapped:
             return self._finish(f"Migrate the inference setups under apex.amp (lines {lines}) to torch.autocast fp16")
         return self._finish(f"Remove apex.amp's inference setups (lines {lines})")
+
+    def _inference_arms(self, inits: List[AmpRef]) -> Optional[cst.If]:
+        """The `if` whose `if`/`else` arms hold the two inference calls, each directly in its arm,
+        both at the static level O1 with the same `enabled`: apex O1 patches torch's functions for
+        the whole program whichever models it is given (none is cast), so whichever arm ran, every
+        model run after the `if` ran in fp16 (PAT's `amp.initialize([model, lm_model, nsp_model])`
+        or `amp.initialize([model, lm_model])` by a flag)."""
+        if len(inits) != 2:
+            return None
+        arms = self._arms_if(*inits, same_conditions=False)
+        if arms is None or any(self.names.parent(self.names.parent(self._init_line(r))) not in (arms, arms.orelse) for r in inits):
+            return None
+        specs = [scaler_spec(self.module, self.names, r.call, self.ctx.quote) for r in inits]
+        if any(s.levels != {"O1"} or s.unsafe for s in specs):
+            return None
+        if len({tuple(c.code for c in s.enabled) for s in specs}) != 1:
+            return None
+        return arms
+
+    def _inference_arms_fix(self, plan: AmpPlan, inits: List[AmpRef], arms: cst.If, why_not: str) -> Fix:
+        """Both calls go, and the model runs after the `if` go under one `torch.autocast`: the
+        models either call set up, enabled as both were (`_inference_arms`)."""
+        models: Set[str] = set()
+        for init in inits:
+            self.spec, self.init, self.init_line = scaler_spec(self.module, self.names, init.call, self.ctx.quote), init, self._init_line(init)
+            models |= self._initialized_names()
+        if not self._inference_autocast(inits[0], self.spec, why_not, anchor=arms, models=models):
+            raise Unfixable(why_not)
+        for init in inits:
+            self.init, self.init_line = init, self._init_line(init)
+            self.spec = scaler_spec(self.module, self.names, init.call, self.ctx.quote)
+            if self._rebinding() is not None:
+                raise Unfixable(why_not + f" (the call at line {self._line(init.call)} binds other names than the models it is given)")
+            self.removal.remove_statement(self.init_line)
+            self.handled.add(self.init_line)
+        for note in self.spec.notes:
+            self._note(note)
+        self._plan_presence_tests()
+        self._plan_imports()
+        self._emit_removals()
+        self._check_nesting()
+        lines = " and ".join(str(self._line(r.call)) for r in inits)
+        return self._finish(f"Migrate the inference setups under apex.amp (lines {lines}, one per arm) to torch.autocast fp16")
 
     # ---- a precise reason
     def _several_inits_reason(self, inits: List[AmpRef], error: Unfixable) -> Unfixable:

@@ -40,6 +40,7 @@ class ScalerAccess:
     # even though no other function of this file uses it.
     serves_other_files = False
     optional: dict = {}  # (see __init__); none in subclasses
+    returned_to = None  # (see __init__); none in subclasses
 
     def __init__(self, planner: "_Planner", use_scopes: List[Scope]) -> None:
         self.p = planner
@@ -51,6 +52,9 @@ class ScalerAccess:
         # {scope: those calls}; the parameter is then `scaler=None`
         self.optional: Dict[Scope, List[cst.Call]] = {}
         self.hoist_before: Optional[cst.CSTNode] = None
+        # The one caller of the home function that gets the scaler as one more returned value
+        # (`_return_to`): (its scope, the tuple it unpacks the call into, the home's returned tuples).
+        self.returned_to: Optional[Tuple[Scope, cst.BaseExpression, List[cst.BaseExpression]]] = None
         self.detached_init: Optional[Scope] = None  # the class's `__init__` when the scaler lives apart
         # Functions reaching the scaler through the object that carried apex's module (_amp_carrier.py).
         self.carriers = carrier_scopes(planner) if planner.usage.carrier is not None else {}
@@ -110,11 +114,14 @@ class ScalerAccess:
                 owner = self._closure_owner(scope)
                 if owner is not None and owner is not self.home and self._thread(owner, ()):
                     continue  # ignite's `def update_fn(engine, batch)` inside a trainer factory: it captures the parameter
+                why_not_returned = self._return_to(scope)
+                if not why_not_returned:
+                    continue
                 name = getattr(scope.node, "name", None)
                 raise Unfixable(
                     f"`{name.value if name is not None else '?'}()` uses apex.amp but is not only called (directly) "
                     "from the function that calls `amp.initialize` or from functions it calls, so the scaler "
-                    "cannot be passed to it"
+                    "cannot be passed to it" + (f" ({why_not_returned})" if why_not_returned != "-" else "")
                 )
         self.name = self._choose_name(use_scopes)
         # `amp.initialize` in a method other than `__init__`: `__init__` gets a disabled scaler
@@ -298,6 +305,90 @@ class ScalerAccess:
             self.optional = {**self.optional, scope: scalerless}
         self.threaded.append(scope)
         return True
+
+    def _return_to(self, scope: Scope) -> str:
+        """`scope` is the one caller of the home function, unpacking what it returns: D-NeRF's
+        `create_nerf(args)` sets apex up and returns `render_kwargs_train, ..., optimizer`, and
+        `train()` does `..., optimizer = create_nerf(args)` and then scales the loss. The home
+        returns the scaler as one more value (every `return` a tuple of the same length, after
+        `amp.initialize`), the caller unpacks it, as people migrate by hand. The caller's own uses
+        must come after that statement; other files calling the home refuse (_threaded_importers.py).
+        "" when it does; else why not, or "-" where `scope` is no such caller at all."""
+        home = self.home
+        if self.returned_to is not None or self.threaded or self.helper_calls:
+            return "-"
+        if home.kind != "function" or home.parent is not self.names.module_scope or not isinstance(home.node, cst.FunctionDef):
+            return "-"
+        if scope.kind != "function" or scope.parent is not self.names.module_scope:
+            return "-"
+        binding = self._def_binding(home)
+        if binding is None or len(home.parent.bindings.get(binding.name, [])) != 1:
+            return "-"
+        refs = list(self.names.references(binding))
+        name = home.node.name.value
+        if not any(self.p._function_scope(r) is scope for r in refs):
+            return "-"
+        if len(refs) != 1:
+            return f"nor returned to it: `{name}()` is used {len(refs)} times"
+        call = self.names.parent(refs[0])
+        if not (isinstance(call, cst.Call) and call.func is refs[0]):
+            return f"nor returned to it: `{name}` is used otherwise than by a call"
+        assign = self.names.parent(call)
+        target = assign.targets[0].target if isinstance(assign, cst.Assign) and len(assign.targets) == 1 else None
+        if (
+            target is None or assign.value is not call or not isinstance(target, (cst.Tuple, cst.List))
+            or any(isinstance(e, cst.StarredElement) for e in target.elements)
+        ):
+            return f"nor returned to it: what `{name}()` returns is not unpacked into names by one assignment"
+        returns = [n for n in walk(home.node.body, into_scopes=False) if isinstance(n, cst.Return)]
+        if any(isinstance(n, (cst.Yield, cst.Await)) for n in walk(home.node.body, into_scopes=False)):
+            return f"nor returned to it: `{name}()` is a generator or coroutine"
+        init_start = self.p._start(self.p.init_line)
+        for node in returns:
+            value = node.value
+            if not (
+                isinstance(value, cst.Tuple) and len(value.elements) == len(target.elements)
+                and not any(isinstance(e, cst.StarredElement) for e in value.elements)
+                and self.p._start(node) > init_start
+            ):
+                return (
+                    f"nor returned to it: `{name}()` returns at line {self.p._line(node)} other than a tuple of the "
+                    "values unpacked, after `amp.initialize`"
+                )
+        body = list(home.node.body.body) if isinstance(home.node.body, cst.IndentedBlock) else []
+        if not returns or not body or not any(n is body[-1] for n in [*returns, *(self.names.parent(r) for r in returns)]):
+            return f"nor returned to it: `{name}()` does not end with its `return`"
+        statement = self.names.parent(assign)
+        if any(self.p._function_scope(r.node) is scope and self.p._start(r.node) <= self.p._start(statement) for r in self.p.refs):
+            return f"nor returned to it: `{scope.node.name.value}()` uses apex.amp before it calls `{name}()`"
+        self.returned_to = (scope, target, [n.value for n in returns])
+        return ""
+
+    def _returned_model_keys(self) -> Set[str]:
+        """The names the caller unpacks the home's models into: the positions where every `return`
+        gives a model, or a dict, list or tuple the home built around one (D-NeRF's
+        `render_kwargs_train = {"network_fn": model, ...}`, later `render(..., **render_kwargs_train)`)."""
+        _, target, values = self.returned_to
+        models = set(self.model_names)
+
+        def holds_model(value: cst.BaseExpression) -> bool:
+            if isinstance(value, cst.Name) and value.value in models:
+                return True
+            if not isinstance(value, cst.Name):
+                return False
+            bindings = self.home.bindings.get(value.value, [])
+            return bool(bindings) and all(
+                b.kind == "assign" and isinstance(b.value, (cst.Dict, cst.List, cst.Tuple)) and any(
+                    isinstance(n, cst.Name) and n.value in models for n in walk(b.value)
+                )
+                for b in bindings
+            )
+
+        keys: Set[str] = set()
+        for position, element in enumerate(target.elements):
+            if isinstance(element.value, cst.Name) and all(holds_model(v.elements[position].value) for v in values):
+                keys.add(element.value.value)
+        return keys
 
     def _choose_name(self, use_scopes: List[Scope]) -> str:
         if self.mode == "attribute":
@@ -668,6 +759,8 @@ class ScalerAccess:
         and in a function the scaler is passed to, the parameters its callers pass them as."""
         if function is self.home or self._nested_in(function, self.home) or self.home.kind == "module":
             return set(self.model_names)
+        if self.returned_to is not None and function is self.returned_to[0]:
+            return self._returned_model_keys()
         if self.mode == "attribute":
             return {n for n in self.model_names if n.startswith("self.")}
         keys: Set[str] = set()
@@ -705,6 +798,12 @@ class ScalerAccess:
     def emit(self) -> None:
         builder = self.p.builder
         slots = self.p.usage.slots
+        if self.returned_to is not None:
+            scope, target, values = self.returned_to
+            for node in [*values, target]:
+                builder.replace(node, lambda updated, name=self.name: _with_element(updated, name))
+            home = self.home.node.name.value
+            self.p._note(f"`{home}()` returns the scaler as one more value, which `{scope.node.name.value}()` unpacks")
         for scope in self.threaded:
             func = scope.node
             if func in slots:
@@ -935,3 +1034,12 @@ def _as_bools(codes: List[str], names: FrozenSet[str]) -> List[str]:
         else:
             result.append(f"bool({code})")
     return result
+
+
+def _with_element(node: cst.BaseExpression, name: str) -> cst.BaseExpression:
+    """`a, b` (a tuple or list, as written) with `name` appended: `a, b, name`."""
+    elements = list(node.elements)
+    last = elements[-1]
+    if isinstance(last.comma, cst.MaybeSentinel):
+        elements[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return node.with_changes(elements=[*elements, cst.Element(cst.Name(name))])

@@ -31,6 +31,8 @@ from typing import Dict, List, Optional, Set
 import libcst as cst
 
 from ampmigrate.analysis.statements import expression_key, walk
+from ampmigrate.engine.names import dotted
+from ampmigrate.rules.apex._method_windows import _first_param, _plain_method
 from ampmigrate.rules.apex._remote_grad_reads import reads_scaled_gradients, remote_body
 
 
@@ -83,6 +85,9 @@ class WindowReaders:
             return next(iter(qnames))
         if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)):
             return ""
+        inherited = self._inherited_method(call)
+        if inherited:
+            return inherited
         made = set()
         for binding in self.names.bindings_of(func.value):
             value = binding.value
@@ -90,6 +95,43 @@ class WindowReaders:
                 return ""
             made |= self.names.qualified_names(value.func)
         return f"{made.pop()}.{func.attr.value}" if len(made) == 1 else ""
+
+    def _inherited_method(self, call: cst.Call) -> str:
+        """`base_model.BaseModel.set_requires_grad` for `self.set_requires_grad(...)` in a method
+        of a class of this file that does not define it and has one base, imported (pix2pix's
+        models derive from `BaseModel` of `base_model.py`); "" otherwise. The index finds the
+        method only where that base defines it itself."""
+        func = call.func
+        function = self._function_scope(call)
+        if not (_plain_method(function) and func.value.value == _first_param(function)):
+            return ""
+        cls = function.parent.node
+        method = func.attr.value
+        if not isinstance(cls, cst.ClassDef) or len(cls.bases) != 1 or cls.keywords or method in self._class_methods(function.parent):
+            return ""
+        if any(
+            isinstance(n, cst.Attribute) and n.attr.value == method and isinstance(self.names.parent(n), cst.AssignTarget)
+            for n in walk(cls)
+        ):
+            return ""  # `self.m = ...` somewhere in the class
+        base = cls.bases[0].value
+        bases = self.names.qualified_names(base)
+        if len(bases) == 1:
+            return f"{next(iter(bases))}.{method}"
+        bindings = self.names.bindings_of(base) if isinstance(base, cst.Name) else []
+        if len(bindings) != 1 or bindings[0].kind != "from-import" or not isinstance(bindings[0].statement, cst.ImportFrom):
+            return ""
+        statement = bindings[0].statement
+        index = self.ctx.project_index
+        if statement.module is None or index is None:
+            return ""
+        # `from .base_model import BaseModel`: the index resolves the module from this file's folder,
+        # and the file's cache key holds it only where the module's name alone finds the same file
+        module = dotted(statement.module)
+        found = index.module_for(module, self.ctx.path)
+        if found is None or index.module_for(module) != found:
+            return ""
+        return f"{module}.{bindings[0].node.name.value}.{method}"
 
     def _gradient_holders(self, step) -> Set[str]:
         """Spellings (`model`, `self.net`, `optimizer`, `fgm`) of what holds the gradients: the
