@@ -455,13 +455,22 @@ class _Planner(
         conversion, so the model runs in fp32 unless its calls are under autocast."""
         line = self._init_line(ref)
         small = line.body[0]
+        rebinding = None
         if ref.api == "init":
             pass  # `handle = amp.init(...)`: the handle has no use left (a use would have stopped the plan)
         elif isinstance(small, cst.Assign) and not _rebinds_its_arguments(small, ref.call, self.names):
-            raise Unfixable(
-                f"`amp.initialize` without optimizers at line {self._line(ref.call)} binds other names than the "
-                "model it is given"
-            )
+            # `model, optimizer = amp.initialize(model.cuda(), optimizer)`: apex returned what it was
+            # given, so the line keeps binding that (`model = model.cuda()`)
+            try:
+                spec = scaler_spec(self.module, self.names, ref.call, self.ctx.quote)
+                rebinding = None if spec.error else self._rebinding_of(line, ref.call, spec)
+            except Unfixable:
+                rebinding = None
+            if rebinding is None:
+                raise Unfixable(
+                    f"`amp.initialize` without optimizers at line {self._line(ref.call)} binds other names than the "
+                    "model it is given"
+                )
         if not isinstance(small, (cst.Assign, cst.Expr)):
             raise Unfixable(f"`amp.initialize` at line {self._line(ref.call)} is not a statement of its own")
         half = self._half_cast()
@@ -470,7 +479,10 @@ class _Planner(
                 f"`amp.{ref.api}` at line {self._line(ref.call)} ran the model in fp16, and line "
                 f"{self._line(half)} casts to half: with the call gone, the fp32 model would get fp16 inputs"
             )
-        self.removal.remove_statement(line)
+        if rebinding is not None:
+            self.builder.replace(line, self.ctx.parse_statement(rebinding + "\n").with_changes(leading_lines=line.leading_lines))
+        else:
+            self.removal.remove_statement(line)
         self.handled.add(line)
         spec = scaler_spec(self.module, self.names, ref.call, self.ctx.quote) if ref.api == "initialize" else None
         what, runs = (
