@@ -21,6 +21,7 @@ import libcst as cst
 from ampmigrate.analysis.statements import (
     Branch,
     body_of,
+    branches,
     condition_code,
     containing_block,
     expression_key,
@@ -31,6 +32,7 @@ from ampmigrate.analysis.statements import (
 from ampmigrate.api import CLIP_GRAD
 from ampmigrate.rules.apex._amp_common import Step, Unfixable, plain_optimizer
 from ampmigrate.rules.apex._class_input_gradient import class_input_gradient
+from ampmigrate.rules.apex._init_enclosure import reads_of, stores_in
 from ampmigrate.rules.apex._optimizer_alias import optimizer_aliases
 from ampmigrate.rules.apex._presence import Unsupported, simplify
 from ampmigrate.rules.apex._regions import NoRegion, autocast_regions
@@ -262,6 +264,33 @@ class StepRewrites:
             for n in nodes
         )
 
+    def _never_runs_under(self, node: cst.CSTNode) -> bool:
+        """`node` lies in both arms of one test: `if opt.amp == 1: <scaled backward> else:
+        l.backward(); if opt.amp == 1: clip(amp.master_params(optimizer))` (A2W-Segmental), where
+        nothing in the outer arm writes what the test reads. It never runs."""
+        found = branches(self.names, node, stop=self._function_scope(node).node)  # innermost last
+        for position, inner in enumerate(found):
+            for outer in found[:position]:
+                if outer.key != (inner.key[0], not inner.taken):
+                    continue
+                arm = outer.statement.body if outer.taken else outer.statement.orelse
+                statements = [arm] if isinstance(arm, cst.If) else body_of(arm.body if isinstance(arm, cst.Else) else arm) or ()
+                reads = reads_of(outer.test)
+                written = {w for statement in statements for w in stores_in(statement)}
+                if any(r == w or r.startswith(w + ".") or w.startswith(r + ".") for r in reads for w in written):
+                    continue
+                # nor handed to a call that could change it (`reset(opt)`, `opt.update(...)`)
+                roots = {r.split(".")[0] for r in reads}
+                if not any(
+                    isinstance(n, cst.Call) and any(
+                        isinstance(part, cst.Name) and part.value in roots
+                        for part in [*(a.value for a in n.args), n.func.value if isinstance(n.func, cst.Attribute) else None]
+                    )
+                    for statement in statements for n in walk(statement)
+                ):
+                    return True
+        return False
+
     def _inactive(self, step: Step, node: cst.CSTNode) -> bool:
         """True when `node` is in the other branch of an `if` (same test) that `amp.scale_loss` is in:
         the fp32 path of `if fp16: <scaled backward> else: loss.backward()`."""
@@ -417,6 +446,8 @@ class StepRewrites:
             if call in covered_master or id(call) in in_bodies:
                 continue
             statement = self.names.statement_of(call)
+            if self._never_runs_under(call):
+                continue  # its own rewrite suffices: no gradient it reads is ever scaled
             if any(self._reads_gradients(n) for n in walk(statement)):
                 raise Unfixable(
                     f"`amp.master_params` at line {self._line(call)} reads gradients outside the backward/step "
