@@ -368,7 +368,7 @@ class _Planner(
             self._note(f"{guard.resolves}: the values autocast matches migrate, the others now raise where `amp.initialize` was")
         requires = {s.code for s in plan.sites}
         self.builder = FixBuilder("", SAFE, frozenset(requires))
-        for line, statement in getattr(self, "sibling_rebindings", ()):
+        for line, statement in [*getattr(self, "sibling_rebindings", ()), *getattr(self, "inference_rebindings", ())]:
             self.builder.replace(line, statement)
         self.init = init
         self.init_line = self._init_line(init)
@@ -480,7 +480,11 @@ class _Planner(
                 f"{self._line(half)} casts to half: with the call gone, the fp32 model would get fp16 inputs"
             )
         if rebinding is not None:
-            self.builder.replace(line, self.ctx.parse_statement(rebinding + "\n").with_changes(leading_lines=line.leading_lines))
+            statement = self.ctx.parse_statement(rebinding + "\n").with_changes(leading_lines=line.leading_lines)
+            if getattr(self, "builder", None) is None:  # replaced once the fix is being built (`_build`)
+                self.inference_rebindings = [*getattr(self, "inference_rebindings", ()), (line, statement)]
+            else:
+                self.builder.replace(line, statement)
         else:
             self.removal.remove_statement(line)
         self.handled.add(line)
@@ -606,6 +610,9 @@ class _Planner(
         if enclosure is not None:
             enclosure.check_uses()  # _init_enclosure.py: `amp.initialize` in a loop or a `try`
         self._check_alternative_placed()  # _multi_init.py
+        for line, statement in getattr(self, "inference_rebindings", ()):
+            if not self.builder.replaces(line):  # a path that made its own builder (`_drop_inference_init`)
+                self.builder.replace(line, statement)
         if not getattr(self, "fp32", False):
             self._check_casts_left_behind()
         details = self.notes + ([f"unsafe: {'; '.join(self.unsafe)}"] if self.unsafe else [])
