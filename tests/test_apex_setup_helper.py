@@ -698,3 +698,31 @@ def test_a_main_block_calling_the_training_before_the_helper_refuses(tmp_path):
     )
     reasons = _refused(project)
     assert "cannot be created right after `distribute_model()`: code outside the `if`" in reasons["train.py"]
+
+
+RETURNING_ARM = FIXTURES / "AMP101" / "apex_setup_helper_returning_arm.project"
+
+
+def test_an_inference_arm_returning_its_model_keeps_its_return(tmp_path):
+    """ujiuji1259/wiki_en's `to_fp16()`: apex spelled out beside `from apex import amp`, the
+    inference arm returning the model itself; the training caller is a method calling the helper
+    under `if fp16:`, unpacking into `self.model`."""
+    project = _copy(tmp_path, RETURNING_ARM)
+    _fix(project)
+    util = (project / "util.py").read_text()
+    assert "    if optimizer is None:\n        return model\n\n    return model, optimizer\n" in util
+    assert _apex_free(util) and O3_GUARD in util
+    ranker = (project / "ranker.py").read_text()
+    assert '        scaler = torch.amp.GradScaler("cuda", enabled=fp16 and fp16_opt_level != "O0")\n        if fp16:\n' in ranker
+    assert _apex_free(ranker) and _apex_free((project / "evaluate.py").read_text())
+    _compiles_and_is_stable(project)
+
+
+def test_a_test_read_written_in_the_arm_before_the_helper_refuses(tmp_path):
+    project = _copy(tmp_path, RETURNING_ARM)
+    _edit(project / "ranker.py", "            assert fp16_opt_level is not None\n", "            fp16_opt_level = fp16_opt_level or \"O1\"\n")
+    reasons = _messages(project)
+    assert "the GradScaler cannot be created right after `to_fp16()`" in reasons["ranker.py"], reasons
+    before = (project / "util.py").read_text()
+    _fix(project)
+    assert (project / "util.py").read_text() == before  # the group stays on apex

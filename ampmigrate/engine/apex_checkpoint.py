@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
-from ampmigrate.engine.apex_threading import SCALER_NAMES, _apex_amp_names, _enclosing_top_function, _own_nodes, _params
+from ampmigrate.engine.apex_threading import SCALER_NAMES, _enclosing_top_function, _own_nodes, _params, apex_amp_tree
 from ampmigrate.engine.caller_uses import binds, importers_through_relays, relayed_by, relays, signature, uses
 from ampmigrate.engine.import_resolution import Importing
 from ampmigrate.engine.import_resolution import key as resolution_key
@@ -43,7 +43,7 @@ STATE_APIS = ("state_dict", "load_state_dict")
 def summarize_checkpoint(tree: ast.Module, summary: "ModuleSummary") -> None:
     """Fill `apex_state_functions` (a helper's file) and `apex_initializes` /
     `apex_name_uses` (a caller's file) of one module."""
-    amp_names = _apex_amp_names(tree)
+    tree, amp_names = apex_amp_tree(tree)  # `import apex`, then `apex.amp.initialize(...)` too
     if not amp_names:
         return
     uses = [

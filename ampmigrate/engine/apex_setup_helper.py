@@ -29,7 +29,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
-from ampmigrate.engine.apex_threading import _apex_amp_names, _own_nodes
+from ampmigrate.engine.apex_threading import _own_nodes, apex_amp_tree
 from ampmigrate.engine.caller_uses import uses
 from ampmigrate.engine.import_resolution import importers
 
@@ -69,7 +69,7 @@ class Helper:
 def helper_of(tree: ast.Module, path: str) -> Tuple[Optional[Helper], str]:
     """(the setup helper of this module, "") or (None, why not); (None, "") when the module has
     no `amp.initialize` in a top-level function at all."""
-    amp_names = _apex_amp_names(tree)
+    tree, amp_names = apex_amp_tree(tree)  # `import apex`, then `apex.amp.initialize(...)` too
     if not amp_names:
         return None, ""
     inits = [
@@ -135,7 +135,9 @@ def helper_of(tree: ast.Module, path: str) -> Tuple[Optional[Helper], str]:
         elif isinstance(outer, (ast.For, ast.While, ast.With, ast.Try, ast.AsyncFor, ast.AsyncWith)):
             return None, f"`amp.initialize` in `{name}()` runs inside a loop, a `with` or a `try`"
     # The one return, last: a tuple holding the model and the optimizer by name.
-    returns = [n for n in _own_nodes(function) if isinstance(n, ast.Return)]
+    # (the inference arm may end with its own `return model`: `_inference_arm`)
+    arm_returns = [s for s in (*arms.body, *arms.orelse) if isinstance(s, ast.Return)] if arms is not None else []
+    returns = [n for n in _own_nodes(function) if isinstance(n, ast.Return) and n not in arm_returns]
     last = function.body[-1]
     if len(returns) != 1 or returns[0] is not last or not isinstance(last.value, ast.Tuple):
         return None, f"`{name}()` does not end with its only `return`, of a tuple"
@@ -277,13 +279,19 @@ def _inference_arm(tree: ast.Module, inits: List[ast.Call]) -> Tuple[Optional[as
         branch = parents.get(id(t_statement))
         if not (isinstance(branch, ast.If) and parents.get(id(i_statement)) is branch):
             continue
-        if not (len(branch.body) == 1 and len(branch.orelse) == 1):
-            continue
         if not (len(t_call.args) == 2 and all(isinstance(a, ast.Name) for a in t_call.args)):
             continue
         model, optimizer = (a.id for a in t_call.args)
         none_first = _tests_none(branch.test, optimizer)
         if none_first is None or (branch.body[0] is i_statement) != none_first:
+            continue
+        inference_arm, training_arm = (branch.body, branch.orelse) if none_first else (branch.orelse, branch.body)
+        # the inference arm may return its model itself (`model = amp.initialize(model, ...); return model`)
+        returns_model = (
+            none_first and len(inference_arm) == 2 and isinstance(inference_arm[1], ast.Return)
+            and isinstance(inference_arm[1].value, ast.Name) and inference_arm[1].value.id == model
+        )
+        if not (len(training_arm) == 1 and (len(inference_arm) == 1 or returns_model)):
             continue
         target = i_statement.targets[0]
         given = i_call.args[1:] if i_call.args else [None]
@@ -402,8 +410,9 @@ def _inference_use(index: "ProjectIndex", path: str, helper: Optional[Helper], s
     tree = source_tree(index, path)
     if tree is None:
         return "it cannot be read again", ""
-    if _apex_amp_names(tree):
-        return "it imports apex's amp", ""
+    viewed, amp_names = apex_amp_tree(tree)
+    if any(isinstance(n, ast.Name) and n.id in amp_names and isinstance(n.ctx, ast.Load) for n in ast.walk(viewed)):
+        return "it uses apex's amp", ""  # (an import alone goes with the fix of its file)
     half = _half_cast_line(tree)
     if half:
         return (

@@ -54,14 +54,9 @@ _INIT_KEYWORDS = frozenset(
 def summarize_threading(tree: ast.Module, summary: "ModuleSummary") -> None:
     """Fill `apex_init_function`, `apex_init_problem`, `apex_init_calls` (the A side) and
     `apex_step_functions` (the B side) of one module."""
-    amp_names = _apex_amp_names(tree)
+    tree, amp_names = apex_amp_tree(tree)
     if not amp_names:
-        from ampmigrate.engine.apex_spelled import SPELLED, view  # `import apex`, then `apex.amp.scale_loss(...)`
-
-        tree = view(tree)
-        if tree is None:
-            return
-        amp_names = {SPELLED}
+        return
     uses = [
         node
         for node in ast.walk(tree)
@@ -115,6 +110,18 @@ def _spelled_out_inits(tree: ast.Module) -> bool:
         and isinstance(node.value.value, ast.Name) and node.value.value.id in modules
         for node in ast.walk(tree)
     )
+
+
+def apex_amp_tree(tree: ast.Module) -> Tuple[ast.Module, Set[str]]:
+    """(the tree as the facts read it, the names apex's amp module has there): where the file
+    also spells `apex.amp` out after `import apex` (engine/apex_spelled.py), a view of it reading
+    that as one more name, beside any `from apex import amp` of the same file."""
+    from ampmigrate.engine.apex_spelled import view
+
+    spelled = view(tree)
+    if spelled is not None:
+        tree = spelled
+    return tree, _apex_amp_names(tree)
 
 
 def _apex_amp_names(tree: ast.Module) -> Set[str]:

@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ampmigrate.analysis.statements import is_main_guard, is_pure
+from ampmigrate.analysis.statements import is_main_guard, is_pure, walk
 from ampmigrate.diagnostics import SAFE, Fix
 from ampmigrate.engine.apex_setup_helper import (
     Helper,
@@ -45,6 +45,7 @@ from ampmigrate.engine.context import FileContext, FixBuilder
 from ampmigrate.rules.apex._amp_common import AmpPlan, Unfixable
 from ampmigrate.rules.apex._amp_migration import NO_INIT_REASON, NO_STEP_REASON, _Planner
 from ampmigrate.rules.apex._amp_options import NO_GROWTH_INTERVAL, ScalerSpec, _fp16_arm_test, _possible_levels, literal_value
+from ampmigrate.rules.apex._init_enclosure import stores_in
 from ampmigrate.rules.apex._cross_threading import _check_min_torch, _plan_elsewhere, _spelled
 from ampmigrate.rules.apex.amp105_apex_amp_cast_annotations import _registration_autocast_keeps
 
@@ -243,13 +244,21 @@ def _replace_init(planner: _Planner, helper: Helper, line: cst.BaseStatement) ->
     which torch.amp cannot do) stops there instead of training another way. The notes name the
     files calling the helper for inference, whose model now runs in fp32."""
     level = helper.options.get("opt_level")
+    # `if optimizer is None: model = amp.initialize(model, ...); return model`: the inference arm's
+    # own `return` stays, under the same test (`_inference_arm`)
+    kept = []
+    if isinstance(line, cst.If) and isinstance(line.body, cst.IndentedBlock) and isinstance(line.body.body[-1], cst.SimpleStatementLine) \
+            and isinstance(line.body.body[-1].body[0], cst.Return):
+        kept = [line.with_changes(body=line.body.with_changes(body=[line.body.body[-1]]), orelse=None, leading_lines=())]
     if (isinstance(level, ast.Name) and level.id in helper.params + helper.kwonly) or _param_chain(level, helper):
         quote = planner.ctx.quote
         spelled = ast.unparse(level)
         message = planner.ctx.string("apex opt_level O3 (pure fp16) has no torch.amp equivalent; use O1 or O2").value
         guard = planner.ctx.parse_statement(f"if {spelled} == {quote}O3{quote}:\n    raise ValueError({message})\n")
-        planner.builder.replace(line, guard.with_changes(leading_lines=line.leading_lines))
+        planner.builder.replace(line, cst.FlattenSentinel([guard.with_changes(leading_lines=line.leading_lines), *kept]))
         planner._note(f"`{spelled}` O3 now raises where `amp.initialize` was")
+    elif kept:
+        planner.builder.replace(line, cst.FlattenSentinel([kept[0].with_changes(leading_lines=line.leading_lines)]))
     else:
         planner.removal.remove_statement(line)
     planner.handled.add(line)
@@ -393,8 +402,8 @@ class _CallerSide(_Planner):
                 break
             if self.home.kind == "module" and is_main_guard(ancestor) and self.names.parent(ancestor) is self.home.node:
                 continue  # `if __name__ == "__main__":` at a script's top level runs once, as the top level does
-            if isinstance(ancestor, (cst.If, cst.For, cst.While, cst.Try, cst.ExceptHandler, cst.Finally, cst.Else)):
-                raise Unfixable(f"`{self.helper.name}()` is called under an `if`, a loop or a `try`")
+            if isinstance(ancestor, (cst.For, cst.While, cst.Try, cst.ExceptHandler, cst.Finally)):
+                raise Unfixable(f"`{self.helper.name}()` is called under a loop or a `try`")
         self.spec = self._spec(call, target)
         self.fp32 = False
         self.setup_guards = []
@@ -441,7 +450,7 @@ class _CallerSide(_Planner):
         if not (
             isinstance(target, (cst.Tuple, cst.List))
             and len(target.elements) == self.helper.returns
-            and all(isinstance(e.value, cst.Name) and not isinstance(e, cst.StarredElement) for e in target.elements)
+            and all(_target_name(e.value) and not isinstance(e, cst.StarredElement) for e in target.elements)
         ):
             raise Unfixable(f"the result of `{self.helper.name}()` is not unpacked into {self.helper.returns} names")
         return call, line, target
@@ -480,7 +489,9 @@ class _CallerSide(_Planner):
     def _spec(self, call: cst.Call, target: cst.BaseExpression) -> ScalerSpec:
         helper = self.helper
         bound = self._bound(call)
-        targets = {e.value.value for e in target.elements}
+        # `self.model, optimizer = to_fp16(self.model, optimizer, level)`: what each target rebinds,
+        # by the name it starts from (a test reading `self.x` is not told apart from `self.model`)
+        targets = {_target_name(e.value) for e in target.elements}
         roots: Set[str] = set()
 
         def value(param: str):
@@ -596,6 +607,7 @@ class _CallerSide(_Planner):
                 )
         spec.models = target.elements[helper.model_index].value
         spec.optimizers = target.elements[helper.optimizer_index].value
+        self.spec_roots = roots  # the caller's names the setup's tests and options read
         return spec
 
     def _option_levels(self, value, node: Optional[ast.expr], spec: ScalerSpec, roots: Set[str], translate) -> Set[str]:
@@ -679,10 +691,37 @@ class _CallerSide(_Planner):
     def _place_home(self, creation: Optional[str]) -> None:
         if creation is None:
             return
-        if self.access.hoist_before is not None or getattr(self.access, "detached_init", None) is not None:
+        hoist = self.access.hoist_before
+        # made before the `if` around the call, not before some earlier use of the scaler
+        around = hoist is None or (
+            self.home.kind == "function" and isinstance(hoist, cst.If)
+            and any(a is hoist for a in self.names.ancestors(self.init_line))
+            and not self._changed_in(hoist, creation)
+        )
+        if getattr(self.access, "detached_init", None) is not None or not around:
             raise Unfixable(
                 f"the GradScaler cannot be created right after `{self.helper.name}()`: code outside the `if` around "
                 "that call, or run before it, uses the scaler"
             )
+        if hoist is not None:
+            # `if fp16: model, optimizer = to_fp16(model, optimizer, level)`, the scaler used after the
+            # `if`: made before it, enabled by its test too (_scaler_access._plan_enabled), as the
+            # in-file migration makes it for `amp.initialize` under an `if`
+            self.hoisted = (hoist, self.ctx.parse_statement(creation + "\n"))
+            return
         self.builder.insert_after(self.init_line, self.ctx.parse_statement(creation + "\n"))
 
+    def _changed_in(self, hoist: cst.CSTNode, creation: str) -> bool:
+        """The `if` the scaler would be made before writes a name the setup's options read (in the
+        caller's terms) or its creation reads: made before it, the scaler would read them too early."""
+        roots = set(getattr(self, "spec_roots", set()))
+        roots |= {n.value for n in walk(self.ctx.parse_statement(creation + "\n")) if isinstance(n, cst.Name)}
+        return any(written.split(".")[0] in roots for written in stores_in(hoist))
+
+
+def _target_name(node: cst.BaseExpression) -> str:
+    """The name an unpacking target is or starts from (`model`, `self` of `self.model`); "" for
+    anything else (a subscript, a starred name)."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return node.value if isinstance(node, cst.Name) else ""
