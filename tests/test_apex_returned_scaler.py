@@ -66,3 +66,12 @@ def test_a_call_not_unpacked_refuses():
         "    built = create_nerf(args)\n    render_kwargs, start, optimizer = built\n",
     )
     assert "is not unpacked into names by one assignment" in _reason(text)
+
+
+def test_a_call_inside_a_block_of_the_caller_refuses():
+    text = _edited(
+        "    render_kwargs, start, optimizer = create_nerf(args)\n",
+        "    if args.nerf:\n        render_kwargs, start, optimizer = create_nerf(args)\n"
+        "    else:\n        render_kwargs, start, optimizer = {}, 0, None\n",
+    )
+    assert "`train()` calls `create_nerf()` inside a block of its own" in _reason(text)

@@ -359,6 +359,9 @@ class ScalerAccess:
         if not returns or not body or not any(n is body[-1] for n in [*returns, *(self.names.parent(r) for r in returns)]):
             return f"nor returned to it: `{name}()` does not end with its `return`"
         statement = self.names.parent(assign)
+        if self.names.parent(statement) is not scope.node.body:
+            # under an `if`, a loop or a `try`: the other paths would leave the scaler unbound
+            return f"nor returned to it: `{scope.node.name.value}()` calls `{name}()` inside a block of its own"
         if any(self.p._function_scope(r.node) is scope and self.p._start(r.node) <= self.p._start(statement) for r in self.p.refs):
             return f"nor returned to it: `{scope.node.name.value}()` uses apex.amp before it calls `{name}()`"
         self.returned_to = (scope, target, [n.value for n in returns])
