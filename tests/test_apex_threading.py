@@ -84,6 +84,16 @@ def test_index_records_both_sides():
     assert b.apex_init_function == ""
 
 
+def test_the_facts_read_apex_spelled_out_beside_an_amp_import():
+    """`import apex` and `from apex import amp` in one file, the step spelled `apex.amp.scale_loss`
+    (ujiuji1259/wiki_en's files): the spelled uses are the module's too."""
+    text = (SPLIT / "trainer.py").read_text().replace("from apex import amp\n", "import apex\nfrom apex import amp\n")
+    text = text.replace("with amp.scale_loss(", "with apex.amp.scale_loss(")
+    assert "apex.amp.scale_loss(" in text
+    b = summarize(text.encode(), "")
+    assert b.apex_step_functions == {"do_train": (["model", "data_loader", "optimizer", "max_iter"], "optimizer", "scaler", "")}
+
+
 def test_both_sides_decide_the_same(tmp_path):
     project = _copy(tmp_path)
     index = _index(project)
