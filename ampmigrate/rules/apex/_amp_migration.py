@@ -1242,6 +1242,7 @@ class _Planner(
             regions.extend((r, step) for r in found)
             self.builder.replace(step.with_node, self._scaled_backward(step))
             self.handled.add(step.with_node)
+        regions.extend(self._stepping_method_forwards(steps, [r for r, _ in regions]))  # _caller_forward.py
         plain = self._plain_backwards(steps)
         regions.extend(self._plain_backward_regions(plain))
         self._emit_steps(steps)

@@ -26,7 +26,7 @@ A mixin of the planner (`_amp_migration._Planner`): it uses its context, builder
 
 from __future__ import annotations
 
-from typing import List, Optional, Set
+from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -104,6 +104,74 @@ class CallerForward:
             "forward pass in each (" + ", ".join(dict.fromkeys(f"`{c.node.name.value}()`" for _, c in calls)) + ")"
         )
         return regions
+
+    def _stepping_method_forwards(self, steps: List[Step], planned: List[Region]) -> List[Tuple[Region, Step]]:
+        """The forward passes a stepping method runs before calling the methods that scale the loss
+        (pix2pix and CycleGAN's `optimize_parameters()`: `self.forward()` computes `self.fake_B`
+        from the generator, then `self.backward_D()` scales the discriminator's loss and
+        `self.optimizer_D.step()` steps): each statement `self.<m>()` of that method's own block
+        before the call (after any earlier step or scaled backward there), `m` a method of the
+        class that runs an initialized model and neither steps nor backpropagates, goes under
+        autocast too, as apex's O1 ran it in fp16. Only where the scaler is the instance's
+        attribute (autocast enabled as `self.scaler` is)."""
+        if getattr(self.access, "mode", None) != "attribute":
+            return []
+        inside = {id(n) for region in planned for statement in region.statements for n in walk(statement)}
+        found: List[Tuple[Region, Step]] = []
+        for step in steps:
+            method = step.function
+            if not step.steps or method.parent is None or method.parent.kind != "class":
+                continue
+            stepping = self._function_scope(step.steps[0])
+            if stepping is method or stepping.parent is not method.parent:
+                continue
+            call_line = self._statement_calling(stepping, method)
+            block = containing_block(self.names, call_line) if call_line is not None else None
+            if block is None or self.names.parent(block) is not stepping.node:
+                continue
+            earlier = list(block.body)[: list(block.body).index(call_line)]
+            for statement in reversed(earlier):
+                if any(isinstance(n, cst.Call) and n in step.steps for n in walk(statement)) or self._is_barrier(statement):
+                    break
+                forward = self._forward_method_call(statement, stepping)
+                if forward is not None and id(statement) not in inside:
+                    inside.update(id(n) for n in walk(statement))
+                    found.append((Region(block, [statement]), step))
+        return found
+
+    def _statement_calling(self, caller: Scope, method: Scope) -> Optional[cst.BaseStatement]:
+        """The statement of `caller` that is `self.<method>()`, or `self.<m>()` where `m` of the
+        same class calls `self.<method>()` (CycleGAN's `backward_D_A()` around `backward_D_basic()`)."""
+        names = {method.node.name.value}
+        for scope in self._class_methods(method.parent).values():
+            if any(
+                isinstance(n, cst.Call) and self._self_method_call(n, scope) is method for n in walk(scope.node)
+            ):
+                names.add(scope.node.name.value)
+        for node in walk(caller.node):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in names:
+                target = self._self_method_call(node, caller)
+                if target is not None and target.node.name.value in names:
+                    line = self.names.statement_of(node)
+                    return line if isinstance(line, cst.SimpleStatementLine) else None
+        return None
+
+    def _forward_method_call(self, statement: cst.CSTNode, caller: Scope) -> Optional[Scope]:
+        """`self.<m>()` alone on its line, `m` a method of the class running an initialized model
+        (by the model test of `m` itself) and calling no `backward`/`step`; else None."""
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(statement.body[0], cst.Expr)):
+            return None
+        call = statement.body[0].value
+        target = self._self_method_call(call, caller) if isinstance(call, cst.Call) else None
+        if target is None:
+            return None
+        body = target.node.body
+        if any(
+            isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in ("backward", "step", "zero_grad")
+            for n in walk(body)
+        ) or any(getattr(r, "node", None) is not None and any(a is target.node for a in self.names.ancestors(r.node)) for r in self.refs):
+            return None
+        return target if self._model_test(target)(body) else None
 
     def _tensor_receiver(self, node: cst.Attribute, step: Step) -> bool:
         """`x.<name>` where every binding of `x` is the scaled loss of an `amp.scale_loss` block or
