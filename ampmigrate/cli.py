@@ -440,13 +440,29 @@ def fix(**options):
         click.echo(f"Would fix {result.fixed} {noun} in {len(changed)} file{'s' if len(changed) != 1 else ''}.", err=True)
         sys.exit(EXIT_ERROR if errors else EXIT_FINDINGS if changed else EXIT_CLEAN)
     write_errors = write_changes(result)
+    fixed = result.fixed
+    written_paths = {o.path for o in changed} - {e.path for e in write_errors}
+    if settings.unsafe_fixes and written_paths:
+        # An unsafe fix may depend on what another file's fix just did (AMP401's bfloat16 fix on a
+        # scaler that an apex migration now hands to a helper of another file), and the run's
+        # project index was built from the files as they were: run again over the written files,
+        # so that a second `fix` changes nothing. Bounded; safe fixes decide across files alike.
+        for _ in range(_UNSAFE_PASSES):
+            again = _collect(options, settings, Job("fix", unsafe=True))
+            if not again.changed:
+                result = again
+                break
+            more_errors = write_changes(again)
+            write_errors += more_errors
+            fixed += again.fixed
+            written_paths |= {o.path for o in again.changed} - {e.path for e in more_errors}
+            result = again
     errors = result.all_errors + write_errors
     remaining = result.findings
     report = Report(remaining, errors, result.files, settings.unsafe_fixes)
     if remaining:
         click.echo(renderer("concise")(report), nl=False)
-    fixed = result.fixed
-    written = len(changed) - len(write_errors)
+    written = len(written_paths)
     click.echo(_fix_summary(fixed, written, remaining))
     if options["show_fixes"]:
         click.echo(show_fixes(result), nl=False)
@@ -458,6 +474,9 @@ def fix(**options):
     if any(f.fails_run for f in remaining) and not options["exit_zero"]:
         sys.exit(EXIT_FINDINGS)
     sys.exit(EXIT_CLEAN)
+
+
+_UNSAFE_PASSES = 2  # further passes of `fix --unsafe-fixes` over a run whose first pass wrote files
 
 
 def _fix_summary(fixed: int, written: int, remaining) -> str:
