@@ -143,7 +143,12 @@ def materialize(gitdir: Path, commit: str, scopes: Optional[List[str]], target: 
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
-    pathspecs = [f":(glob){s.rstrip('/')}/**/*.py" for s in scopes] if scopes else [":(glob)**/*.py"]
+    # A scope entry is a folder (its .py files, at any depth) or one .py file.
+    pathspecs = (
+        [f":(glob){s}" if s.endswith(".py") else f":(glob){s.rstrip('/')}/**/*.py" for s in scopes]
+        if scopes
+        else [":(glob)**/*.py"]
+    )
     archive = subprocess.run(
         ["git", "--git-dir", str(gitdir), "archive", "--format=tar", commit, "--", *pathspecs],
         check=True,
