@@ -223,3 +223,49 @@ def test_a_package_that_calls_the_helper_itself_is_a_caller_not_a_relay(tmp_path
     reasons = _refused(project)
     why = "utils/__init__.py re-exports `load_checkpoint()`"
     assert why in reasons["checkpoint.py"] and why in reasons["main.py"]
+
+
+INFERENCE = FIXTURES / "AMP101" / "apex_checkpoint_inference_caller.project"
+INFERENCE_SAVER = FIXTURES / "AMP101" / "apex_checkpoint_inference_saver.project"
+
+
+def test_index_records_inference_callers_and_loading_helpers():
+    assert summarize((INFERENCE / "evaluate.py").read_bytes(), "").apex_inference_only
+    assert not summarize((INFERENCE / "train.py").read_bytes(), "").apex_inference_only
+    assert summarize((INFERENCE / "checkpoints.py").read_bytes(), "").apex_state_loaders_only == ["load_checkpoint"]
+    # an optimizer given by keyword is training, even without `scale_loss` in the file
+    source = b"from apex import amp\n\n\ndef setup(m, o):\n    return amp.initialize(m, optimizers=o)\n"
+    assert not summarize(source, "").apex_inference_only
+
+
+def test_an_inference_caller_passes_no_scaler_to_a_loading_helper(tmp_path):
+    """An evaluation script (`amp.initialize(model)`, no loss scaled) calls the training's loader:
+    it passes nothing, the helper's scaler defaults to None, and its load is skipped there (in
+    apex it set the scale of loss scalers an inference program never uses)."""
+    project = tmp_path / "p"
+    shutil.copytree(INFERENCE, project)
+    index = _index(project)
+    decision = decide_state(index, str(project / "checkpoints.py"), "load_checkpoint")
+    assert decision.migrate and decision.callers == ("train.py",) and decision.optional
+    assert [Path(p).name for p in decision.unpassed_paths] == ["evaluate.py"]
+    assert not decide_state(index, str(project / "checkpoints.py"), "save_checkpoint").optional
+    _fix(project)
+    helper, evaluate = (project / "checkpoints.py").read_text(), (project / "evaluate.py").read_text()
+    assert "def load_checkpoint(path, model, optimizer=None, resume_training=True, *, scaler=None):" in helper
+    assert 'if scaler is not None and "scale" in state["amp"]:' in helper
+    assert "def save_checkpoint(path, epoch, model, optimizer, scaler):" in helper
+    assert "    load_checkpoint(cfg.checkpoint, model, resume_training=False)\n" in evaluate
+    assert "from apex" not in evaluate and "from apex" not in helper
+    assert "load_checkpoint(cfg.resume, model, optimizer, scaler=scaler)" in (project / "train.py").read_text()
+    _compiles_and_is_stable(project)
+
+
+def test_an_inference_caller_of_a_saving_helper_keeps_every_side(tmp_path):
+    """A saver called where apex was set up for inference would have no scaler to save: the helper
+    stays, and so does every caller (the inference caller too: the helper needs its setup)."""
+    project = tmp_path / "p"
+    shutil.copytree(INFERENCE_SAVER, project)
+    reasons = _refused(project)
+    why = "export.py sets apex up for inference only and calls `save_checkpoint()`, which saves apex's amp state"
+    assert why in reasons["checkpoints.py"] and why in reasons["train.py"]
+    assert "`save_checkpoint()` (checkpoints.py) saves or loads apex's amp state and cannot be migrated" in reasons["export.py"]

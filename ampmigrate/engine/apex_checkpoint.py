@@ -55,6 +55,7 @@ def summarize_checkpoint(tree: ast.Module, summary: "ModuleSummary") -> None:
     inits = [n for n in uses if n.attr in ("initialize", "init")]
     if inits:
         summary.apex_initializes = len(inits)
+        summary.apex_inference_only = "scale_loss" not in apis and all(_inference_init(tree, n) for n in inits)
         imported = {  # local name -> the name imported (`from m import A as B`: B -> A)
             a.asname or a.name: a.name
             for node in tree.body
@@ -98,6 +99,21 @@ def summarize_checkpoint(tree: ast.Module, summary: "ModuleSummary") -> None:
             problem = f"`{function.name}()` takes `*args` or `**kwargs`"
         functions[function.name] = (_params(function), scaler, problem)
     summary.apex_state_functions.update(functions)
+    saving = {id(_enclosing_top_function(tree, n)) for n in uses if n.attr != "load_state_dict"}
+    summary.apex_state_loaders_only = sorted(
+        f.name for f in tree.body if isinstance(f, ast.FunctionDef) and f.name in functions and id(f) not in saving
+    )
+
+
+def _inference_init(tree: ast.Module, attribute: ast.Attribute) -> bool:
+    """`amp.initialize(model, opt_level=...)`: called, with a model and no optimizer."""
+    call = next((n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.func is attribute), None)
+    if call is None or attribute.attr != "initialize" or any(isinstance(a, ast.Starred) for a in call.args):
+        return False
+    keywords = {k.arg for k in call.keywords}
+    if None in keywords or "optimizers" in keywords:
+        return False
+    return len(call.args) + ("models" in keywords) == 1
 
 
 def state_class(tree: ast.Module, node: ast.AST) -> Optional[ast.ClassDef]:
@@ -186,6 +202,14 @@ class StateDecision:
     scaler: str = ""  # the helper's new parameter (the callers' keyword)
     callers: Tuple[str, ...] = ()  # relative to the run's root
     caller_paths: Tuple[str, ...] = ()
+    # Callers that set apex up for inference only (`apex_inference_only`): they pass no scaler,
+    # so the helper's parameter defaults to None and its load is skipped there. In apex that load
+    # set the scale of loss scalers such a program never uses.
+    unpassed_paths: Tuple[str, ...] = ()
+
+    @property
+    def optional(self) -> bool:
+        return bool(self.unpassed_paths)
 
 
 def decide_state(index: "ProjectIndex", path: str, function: str, alone: bool = False) -> StateDecision:
@@ -208,6 +232,7 @@ def decide_state(index: "ProjectIndex", path: str, function: str, alone: bool = 
         return StateDecision(False, f"in {here}: {problem}")
     callers: List[str] = []
     paths: List[str] = []
+    unpassed: List[str] = []
     sig = signature(index, absolute, function)
     for other, how, source in _importing(index, absolute):
         where = index.relative(other)
@@ -242,6 +267,14 @@ def decide_state(index: "ProjectIndex", path: str, function: str, alone: bool = 
         if not found.calls:
             continue
         facts = index.modules[other]
+        if facts.apex_initializes and facts.apex_inference_only:
+            if function not in summary.apex_state_loaders_only:
+                return StateDecision(
+                    False, f"{where} sets apex up for inference only and calls `{function}()`, which saves apex's amp "
+                    "state: there is no GradScaler there to save"
+                )
+            unpassed.append(other)
+            continue
         if not facts.apex_initializes:
             binding = [c for c in found.calls if sig is None or binds(sig, c, scaler)]
             if binding:
@@ -253,6 +286,8 @@ def decide_state(index: "ProjectIndex", path: str, function: str, alone: bool = 
             continue  # every call lacks a required argument: `TypeError` before the helper runs, before and after
         callers.append(where)
         paths.append(other)
+    if unpassed:
+        return StateDecision(True, "", scaler, tuple(callers), tuple(paths), tuple(unpassed))
     if not callers:
         unused = StateDecision(False, f"no file of the run with `amp.initialize` calls `{function}()` from {here}")
         if alone:
@@ -323,7 +358,7 @@ def state_key(index: "ProjectIndex", path: str) -> str:
         for other, how, source in _helper_importers(index).get(helper, ()):
             summary = index.modules[other]
             parts.append(repr((other, source, sorted(how.names), how.module, how.star, how.ambiguous, sorted(how.ambiguous_names.items()), summary.apex_initializes,
-                               index.digests.get(other))))
+                               summary.apex_inference_only, index.digests.get(other))))
     relayed = {source for h in helpers for _, _, source in _helper_importers(index).get(h, ())}
     parts.append(resolution_key(index, helpers | relayed))
     return "|".join(parts)

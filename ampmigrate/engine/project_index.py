@@ -51,7 +51,7 @@ from ampmigrate.source import SourceError, read_regular_file
 
 _CLIP_CALLEES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 _CLIP_MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils", "utils")
-_FORMAT = 29
+_FORMAT = 30
 
 
 @dataclass
@@ -147,6 +147,11 @@ class ModuleSummary:
     # A caller's file: how many `amp.initialize` uses, and per name imported by name: (calls, other uses).
     apex_initializes: int = 0
     apex_name_uses: Dict[str, Tuple[int, int]] = field(default_factory=dict)
+    # A caller's file whose every `amp.initialize` is given a model alone and that scales no loss
+    # (an evaluation script): it has no GradScaler, and may call only helpers that load the state.
+    apex_inference_only: bool = False
+    # A helper's file: its top-level functions whose only apex use is `amp.load_state_dict`.
+    apex_state_loaders_only: List[str] = field(default_factory=list)
     # Top-level functions whose value is the p-norm of their parameter's gradients
     # (engine/grad_norm_helpers.py): {name: (positional parameters, the norm-type parameter or "")}.
     # Called on a micro-step of apex accumulation, `f(params) / scaler.get_scale()` is apex's value.
@@ -219,6 +224,8 @@ def _as_data(summary: ModuleSummary) -> dict:
         },
         "apex_initializes": summary.apex_initializes,
         "apex_name_uses": {name: tuple(uses) for name, uses in summary.apex_name_uses.items()},
+        "apex_inference_only": summary.apex_inference_only,
+        "apex_state_loaders_only": list(summary.apex_state_loaders_only),
         "grad_norm_helpers": {name: (list(positional), norm) for name, (positional, norm) in summary.grad_norm_helpers.items()},
         "apex_amp_getters": list(summary.apex_amp_getters),
         "apex_amp_args": [tuple(item) for item in summary.apex_amp_args],

@@ -20,8 +20,9 @@ reported without a fix.
 
 from __future__ import annotations
 
+import ast
 import os
-from typing import List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -134,6 +135,27 @@ def _planner_for(ctx: FileContext) -> "_Planner":
 # A GradScaler call longer than this goes one argument a line (black's default width is 88; the
 # scaler's usual `enabled=` conditions fit on one line under 100).
 _LINE_LENGTH = 100
+
+
+def _atomic(code: str) -> bool:
+    """`bool(args.fp16)`, `args.fp16`: an operand of `and` as it is."""
+    try:
+        node = ast.parse(code.strip(), mode="eval").body
+    except SyntaxError:
+        return False
+    return isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant))
+
+
+def _distinct_tests(codes: List[str]) -> List[str]:
+    """The tests, each once (`x != "O0"` and `x != 'O0'` are one test)."""
+    seen: Dict[str, str] = {}
+    for code in codes:
+        try:
+            key = ast.dump(ast.parse(code.strip(), mode="eval"))
+        except SyntaxError:
+            key = code
+        seen.setdefault(key, code)
+    return list(seen.values())
 
 
 class _Planner(
@@ -661,6 +683,13 @@ class _Planner(
         self.fp32, self.spec, self.init = False, spec, init
         self.unsafe.extend(spec.unsafe)
         self.notes.extend(spec.notes)
+        self.setup_guards = []
+        if spec.o3_test is not None:
+            # As in training (`_enter_setup`): O3 (the model cast to fp16, its inputs cast) now
+            # stops where `amp.initialize` ran; O0 and O1/O2 keep their meaning.
+            self.unsafe.remove(spec.o3_unsafe)
+            message = self.ctx.string("apex opt_level O3 (pure fp16) has no torch.amp equivalent; use O1 or O2").value
+            self.setup_guards = [f"if {spec.o3_test}:\n    raise ValueError({message})"]
         self.builder = FixBuilder("", SAFE, frozenset({s.code for s in plan.sites}))
         self.init_line = self._init_line(init)
         if not self._inference_autocast(init, spec, why_not):
@@ -692,7 +721,8 @@ class _Planner(
         block = self.names.parent(anchor)
         function = self._function_scope(init.call).node
         if self.names.parent(block) is not function and block is not self.module:
-            nested = self._nested_inference_anchor(anchor, function) if not spec.unsafe else None
+            guarded = getattr(self, "setup_guards", None) and [u for u in spec.unsafe if u != spec.o3_unsafe]
+            nested = self._nested_inference_anchor(anchor, function) if not (guarded if guarded is not None else spec.unsafe) else None
             if nested is None:
                 # inside a loop, a `with`, a `try` of its function; or options that make autocast
                 # unsafe (a run-time opt level), where dropping the call is the safe rewrite
@@ -713,12 +743,12 @@ class _Planner(
             return False
         if not all(c.code and is_pure(cst.parse_expression(c.code)) for c in spec.enabled):
             raise Unfixable(why_not)
-        codes = list(dict.fromkeys([*conditions, *(c.code for c in spec.enabled if c.code != "True")]))
+        codes = _distinct_tests([*conditions, *(c.code for c in spec.enabled if c.code != "True")])
         if outer is not anchor:
             from ampmigrate.rules.apex._scaler_access import _as_bools
 
             codes = _as_bools(codes, self.ctx.shared("apex.bool_names", lambda: bool_names(self.ctx.text)))
-        enabled = " and ".join(f"({c})" if len(codes) > 1 else c for c in codes)
+        enabled = " and ".join(f"({c})" if len(codes) > 1 and not _atomic(c) else c for c in codes)
         torch = self._torch(self.init_line)
         args = f'{self.ctx.string("cuda").value}, dtype={torch}.float16' + (f", enabled={enabled}" if enabled else "")
         for statement in runs:
@@ -740,6 +770,14 @@ class _Planner(
             pass
         elif anchor is self.init_line:
             self._place_home(None)
+        elif self._rebinding() is None and getattr(self, "setup_guards", None):
+            # `if cond: model = amp.initialize(...)`: the O3 guard runs under the same test
+            test = f"({conditions[0]}) and {spec.o3_test}" if len(conditions) == 1 else None
+            if test is None:
+                raise Unfixable(why_not)
+            guard = self.setup_guards[0].replace(f"if {spec.o3_test}:", f"if {test}:", 1)
+            self.builder.replace(anchor, self.ctx.parse_statement(guard + "\n").with_changes(leading_lines=anchor.leading_lines))
+            self.handled.add(self.init_line)
         elif self._rebinding() is None:
             self.removal.remove_statement(anchor)
             self.handled.add(self.init_line)
@@ -796,6 +834,7 @@ class _Planner(
         """No model run follows the inference `amp.initialize` in its block (the model is returned,
         stored or run elsewhere): the call goes, and the model runs in fp32 (the fix says so)."""
         self.unsafe, self.notes = [], []  # the opt level and loss scale no longer matter
+        self.setup_guards = []
         self._drop_inference_init(init)
         self._plan_presence_tests()
         self._plan_imports()
@@ -1339,9 +1378,9 @@ class _Planner(
                 if not self._initial_loss_scale(ref):
                     self._rewrite_loss_scale_read(ref)
 
-    def _guarded_load(self, ref: AmpRef, scaler: str) -> None:
+    def _guarded_load(self, ref: AmpRef, scaler: str, when: str = "") -> None:
         """`amp.load_state_dict(state)` -> the scaler's, guarded (_state_load_guard.py)."""
-        guard_state_load(self.ctx, self.builder, ref.call, scaler, "amp.load_state_dict")
+        guard_state_load(self.ctx, self.builder, ref.call, scaler, "amp.load_state_dict", when)
         self.handled.add(ref.node)
         self._note(GUARD_NOTE)
 

@@ -73,9 +73,11 @@ def group_check(ctx: FileContext, path: str, function: str) -> Tuple[Optional[st
     decision = decide_state(index, path, function)
     problem = None if decision.migrate else decision.reason
     unsafe: List[str] = []
-    for member in (key[0], *decision.caller_paths) if problem is None else ():
+    members = (key[0], *decision.caller_paths, *decision.unpassed_paths) if problem is None else ()
+    for member in members:
         planner, reason, member_unsafe = _plan_member(ctx, member)
-        if reason is None and member != key[0] and key not in getattr(planner, "helpers_passed", set()):
+        passing = member != key[0] and member not in decision.unpassed_paths
+        if reason is None and passing and key not in getattr(planner, "helpers_passed", set()):
             reason = f"its migration passes no GradScaler to `{function}()`"
         if reason is not None:
             problem = f"{index.relative(member)} cannot be migrated with it: {reason}"
@@ -188,10 +190,20 @@ def check_passed(planner: _Planner) -> None:
     if not helpers:
         return
     passed = getattr(planner, "helpers_passed", set())
+    here = os.path.abspath(planner.ctx.path)
     for node in walk(planner.module, into_scopes=True):
         if isinstance(node, cst.Call) and _spelled(node.func) in helpers:
             path, function = helpers[_spelled(node.func)]
-            if (os.path.abspath(path), function) not in passed and decide_state(planner.ctx.project_index, path, function).migrate:
+            decision = decide_state(planner.ctx.project_index, path, function)
+            if here in decision.unpassed_paths:
+                continue  # an inference caller: the helper's scaler defaults to None
+            if not decision.migrate:
+                # the helper stays on apex, whose state needs this file's `amp.initialize`
+                raise Unfixable(
+                    f"`{function}()` ({planner.ctx.project_index.relative(path)}) saves or loads apex's amp state and "
+                    f"cannot be migrated: {decision.reason}"
+                )
+            if (os.path.abspath(path), function) not in passed and decision.migrate:
                 raise Unfixable(
                     f"`{function}()` ({planner.ctx.project_index.relative(path)}) saves or loads apex's amp state, and "
                     "this migration has no GradScaler to pass to it"
@@ -241,7 +253,7 @@ class _StateSide(_Planner):
             if scope.parent is not self.names.module_scope or name is None or name.value not in self.decisions:
                 raise Unfixable(NO_INIT_REASON)
             scopes.append(scope)
-        self.access = _HelperAccess(self, scopes, classes)
+        self.access = _HelperAccess(self, scopes, classes, {n for n, d in self.decisions.items() if d.optional})
         self.scaler_scopes = list(dict.fromkeys(scopes))
         self._plan_simple_refs()
         self._plan_presence_tests()
@@ -250,12 +262,24 @@ class _StateSide(_Planner):
         self._check_nesting()
         self.access.emit()
         names = ", ".join(f"`{n}()`" for n in self.decisions)
-        callers = sorted({c for d in self.decisions.values() for c in d.callers})
+        callers = sorted({c for d in self.decisions.values() for c in d.callers}) or ["no caller"]
+        if self.access.optional:
+            self._note(
+                f"{', '.join(f'`{n}()`' for n in sorted(self.access.optional))} is also called without a scaler (an "
+                "inference setup, whose loss scale nothing used): there it loads no scaler state"
+            )
         stored = f" (a class keeps it as `self.{self.access.name}`)" if self.access.classes else ""
         return self._finish(
             f"Migrate apex.amp's state to torch.amp.GradScaler: {names} takes the GradScaler that "
             f"{', '.join(callers)} creates where `amp.initialize` was, as a new `{self.access.name}` parameter{stored}"
         )
+
+
+    def _guarded_load(self, ref, scaler: str, when: str = "") -> None:
+        """In a helper an inference caller calls without the scaler, the load needs it there."""
+        if self.access._optional(self._function_scope(ref.node)):
+            when = f"{scaler} is not None"
+        super()._guarded_load(ref, scaler, when)
 
 
 def _saver_class(planner: _Planner, scope: Scope) -> Optional[Scope]:
@@ -276,11 +300,16 @@ class _HelperAccess(_ParameterAccess):
     """The scaler as a new parameter of each helper function, and of each saver class's
     constructor, which stores it first thing as `self.<name>` for its methods."""
 
-    def __init__(self, planner: _Planner, scopes: List[Scope], classes: List[Scope]) -> None:
+    def __init__(self, planner: _Planner, scopes: List[Scope], classes: List[Scope], optional=frozenset()) -> None:
         self.classes = list(dict.fromkeys(classes))
         functions = [s for s in scopes if s.parent not in self.classes]
+        self.optional = optional  # helpers an inference caller calls without the scaler
         super().__init__(planner, functions)
         self.methods = [s for s in scopes if s.parent in self.classes]
+
+    def _optional(self, scope: Scope) -> bool:
+        name = getattr(scope.node, "name", None)
+        return name is not None and name.value in self.optional
 
     def expression(self, node: cst.CSTNode) -> str:
         scope = self.p._function_scope(node)

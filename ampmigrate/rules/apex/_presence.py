@@ -95,6 +95,8 @@ def presence_action(names: NameIndex, ref: cst.CSTNode, refs: Set[cst.CSTNode], 
     in_test = isinstance(parent, (cst.If, cst.While, cst.IfExp, cst.Assert)) and parent.test is top
     bare = not (isinstance(names.parent(ref), cst.Comparison) and names.parent(ref).left is ref)
     if bare and not in_test:
+        if _none_arm(ref, parent, refs):
+            return Action("replace", ref, cst.Name("None"))
         # `f(amp)`, `x = amp or y`: the module itself is the value, not a test of it.
         raise Unsupported("used as a value")
     value = simplify(top, refs, present)
@@ -117,6 +119,22 @@ def presence_action(names: NameIndex, ref: cst.CSTNode, refs: Set[cst.CSTNode], 
     if isinstance(value, bool):
         return Action("replace", top, cst.Name("True" if value else "False"))
     return Action("replace", top, value)
+
+
+def _none_arm(ref: cst.CSTNode, parent: cst.CSTNode, refs: Set[cst.CSTNode]) -> bool:
+    """`amp` as the arm of `x if amp is not None else amp` that runs only where it is None
+    (BERT-Relation-Extraction's `'amp': amp.state_dict() if amp is not None else amp`): the
+    value there is None. The test must hold wherever apex is bound, so that its other arm is
+    taken exactly where `amp` is None (`args.fp16 and amp is not None` does not say that)."""
+    if not isinstance(parent, cst.IfExp) or ref is parent.test:
+        return False
+    if not any(n in refs for n in walk(parent.test)):
+        return False
+    try:
+        value = simplify(parent.test, refs)
+    except Unsupported:
+        return False
+    return (value is True and ref is parent.orelse) or (value is False and ref is parent.body)
 
 
 def _alone(names: NameIndex, small: cst.CSTNode) -> bool:

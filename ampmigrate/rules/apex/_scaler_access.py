@@ -969,7 +969,10 @@ def add_parameter(params: cst.Parameters, name: str, optional: bool = False) -> 
         star_arg = cst.ParamStar(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         # the parameter before `*` needs a comma
         before = list(params.params)
-        if before and not isinstance(before[-1].comma, cst.Comma):
+        if before and (
+            not isinstance(before[-1].comma, cst.Comma)
+            or (isinstance(before[-1].comma.whitespace_after, cst.SimpleWhitespace) and not before[-1].comma.whitespace_after.value)
+        ):  # none, or a trailing one before `)`: `scheduler=None,)` -> `scheduler=None, *, scaler=None)`
             before[-1] = before[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         params = params.with_changes(params=before)
     elif isinstance(star_arg, cst.Param) and not isinstance(star_arg.comma, cst.Comma):

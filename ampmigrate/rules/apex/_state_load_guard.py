@@ -20,14 +20,16 @@ GUARD_NOTE = (
 )
 
 
-def guard_state_load(ctx: FileContext, builder: FixBuilder, call: cst.Call, scaler: str, spelled: str) -> None:
+def guard_state_load(ctx: FileContext, builder: FixBuilder, call: cst.Call, scaler: str, spelled: str, when: str = "") -> None:
     """Rewrite the statement `<spelled>(state)` (the call `call`) into `if "scale" in state:
-    <scaler>.load_state_dict(state)`; raises Unfixable where the statement has another shape."""
+    <scaler>.load_state_dict(state)`; raises Unfixable where the statement has another shape.
+    `when`: a test that must hold first (`scaler is not None` where the scaler may be missing)."""
+    first = f"{when} and " if when else ""
     names = ctx.names
     expr = names.parent(call)
     line = names.parent(expr) if isinstance(expr, cst.Expr) else None
     where = ctx.position(call).start.line
-    if isinstance(line, cst.SimpleStatementSuite) and _in_one_line_if(ctx, builder, call, line, scaler):
+    if isinstance(line, cst.SimpleStatementSuite) and _in_one_line_if(ctx, builder, call, line, scaler, first):
         return
     if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1 or len(call.args) != 1 or call.args[0].keyword or call.args[0].star:
         raise Unfixable(
@@ -43,13 +45,13 @@ def guard_state_load(ctx: FileContext, builder: FixBuilder, call: cst.Call, scal
         if names.lookup(name, names.scope_of(call)):
             raise Unfixable(f"`{spelled}` at line {where}: the name `{name}` is taken")
         prefix, code = f"{name} = {code}\n", name
-    text = f"{prefix}if {scale} in {code}:  # a GradScaler state; apex saved `loss_scaler0` instead\n    {scaler}.load_state_dict({code})\n"
+    text = f"{prefix}if {first}{scale} in {code}:  # a GradScaler state; apex saved `loss_scaler0` instead\n    {scaler}.load_state_dict({code})\n"
     statements = list(cst.parse_module(text, config=ctx.module.config_for_parsing).body)
     statements[0] = statements[0].with_changes(leading_lines=line.leading_lines)
     builder.replace(line, cst.FlattenSentinel(statements))
 
 
-def _in_one_line_if(ctx: FileContext, builder: FixBuilder, call: cst.Call, suite: cst.SimpleStatementSuite, scaler: str) -> bool:
+def _in_one_line_if(ctx: FileContext, builder: FixBuilder, call: cst.Call, suite: cst.SimpleStatementSuite, scaler: str, first: str = "") -> bool:
     """`if "amp" in ckpt: amp.load_state_dict(ckpt["amp"])` on one line: the layout check joins
     the `if`'s test (evaluated after it, as the load was)."""
     owner = ctx.names.parent(suite)
@@ -68,7 +70,7 @@ def _in_one_line_if(ctx: FileContext, builder: FixBuilder, call: cst.Call, suite
     if isinstance(owner.test, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)):
         test = f"({test})"
     state = ctx.code(call.args[0].value).strip()
-    builder.replace(owner.test, ctx.parse_expression(f"{test} and {ctx.string('scale').value} in {state}"))
+    builder.replace(owner.test, ctx.parse_expression(f"{test} and {first}{ctx.string('scale').value} in {state}"))
     builder.replace(call.func, ctx.parse_expression(f"{scaler}.load_state_dict"))
     return True
 
