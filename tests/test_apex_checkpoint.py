@@ -236,6 +236,8 @@ def test_index_records_inference_callers_and_loading_helpers():
     # an optimizer given by keyword is training, even without `scale_loss` in the file
     source = b"from apex import amp\n\n\ndef setup(m, o):\n    return amp.initialize(m, optimizers=o)\n"
     assert not summarize(source, "").apex_inference_only
+    source = b"from apex import amp\n\n\ndef setup(m):\n    return amp.initialize(m, None, opt_level='O1')\n"
+    assert summarize(source, "").apex_inference_only  # `None` for the optimizers: inference
 
 
 def test_an_inference_caller_passes_no_scaler_to_a_loading_helper(tmp_path):

@@ -106,14 +106,23 @@ def summarize_checkpoint(tree: ast.Module, summary: "ModuleSummary") -> None:
 
 
 def _inference_init(tree: ast.Module, attribute: ast.Attribute) -> bool:
-    """`amp.initialize(model, opt_level=...)`: called, with a model and no optimizer."""
+    """`amp.initialize(model, opt_level=...)` (or `(model, None, ...)`, `optimizers=[]`): called,
+    with a model and no optimizer."""
     call = next((n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.func is attribute), None)
     if call is None or attribute.attr != "initialize" or any(isinstance(a, ast.Starred) for a in call.args):
         return False
-    keywords = {k.arg for k in call.keywords}
-    if None in keywords or "optimizers" in keywords:
+    keywords = {k.arg: k.value for k in call.keywords}
+    if None in keywords:
         return False
-    return len(call.args) + ("models" in keywords) == 1
+    optimizers = call.args[1] if len(call.args) > 1 else keywords.get("optimizers")
+    if optimizers is not None and not _no_optimizers(optimizers):
+        return False
+    return len(call.args[:1]) + ("models" in keywords) == 1 and len(call.args) <= 2
+
+
+def _no_optimizers(node: ast.expr) -> bool:
+    """`None` or `[]`: apex set up without optimizers."""
+    return (isinstance(node, ast.Constant) and node.value is None) or (isinstance(node, (ast.List, ast.Tuple)) and not node.elts)
 
 
 def state_class(tree: ast.Module, node: ast.AST) -> Optional[ast.ClassDef]:
